@@ -1,0 +1,32 @@
+//! xfer's domain: the nouns every other crate speaks.
+//!
+//! - [`time`]: [`Timestamp`], milliseconds on some clock; nothing here reads a clock.
+//! - [`id`]: [`AccountId`], [`TransferId`], [`OwnerId`], validated names.
+//! - [`amount`]: [`AssetCode`], [`Amount`]: exact integers in an asset's minor unit.
+//! - [`rejection`]: [`Rejection`], the named reason a request was refused, and its field.
+//! - [`account`]: the [`Account`] record with its [`Intent`]s and [`LowerBound`].
+//! - [`transfer`]: [`TransferSpec`] (what the client asks), [`TransferRecord`] (what the log
+//!   keeps), [`TransferState`] and its allowed transitions, and the per-account [`Leg`]s.
+//! - [`rng`]: [`Rng`], the deterministic generator the simulator and fault injection use.
+//! - [`mutant`]: known-bad protocol variants, compiled only with the `mutants` feature.
+
+pub mod account;
+pub mod amount;
+pub mod id;
+pub mod mutant;
+pub mod rejection;
+pub mod rng;
+pub mod time;
+pub mod transfer;
+
+pub use account::{Account, AccountStatus, Intent, IntentState, LowerBound};
+pub use amount::{Amount, AssetCode};
+pub use id::{AccountId, OwnerId, TransferId};
+pub use mutant::Mutant;
+pub use rejection::{Code, Rejection};
+pub use rng::Rng;
+pub use time::{Clock, ManualClock, SystemClock, Timestamp};
+pub use transfer::{
+    CancelReason, Leg, TransferKind, TransferRecord, TransferSpec, TransferState, POSTINGS_MAX,
+};
+pub use transfer::Posting;

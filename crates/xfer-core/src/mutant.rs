@@ -1,0 +1,105 @@
+//! Mutants: known-bad variants of the protocol, compiled only with the `mutants` feature.
+//! The simulator turns one on and must report a broken guarantee; a mutant it cannot catch
+//! means a checker or a fault is missing. Without the feature [`active`] is a constant
+//! `None` and every mutant branch compiles away.
+
+/// A deliberate bug.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mutant {
+    /// Prepare adds the credit straight to the balance (seed 003's flaw).
+    CreditAtPrepare,
+    /// Prepare reserves a debit without checking that it is available.
+    DebitWithoutBalanceCheck,
+    /// Post applies the amounts again even if the intent is already posted.
+    DoublePost,
+    /// Prepares ignore the deadline and tombstones; releases leave no mark.
+    NoLatePrepareDefence,
+    /// Recovery cancels an `applied` transfer whose deadline passed.
+    CancelAfterApplied,
+    /// Claim overwrites the state without comparing it.
+    ClaimWithoutCas,
+    /// Release marks the intent released but gives back nothing.
+    ReleaseIgnoresAmount,
+}
+
+impl Mutant {
+    /// Every mutant, in a stable order.
+    pub const ALL: [Mutant; 7] = [
+        Mutant::CreditAtPrepare,
+        Mutant::DebitWithoutBalanceCheck,
+        Mutant::DoublePost,
+        Mutant::NoLatePrepareDefence,
+        Mutant::CancelAfterApplied,
+        Mutant::ClaimWithoutCas,
+        Mutant::ReleaseIgnoresAmount,
+    ];
+
+    /// Its command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mutant::CreditAtPrepare => "credit-at-prepare",
+            Mutant::DebitWithoutBalanceCheck => "debit-without-balance-check",
+            Mutant::DoublePost => "double-post",
+            Mutant::NoLatePrepareDefence => "no-late-prepare-defence",
+            Mutant::CancelAfterApplied => "cancel-after-applied",
+            Mutant::ClaimWithoutCas => "claim-without-cas",
+            Mutant::ReleaseIgnoresAmount => "release-ignores-amount",
+        }
+    }
+
+    /// What it breaks, in one line.
+    pub fn description(self) -> &'static str {
+        match self {
+            Mutant::CreditAtPrepare => "credit posted at prepare, before the decision",
+            Mutant::DebitWithoutBalanceCheck => "debit prepared without the balance check",
+            Mutant::DoublePost => "post without the intent check (double post)",
+            Mutant::NoLatePrepareDefence => "no defence against late prepares (no deadline, no tombstones)",
+            Mutant::CancelAfterApplied => "cancel allowed after applied",
+            Mutant::ClaimWithoutCas => "claim without compare-and-set",
+            Mutant::ReleaseIgnoresAmount => "release that ignores the intent's amount",
+        }
+    }
+
+    /// Looks a mutant up by [`Mutant::name`].
+    pub fn from_name(name: &str) -> Option<Mutant> {
+        Mutant::ALL.into_iter().find(|m| m.name() == name)
+    }
+}
+
+#[cfg(feature = "mutants")]
+mod active_mutant {
+    use super::Mutant;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    static ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+    /// Turns `m` on for the whole process (the simulator runs one mutant per process).
+    pub fn set(m: Option<Mutant>) {
+        let v = m.map_or(0, |m| Mutant::ALL.iter().position(|x| *x == m).expect("listed") + 1);
+        ACTIVE.store(v, Ordering::Relaxed);
+    }
+
+    /// The mutant in force, if any.
+    pub fn active() -> Option<Mutant> {
+        match ACTIVE.load(Ordering::Relaxed) {
+            0 => None,
+            v => Some(Mutant::ALL[v - 1]),
+        }
+    }
+}
+
+#[cfg(feature = "mutants")]
+pub use active_mutant::{active, set};
+
+/// The mutant in force: always `None` without the `mutants` feature.
+#[cfg(not(feature = "mutants"))]
+#[inline(always)]
+pub fn active() -> Option<Mutant> {
+    None
+}
+
+/// True when `m` is the mutant in force.
+#[inline(always)]
+pub fn is(m: Mutant) -> bool {
+    active() == Some(m)
+}

@@ -1,0 +1,423 @@
+//! Transfers: what a client asks for ([`TransferSpec`]), the per-account work it implies
+//! ([`Leg`]), and what the transfer log keeps ([`TransferRecord`]) as it moves through the
+//! states of SPEC §3:
+//!
+//! ```text
+//! initial ──claim──▶ pending ──all prepared──▶ applied ──all posted──▶ done
+//!                       │  (hold) ──▶ held ──capture──▶ applied
+//!                       │              └──void/expire──▶ canceling
+//!                       └──refused / deadline passed──▶ canceling ──all released──▶ canceled
+//! ```
+
+use crate::amount::{Amount, AssetCode, AMOUNT_MAX};
+use crate::id::{AccountId, OwnerId, TransferId};
+use crate::rejection::{Code, Rejection};
+use crate::time::Timestamp;
+use std::fmt;
+
+/// The most postings one transfer may carry.
+pub const POSTINGS_MAX: usize = 64;
+/// The longest metadata, in bytes.
+pub const METADATA_LEN_MAX: usize = 2048;
+/// The longest prepare timeout a transfer may ask for.
+pub const TIMEOUT_MS_MAX: u64 = 3_600_000;
+/// The longest a hold may wait for capture.
+pub const HOLD_TTL_MS_MAX: u64 = 30 * 24 * 3_600_000;
+
+/// Move `amount` of `asset` from `from` to `to`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Posting {
+    /// Debited account.
+    pub from: AccountId,
+    /// Credited account.
+    pub to: AccountId,
+    /// What moves; both accounts must hold it.
+    pub asset: AssetCode,
+    /// How much, in minor units.
+    pub amount: Amount,
+}
+
+/// A plain transfer, or a hold that waits for capture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TransferKind {
+    /// Posts as soon as every leg is prepared.
+    Transfer,
+    /// Stops at `held` once prepared; expires `ttl_ms` after creation unless captured.
+    Hold {
+        /// Lifetime from creation, in milliseconds; longer than the prepare timeout.
+        ttl_ms: u64,
+    },
+}
+
+/// What a client submits. Its body (everything but `timeout_ms`) is what the idempotency
+/// rule compares: same id and body returns the existing transfer, a different body is
+/// `id_exists_with_different_body`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransferSpec {
+    /// The idempotency key.
+    pub id: TransferId,
+    /// 1..=[`POSTINGS_MAX`] postings that happen together or not at all.
+    pub postings: Vec<Posting>,
+    /// Opaque client data (an order number), at most [`METADATA_LEN_MAX`] bytes.
+    pub metadata: String,
+    /// Transfer or hold.
+    pub kind: TransferKind,
+    /// For a refund: the `done` transfer it reverses.
+    pub refund_of: Option<TransferId>,
+    /// How long prepares may take before the transfer is canceled, in milliseconds.
+    pub timeout_ms: u64,
+}
+
+/// One account's share of a transfer: the totals its single intent carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leg {
+    /// The account.
+    pub account: AccountId,
+    /// Its asset.
+    pub asset: AssetCode,
+    /// Total debit (must be available at prepare).
+    pub debit: u64,
+    /// Total credit.
+    pub credit: u64,
+}
+
+impl TransferSpec {
+    /// True when `other` asks for the same thing (the idempotency comparison).
+    pub fn same_body(&self, other: &TransferSpec) -> bool {
+        self.id == other.id
+            && self.postings == other.postings
+            && self.metadata == other.metadata
+            && self.kind == other.kind
+            && self.refund_of == other.refund_of
+    }
+
+    /// Checks every rule that needs no store, in field order, and returns the legs: one per
+    /// account, in order of first appearance.
+    pub fn validate(&self) -> Result<Vec<Leg>, Rejection> {
+        if self.postings.is_empty() {
+            return Err(Rejection::new(Code::PostingsMustNotBeEmpty, "postings", "need 1 or more"));
+        }
+        if self.postings.len() > POSTINGS_MAX {
+            return Err(Rejection::new(
+                Code::TooManyPostings,
+                "postings",
+                format!("{} postings, at most {POSTINGS_MAX}", self.postings.len()),
+            ));
+        }
+        if self.metadata.len() > METADATA_LEN_MAX {
+            return Err(Rejection::new(
+                Code::MetadataTooLarge,
+                "metadata",
+                format!("{} bytes, at most {METADATA_LEN_MAX}", self.metadata.len()),
+            ));
+        }
+        if self.timeout_ms == 0 || self.timeout_ms > TIMEOUT_MS_MAX {
+            return Err(Rejection::new(
+                Code::TimeoutOutOfRange,
+                "timeout_ms",
+                format!("{} ms, must be 1..={TIMEOUT_MS_MAX}", self.timeout_ms),
+            ));
+        }
+        if let TransferKind::Hold { ttl_ms } = self.kind {
+            if ttl_ms <= self.timeout_ms || ttl_ms > HOLD_TTL_MS_MAX {
+                return Err(Rejection::new(
+                    Code::HoldExpiryOutOfRange,
+                    "hold.ttl_ms",
+                    format!(
+                        "{ttl_ms} ms, must exceed the timeout {} ms and be at most {HOLD_TTL_MS_MAX}",
+                        self.timeout_ms
+                    ),
+                ));
+            }
+        }
+        let mut legs: Vec<Leg> = Vec::new();
+        for (i, p) in self.postings.iter().enumerate() {
+            if p.from == p.to {
+                return Err(Rejection::new(
+                    Code::AccountsMustBeDifferent,
+                    format!("postings[{i}].to"),
+                    format!("{} is both from and to", p.from),
+                ));
+            }
+            for (account, side) in [(&p.from, "from"), (&p.to, "to")] {
+                let field = format!("postings[{i}].{side}");
+                let leg = match legs.iter_mut().position(|l| &l.account == account) {
+                    Some(k) => &mut legs[k],
+                    None => {
+                        legs.push(Leg { account: account.clone(), asset: p.asset.clone(), debit: 0, credit: 0 });
+                        legs.last_mut().expect("just pushed")
+                    }
+                };
+                if leg.asset != p.asset {
+                    return Err(Rejection::new(
+                        Code::AccountUsedWithTwoAssets,
+                        field,
+                        format!("{account} appears with {} and {}", leg.asset, p.asset),
+                    ));
+                }
+                let total = if side == "from" { &mut leg.debit } else { &mut leg.credit };
+                *total = total
+                    .checked_add(p.amount.units())
+                    .filter(|t| *t <= AMOUNT_MAX)
+                    .ok_or_else(|| {
+                        Rejection::new(
+                            Code::AmountExceedsMaximum,
+                            format!("postings[{i}].amount"),
+                            format!("{account}'s total passes {AMOUNT_MAX}"),
+                        )
+                    })?;
+            }
+        }
+        Ok(legs)
+    }
+
+    /// The postings that undo `self`: each one reversed, in order.
+    pub fn reversed_postings(&self) -> Vec<Posting> {
+        self.postings
+            .iter()
+            .map(|p| Posting { from: p.to.clone(), to: p.from.clone(), asset: p.asset.clone(), amount: p.amount })
+            .collect()
+    }
+}
+
+/// Where a transfer is in the protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TransferState {
+    /// Accepted, nobody runs it yet.
+    Initial,
+    /// Claimed; prepares under way. Not decided.
+    Pending,
+    /// Decided: commit. Posts under way.
+    Applied,
+    /// A hold: prepared, waiting for capture, void or expiry.
+    Held,
+    /// Decided: cancel. Releases under way.
+    Canceling,
+    /// Every posting applied exactly once.
+    Done,
+    /// No posting applied.
+    Canceled,
+}
+
+impl TransferState {
+    /// `done` or `canceled`.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, TransferState::Done | TransferState::Canceled)
+    }
+
+    /// True once the commit/cancel decision is made (`applied` and after, or `canceling`
+    /// and after). `held` is prepared but undecided.
+    pub fn is_decided(self) -> bool {
+        matches!(
+            self,
+            TransferState::Applied | TransferState::Done | TransferState::Canceling | TransferState::Canceled
+        )
+    }
+
+    /// The transitions of the state diagram (staying put is a takeover, also allowed for
+    /// non-terminal states). Guarantee 4 is this function.
+    pub fn can_become(self, next: TransferState) -> bool {
+        use TransferState::*;
+        matches!(
+            (self, next),
+            (Initial, Pending)
+                | (Pending, Applied | Held | Canceling)
+                | (Held, Applied | Canceling)
+                | (Applied, Done)
+                | (Canceling, Canceled)
+        ) || (self == next && !self.is_terminal())
+    }
+
+    /// The lower-case name used in records, logs and the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransferState::Initial => "initial",
+            TransferState::Pending => "pending",
+            TransferState::Applied => "applied",
+            TransferState::Held => "held",
+            TransferState::Canceling => "canceling",
+            TransferState::Done => "done",
+            TransferState::Canceled => "canceled",
+        }
+    }
+}
+
+impl fmt::Display for TransferState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a transfer was canceled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CancelReason {
+    /// A prepare on `account` was refused for a business reason.
+    Refused {
+        /// The account that refused.
+        account: AccountId,
+        /// Why.
+        code: Code,
+    },
+    /// Not every leg was prepared by the prepare deadline.
+    DeadlinePassed,
+    /// A hold was voided.
+    Voided,
+    /// A hold was not captured before its expiry.
+    Expired,
+    /// A refund whose original could not be refunded.
+    RefundRefused {
+        /// Why.
+        code: Code,
+    },
+}
+
+impl fmt::Display for CancelReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CancelReason::Refused { account, code } => write!(f, "{code} on {account}"),
+            CancelReason::DeadlinePassed => f.write_str("deadline_passed"),
+            CancelReason::Voided => f.write_str("voided"),
+            CancelReason::Expired => f.write_str("hold_expired"),
+            CancelReason::RefundRefused { code } => write!(f, "refund_refused: {code}"),
+        }
+    }
+}
+
+/// The transfer log's record of one transfer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TransferRecord {
+    /// What was asked.
+    pub spec: TransferSpec,
+    /// Where it is.
+    pub state: TransferState,
+    /// When it was accepted (the acceptor's clock).
+    pub created_at: Timestamp,
+    /// Last state or owner change (the writer's clock).
+    pub updated_at: Timestamp,
+    /// Stores refuse its prepares from this instant on (their own clocks).
+    pub deadline: Timestamp,
+    /// For a hold: when an uncaptured hold is canceled.
+    pub hold_expires_at: Option<Timestamp>,
+    /// The executor running it, if any.
+    pub owner: Option<OwnerId>,
+    /// The owner's claim lapses at this instant; then the sweeper may take over.
+    pub lease_until: Timestamp,
+    /// Incremented by every claim; decisions compare it so a zombie's write fails.
+    pub epoch: u64,
+    /// Why it was canceled.
+    pub reason: Option<CancelReason>,
+    /// For a `done` transfer: the refund that reverses it.
+    pub refunded_by: Option<TransferId>,
+}
+
+impl TransferRecord {
+    /// A freshly accepted record in `initial`, claimable by anyone after `claim_grace_ms`
+    /// (so a sweeper runs it if the acceptor dies before its claim).
+    pub fn accept(spec: TransferSpec, now: Timestamp, claim_grace_ms: u64) -> TransferRecord {
+        let deadline = now.plus_ms(spec.timeout_ms);
+        let hold_expires_at = match spec.kind {
+            TransferKind::Hold { ttl_ms } => Some(now.plus_ms(ttl_ms)),
+            TransferKind::Transfer => None,
+        };
+        TransferRecord {
+            spec,
+            state: TransferState::Initial,
+            created_at: now,
+            updated_at: now,
+            deadline,
+            hold_expires_at,
+            owner: None,
+            lease_until: now.plus_ms(claim_grace_ms),
+            epoch: 0,
+            reason: None,
+            refunded_by: None,
+        }
+    }
+
+    /// The transfer's id.
+    pub fn id(&self) -> &TransferId {
+        &self.spec.id
+    }
+
+    /// When a sweeper should next look at it: `None` once terminal; for a hold, not before
+    /// it expires; otherwise when the lease lapses. Stores index this.
+    pub fn wake_at(&self) -> Option<Timestamp> {
+        match self.state {
+            TransferState::Done | TransferState::Canceled => None,
+            TransferState::Held => {
+                Some(self.lease_until.max(self.hold_expires_at.unwrap_or(Timestamp::NEVER)))
+            }
+            _ => Some(self.lease_until),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn acct(s: &str) -> AccountId {
+        AccountId::new(s).unwrap()
+    }
+
+    fn posting(from: &str, to: &str, asset: &str, amount: u64) -> Posting {
+        Posting {
+            from: acct(from),
+            to: acct(to),
+            asset: AssetCode::new(asset, "asset").unwrap(),
+            amount: Amount::new(amount, "amount").unwrap(),
+        }
+    }
+
+    fn spec(postings: Vec<Posting>) -> TransferSpec {
+        TransferSpec {
+            id: TransferId::new("t1").unwrap(),
+            postings,
+            metadata: String::new(),
+            kind: TransferKind::Transfer,
+            refund_of: None,
+            timeout_ms: 1000,
+        }
+    }
+
+    #[test]
+    fn legs_merge_one_account_into_one_intent() {
+        let s = spec(vec![posting("a", "b", "USD", 5), posting("b", "c", "USD", 3), posting("a", "c", "USD", 1)]);
+        let legs = s.validate().unwrap();
+        let got: Vec<_> = legs.iter().map(|l| (l.account.as_str(), l.debit, l.credit)).collect();
+        assert_eq!(got, vec![("a", 6, 0), ("b", 3, 5), ("c", 0, 4)]);
+    }
+
+    #[test]
+    fn rejections_name_the_field() {
+        let r = spec(vec![posting("a", "a", "USD", 5)]).validate().unwrap_err();
+        assert_eq!((r.code, r.field.as_str()), (Code::AccountsMustBeDifferent, "postings[0].to"));
+        let r = spec(vec![]).validate().unwrap_err();
+        assert_eq!(r.code, Code::PostingsMustNotBeEmpty);
+        let r = spec(vec![posting("a", "b", "USD", 1); POSTINGS_MAX + 1]).validate().unwrap_err();
+        assert_eq!(r.code, Code::TooManyPostings);
+        let r = spec(vec![posting("a", "b", "USD", 1), posting("a", "c", "EUR", 1)]).validate().unwrap_err();
+        assert_eq!((r.code, r.field.as_str()), (Code::AccountUsedWithTwoAssets, "postings[1].from"));
+        let r = spec(vec![posting("a", "b", "USD", AMOUNT_MAX), posting("a", "c", "USD", 1)])
+            .validate()
+            .unwrap_err();
+        assert_eq!((r.code, r.field.as_str()), (Code::AmountExceedsMaximum, "postings[1].amount"));
+        let mut s = spec(vec![posting("a", "b", "USD", 1)]);
+        s.kind = TransferKind::Hold { ttl_ms: 1000 };
+        assert_eq!(s.validate().unwrap_err().code, Code::HoldExpiryOutOfRange);
+        s.timeout_ms = 0;
+        assert_eq!(s.validate().unwrap_err().code, Code::TimeoutOutOfRange);
+    }
+
+    #[test]
+    fn decisions_are_stable() {
+        use TransferState::*;
+        assert!(!Applied.can_become(Canceling));
+        assert!(!Applied.can_become(Canceled));
+        assert!(!Canceling.can_become(Done));
+        assert!(!Canceling.can_become(Applied));
+        assert!(!Done.can_become(Done));
+        assert!(Held.can_become(Applied) && Held.can_become(Canceling));
+        assert!(Pending.can_become(Pending));
+    }
+}

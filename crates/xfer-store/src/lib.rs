@@ -1,0 +1,21 @@
+//! Where records live. A store is one shard offering single-record atomic operations; the
+//! protocol needs nothing more (SPEC §4).
+//!
+//! - [`op`]: the operations ([`Op`]) and their answers ([`Reply`]).
+//! - [`record`]: what each operation means, as pure functions of one record.
+//! - [`store`]: the async, batchable [`Store`] trait and [`StoreError`].
+//! - [`memory`]: [`MemoryStore`], the reference implementation, and [`MemoryShard`].
+//! - [`faulty`]: [`Faulty`], a wrapper that injects unavailability and lost replies.
+//! - [`conformance`]: the suite every backend must pass.
+
+pub mod conformance;
+pub mod faulty;
+pub mod memory;
+pub mod op;
+pub mod record;
+pub mod store;
+
+pub use faulty::{FaultPlan, Faulty};
+pub use memory::{MemoryShard, MemoryStore};
+pub use op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
+pub use store::{BoxFuture, HistoryPage, Store, StoreError};

@@ -1,0 +1,278 @@
+//! The operations a store offers: each one reads and writes exactly one record, atomically,
+//! and says what it did in a [`Reply`]. These are the protocol's steps themselves, executed
+//! by the store next to the data (see the [`Store`](crate::Store) docs for how each backend
+//! runs them in one round trip), never a read followed by a write.
+
+use std::fmt;
+use xfer_core::{
+    Account, AccountId, AssetCode, CancelReason, Code, IntentState, LowerBound, OwnerId,
+    Timestamp, TransferId, TransferRecord, TransferState,
+};
+
+/// One single-record operation, addressed to its record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// An operation on one account record.
+    Account(AccountId, AccountOp),
+    /// An operation on one transfer record.
+    Transfer(TransferId, TransferOp),
+}
+
+/// Operations on an account record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AccountOp {
+    /// Create it open with a zero balance, if absent (or only a tombstone placeholder).
+    /// The same asset and bound again answers with the record; different ones are refused.
+    Create {
+        /// Its asset.
+        asset: AssetCode,
+        /// Its lower bound.
+        lower_bound: LowerBound,
+    },
+    /// Step 3: write the transfer's intent and reserve its debit / note its credit.
+    Prepare {
+        /// The transfer.
+        transfer: TransferId,
+        /// The asset the transfer moves here.
+        asset: AssetCode,
+        /// Total debit (must be available).
+        debit: u64,
+        /// Total credit.
+        credit: u64,
+        /// Refused with [`PrepareOutcome::TooLate`] once the store's clock reaches this.
+        deadline: Timestamp,
+        /// When the intent's tombstone may be dropped.
+        horizon: Timestamp,
+    },
+    /// Step 5: move an open intent's amounts into the balance; mark it posted.
+    Post {
+        /// The transfer.
+        transfer: TransferId,
+    },
+    /// Step 6: give an open intent's amounts back and mark it released, or leave a released
+    /// mark where no intent exists yet (creating a placeholder record if the account does
+    /// not exist).
+    Release {
+        /// The transfer.
+        transfer: TransferId,
+        /// The asset (for a placeholder record).
+        asset: AssetCode,
+        /// When the mark may be dropped.
+        horizon: Timestamp,
+    },
+    /// Close it if no transfer is in flight on it.
+    Close,
+    /// Change the lower bound if the account satisfies the new one.
+    SetLowerBound {
+        /// The new bound.
+        lower_bound: LowerBound,
+    },
+    /// Read it.
+    Get,
+}
+
+/// Operations on a transfer record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TransferOp {
+    /// Step 1: insert if absent. The same body again answers `Unchanged` with the record; a
+    /// different body is refused with `id_exists_with_different_body`.
+    Insert(Box<TransferRecord>),
+    /// Step 2: `initial -> pending`; or take over a non-terminal transfer whose lease has
+    /// lapsed (a held one only once it has expired, moving it to `canceling`). Sets owner and
+    /// lease and increments the epoch.
+    Claim {
+        /// The new owner.
+        owner: OwnerId,
+        /// The claimer's clock.
+        now: Timestamp,
+        /// The new lease's end.
+        lease_until: Timestamp,
+    },
+    /// Step 4, the commit point: `pending -> applied | held | canceling` if the epoch is
+    /// still `epoch`.
+    Decide {
+        /// The decider's epoch.
+        epoch: u64,
+        /// `Applied`, `Held` or `Canceling`.
+        to: TransferState,
+        /// For `Canceling`: why.
+        reason: Option<CancelReason>,
+        /// The decider's clock.
+        now: Timestamp,
+    },
+    /// `held -> applied` before the hold expires; takes ownership (new epoch).
+    Capture {
+        /// The capturer.
+        owner: OwnerId,
+        /// The capturer's clock.
+        now: Timestamp,
+        /// The new lease's end.
+        lease_until: Timestamp,
+    },
+    /// `held -> canceling`; takes ownership (new epoch).
+    Void {
+        /// The voider.
+        owner: OwnerId,
+        /// The voider's clock.
+        now: Timestamp,
+        /// The new lease's end.
+        lease_until: Timestamp,
+    },
+    /// `applied -> done` or `canceling -> canceled`, once every post or release is done.
+    Finish {
+        /// The finisher's clock.
+        now: Timestamp,
+    },
+    /// On the original of a refund: record that `refund` reverses it. Succeeds if the
+    /// original is `done` with the same postings reversed and is not refunded yet, or was
+    /// refunded by `replacing` (a refund known to be canceled), or by `refund` itself.
+    LinkRefund {
+        /// The refund.
+        refund: TransferId,
+        /// A canceled refund whose link this one replaces.
+        replacing: Option<TransferId>,
+        /// The refund's postings, checked against the original's reversed.
+        postings: Vec<xfer_core::Posting>,
+    },
+    /// Make a non-terminal transfer's lease lapse now, so the next sweep re-drives it.
+    Redrive {
+        /// The caller's clock.
+        now: Timestamp,
+    },
+    /// Read it.
+    Get,
+}
+
+/// What a prepare found and did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrepareOutcome {
+    /// The intent was written.
+    Prepared,
+    /// The intent was already there, open (a repeat).
+    AlreadyPrepared,
+    /// A posted tombstone: the transfer is done here; nothing changed.
+    AlreadyPosted,
+    /// A released tombstone: the transfer was canceled here; nothing changed.
+    AlreadyReleased,
+    /// The store's clock reached the deadline; nothing changed.
+    TooLate,
+    /// Refused for a business reason; nothing changed.
+    Refused(Code),
+}
+
+/// What a post found and did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PostOutcome {
+    /// Moved into the balance.
+    Posted,
+    /// Posted before (a repeat).
+    AlreadyPosted,
+    /// No intent: posted and its tombstone since dropped (or never prepared: a bug).
+    Missing,
+    /// The intent was released: the transfer's decision is broken (a bug; changed nothing).
+    FoundReleased,
+}
+
+/// What a release found and did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReleaseOutcome {
+    /// An open intent was given back.
+    Released,
+    /// Released before (a repeat).
+    AlreadyReleased,
+    /// No intent yet: a released mark was left for a prepare that may still arrive.
+    Marked,
+    /// The intent was posted: the transfer's decision is broken (a bug; changed nothing).
+    FoundPosted,
+}
+
+/// The answer to one [`Op`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// The account as it is after the operation.
+    Account(Box<Account>),
+    /// Outcome of a prepare.
+    Prepare(PrepareOutcome),
+    /// Outcome of a post.
+    Post(PostOutcome),
+    /// Outcome of a release.
+    Release(ReleaseOutcome),
+    /// The operation changed the transfer; here it is after.
+    Transfer(Box<TransferRecord>),
+    /// The operation's condition did not hold; the transfer as it is, unchanged.
+    Unchanged(Box<TransferRecord>),
+    /// Refused for a business reason; nothing changed.
+    Refused(Code),
+    /// No such record; nothing changed.
+    NotFound,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::Account(id, op) => match op {
+                AccountOp::Create { asset, lower_bound } => {
+                    write!(f, "account {id}: create {asset} bound={lower_bound:?}")
+                }
+                AccountOp::Prepare { transfer, asset, debit, credit, deadline, horizon } => write!(
+                    f,
+                    "account {id}: prepare {transfer} {asset} debit={debit} credit={credit} deadline={deadline} horizon={horizon}"
+                ),
+                AccountOp::Post { transfer } => write!(f, "account {id}: post {transfer}"),
+                AccountOp::Release { transfer, horizon, .. } => {
+                    write!(f, "account {id}: release {transfer} horizon={horizon}")
+                }
+                AccountOp::Close => write!(f, "account {id}: close"),
+                AccountOp::SetLowerBound { lower_bound } => {
+                    write!(f, "account {id}: set-lower-bound {lower_bound:?}")
+                }
+                AccountOp::Get => write!(f, "account {id}: get"),
+            },
+            Op::Transfer(id, op) => match op {
+                TransferOp::Insert(r) => write!(f, "transfer {id}: insert {} deadline={}", r.state, r.deadline),
+                TransferOp::Claim { owner, lease_until, .. } => {
+                    write!(f, "transfer {id}: claim owner={owner} lease_until={lease_until}")
+                }
+                TransferOp::Decide { epoch, to, reason, .. } => match reason {
+                    Some(r) => write!(f, "transfer {id}: decide epoch={epoch} -> {to} ({r})"),
+                    None => write!(f, "transfer {id}: decide epoch={epoch} -> {to}"),
+                },
+                TransferOp::Capture { owner, .. } => write!(f, "transfer {id}: capture owner={owner}"),
+                TransferOp::Void { owner, .. } => write!(f, "transfer {id}: void owner={owner}"),
+                TransferOp::Finish { .. } => write!(f, "transfer {id}: finish"),
+                TransferOp::LinkRefund { refund, replacing, .. } => {
+                    write!(f, "transfer {id}: link-refund {refund} replacing={replacing:?}")
+                }
+                TransferOp::Redrive { .. } => write!(f, "transfer {id}: redrive"),
+                TransferOp::Get => write!(f, "transfer {id}: get"),
+            },
+        }
+    }
+}
+
+impl fmt::Display for Reply {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reply::Account(a) => {
+                let open = a.intents.values().filter(|i| i.state == IntentState::Open).count();
+                write!(
+                    f,
+                    "account balance={} reserved={} incoming={} intents={} open={} {:?}",
+                    a.balance,
+                    a.reserved,
+                    a.incoming,
+                    a.intents.len(),
+                    open,
+                    a.status
+                )
+            }
+            Reply::Prepare(o) => write!(f, "{o:?}"),
+            Reply::Post(o) => write!(f, "{o:?}"),
+            Reply::Release(o) => write!(f, "{o:?}"),
+            Reply::Transfer(r) => write!(f, "ok: {} epoch={}", r.state, r.epoch),
+            Reply::Unchanged(r) => write!(f, "unchanged: {} epoch={}", r.state, r.epoch),
+            Reply::Refused(c) => write!(f, "refused: {c}"),
+            Reply::NotFound => f.write_str("not found"),
+        }
+    }
+}

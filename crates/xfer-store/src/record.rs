@@ -1,0 +1,353 @@
+//! The meaning of every [`Op`](crate::Op), as pure functions of one record and the store's
+//! clock. The Memory store runs these directly; the database backends run the same rules as
+//! one conditional statement or script, and the conformance suite holds them to it.
+//!
+//! Each function changes the record only when it answers success; a refusal or a repeat
+//! leaves it exactly as it was.
+
+use crate::op::{AccountOp, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
+use xfer_core::mutant::{self, Mutant};
+use xfer_core::{
+    Account, AccountId, AccountStatus, Code, Intent, IntentState, LowerBound, Timestamp,
+    TransferId, TransferRecord, TransferState,
+};
+
+/// A side effect on the shard's indexes that an account operation asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IndexEffect {
+    /// An intent was written: add the transfer to the account's history.
+    History(TransferId),
+    /// A tombstone was written: drop it after this horizon.
+    Tombstone(TransferId, Timestamp),
+}
+
+/// Applies `op` to the account `id`, which may not exist (`slot` is `None`).
+pub fn apply_account(
+    slot: &mut Option<Account>,
+    id: &AccountId,
+    op: &AccountOp,
+    now: Timestamp,
+) -> (Reply, Option<IndexEffect>) {
+    match (slot.as_mut(), op) {
+        (None, AccountOp::Create { asset, lower_bound }) => {
+            let account = Account::open(id.clone(), asset.clone(), *lower_bound);
+            *slot = Some(account.clone());
+            (Reply::Account(Box::new(account)), None)
+        }
+        (Some(a), AccountOp::Create { asset, lower_bound }) => (create_over(a, asset, *lower_bound), None),
+        (None, AccountOp::Release { transfer, asset, horizon }) => {
+            if mutant::is(Mutant::NoLatePrepareDefence) {
+                return (Reply::Release(ReleaseOutcome::Marked), None);
+            }
+            let mut placeholder = Account::open(id.clone(), asset.clone(), LowerBound::default());
+            placeholder.status = AccountStatus::Unopened;
+            placeholder.intents.insert(transfer.clone(), tombstone(IntentState::Released, *horizon));
+            *slot = Some(placeholder);
+            let effect = IndexEffect::Tombstone(transfer.clone(), *horizon);
+            (Reply::Release(ReleaseOutcome::Marked), Some(effect))
+        }
+        (None, AccountOp::Prepare { .. }) => (Reply::Prepare(PrepareOutcome::Refused(Code::AccountNotFound)), None),
+        (None, AccountOp::Post { .. }) => (Reply::Post(PostOutcome::Missing), None),
+        (None, _) => (Reply::NotFound, None),
+        (Some(a), AccountOp::Prepare { transfer, asset, debit, credit, deadline, horizon }) => {
+            let outcome = prepare(a, transfer, asset, *debit, *credit, *deadline, *horizon, now);
+            let effect = (outcome == PrepareOutcome::Prepared).then(|| IndexEffect::History(transfer.clone()));
+            (Reply::Prepare(outcome), effect)
+        }
+        (Some(a), AccountOp::Post { transfer }) => {
+            let outcome = post(a, transfer);
+            let effect = (outcome == PostOutcome::Posted).then(|| {
+                IndexEffect::Tombstone(transfer.clone(), a.intents[transfer].horizon)
+            });
+            (Reply::Post(outcome), effect)
+        }
+        (Some(a), AccountOp::Release { transfer, horizon, .. }) => {
+            let outcome = release(a, transfer, *horizon);
+            let effect = matches!(outcome, ReleaseOutcome::Released | ReleaseOutcome::Marked)
+                .then(|| a.intents.get(transfer).map(|i| IndexEffect::Tombstone(transfer.clone(), i.horizon)))
+                .flatten();
+            (Reply::Release(outcome), effect)
+        }
+        (Some(a), AccountOp::Close) => (close(a), None),
+        (Some(a), AccountOp::SetLowerBound { lower_bound }) => (set_lower_bound(a, *lower_bound), None),
+        (Some(a), AccountOp::Get) => {
+            if a.status == AccountStatus::Unopened {
+                (Reply::NotFound, None)
+            } else {
+                (Reply::Account(Box::new(a.clone())), None)
+            }
+        }
+    }
+}
+
+fn tombstone(state: IntentState, horizon: Timestamp) -> Intent {
+    Intent { debit: 0, credit: 0, state, horizon }
+}
+
+fn create_over(a: &mut Account, asset: &xfer_core::AssetCode, lower_bound: LowerBound) -> Reply {
+    if a.status == AccountStatus::Unopened {
+        // Keep the tombstones: a late prepare must still find them.
+        a.status = AccountStatus::Open;
+        a.asset = asset.clone();
+        a.lower_bound = lower_bound;
+        return Reply::Account(Box::new(a.clone()));
+    }
+    if &a.asset == asset && a.lower_bound == lower_bound {
+        Reply::Account(Box::new(a.clone()))
+    } else {
+        Reply::Refused(Code::AccountExistsWithDifferentBody)
+    }
+}
+
+/// SPEC §3 step 3 on one account. Order matters: an existing intent or tombstone answers
+/// first (repeats and late arrivals are no-ops), then the deadline, then business rules.
+fn prepare(
+    a: &mut Account,
+    transfer: &TransferId,
+    asset: &xfer_core::AssetCode,
+    debit: u64,
+    credit: u64,
+    deadline: Timestamp,
+    horizon: Timestamp,
+    now: Timestamp,
+) -> PrepareOutcome {
+    let no_defence = mutant::is(Mutant::NoLatePrepareDefence);
+    match a.intents.get(transfer).map(|i| i.state) {
+        Some(IntentState::Open) => return PrepareOutcome::AlreadyPrepared,
+        Some(IntentState::Posted) if !no_defence => return PrepareOutcome::AlreadyPosted,
+        Some(IntentState::Released) if !no_defence => return PrepareOutcome::AlreadyReleased,
+        _ => {}
+    }
+    if now >= deadline && !no_defence {
+        return PrepareOutcome::TooLate;
+    }
+    match a.status {
+        AccountStatus::Open => {}
+        AccountStatus::Closed => return PrepareOutcome::Refused(Code::AccountClosed),
+        AccountStatus::Unopened => return PrepareOutcome::Refused(Code::AccountNotFound),
+    }
+    if &a.asset != asset {
+        return PrepareOutcome::Refused(Code::AssetMismatch);
+    }
+    if debit as i128 > a.available() && !mutant::is(Mutant::DebitWithoutBalanceCheck) {
+        return PrepareOutcome::Refused(Code::ExceedsAvailable);
+    }
+    // Both ends of the balance's future range must fit an i64: lowest if every reserved
+    // debit posts, highest if every incoming credit posts.
+    let lowest = a.balance as i128 - a.reserved as i128 - debit as i128;
+    let highest = a.balance as i128 + a.incoming as i128 + credit as i128;
+    if lowest < i64::MIN as i128 || highest > i64::MAX as i128 {
+        return PrepareOutcome::Refused(Code::BalanceWouldOverflow);
+    }
+    a.reserved += debit as i64; // fits: reserved <= balance - lowest bound checked above
+    if mutant::is(Mutant::CreditAtPrepare) {
+        a.balance += credit as i64;
+    } else {
+        a.incoming += credit as i64;
+    }
+    a.intents.insert(transfer.clone(), Intent { debit, credit, state: IntentState::Open, horizon });
+    PrepareOutcome::Prepared
+}
+
+/// SPEC §3 step 5 on one account: only an open intent moves money.
+fn post(a: &mut Account, transfer: &TransferId) -> PostOutcome {
+    let Some(intent) = a.intents.get_mut(transfer) else {
+        return PostOutcome::Missing;
+    };
+    match intent.state {
+        IntentState::Open => {}
+        IntentState::Posted if mutant::is(Mutant::DoublePost) => {
+            a.balance += intent.credit as i64 - intent.debit as i64;
+            return PostOutcome::Posted;
+        }
+        IntentState::Posted => return PostOutcome::AlreadyPosted,
+        IntentState::Released => return PostOutcome::FoundReleased,
+    }
+    intent.state = IntentState::Posted;
+    a.reserved -= intent.debit as i64;
+    if mutant::is(Mutant::CreditAtPrepare) {
+        a.balance -= intent.debit as i64;
+    } else {
+        a.incoming -= intent.credit as i64;
+        a.balance += intent.credit as i64 - intent.debit as i64;
+    }
+    PostOutcome::Posted
+}
+
+/// SPEC §3 step 6 on one account: give back an open intent, or leave a released mark.
+fn release(a: &mut Account, transfer: &TransferId, horizon: Timestamp) -> ReleaseOutcome {
+    let Some(intent) = a.intents.get_mut(transfer) else {
+        if mutant::is(Mutant::NoLatePrepareDefence) {
+            return ReleaseOutcome::Marked;
+        }
+        a.intents.insert(transfer.clone(), tombstone(IntentState::Released, horizon));
+        return ReleaseOutcome::Marked;
+    };
+    match intent.state {
+        IntentState::Open => {}
+        IntentState::Released => return ReleaseOutcome::AlreadyReleased,
+        IntentState::Posted => return ReleaseOutcome::FoundPosted,
+    }
+    intent.state = IntentState::Released;
+    if mutant::is(Mutant::ReleaseIgnoresAmount) {
+        return ReleaseOutcome::Released;
+    }
+    a.reserved -= intent.debit as i64;
+    if mutant::is(Mutant::CreditAtPrepare) {
+        a.balance -= intent.credit as i64;
+    } else {
+        a.incoming -= intent.credit as i64;
+    }
+    ReleaseOutcome::Released
+}
+
+fn close(a: &mut Account) -> Reply {
+    match a.status {
+        AccountStatus::Unopened => Reply::NotFound,
+        AccountStatus::Closed => Reply::Account(Box::new(a.clone())),
+        AccountStatus::Open if a.open_intents() > 0 => Reply::Refused(Code::AccountHasTransfersInFlight),
+        AccountStatus::Open => {
+            a.status = AccountStatus::Closed;
+            Reply::Account(Box::new(a.clone()))
+        }
+    }
+}
+
+fn set_lower_bound(a: &mut Account, lower_bound: LowerBound) -> Reply {
+    if a.status == AccountStatus::Unopened {
+        return Reply::NotFound;
+    }
+    let old = std::mem::replace(&mut a.lower_bound, lower_bound);
+    if !a.is_within_bound() {
+        a.lower_bound = old;
+        return Reply::Refused(Code::LowerBoundAboveAvailable);
+    }
+    Reply::Account(Box::new(a.clone()))
+}
+
+/// Applies `op` to the transfer record, which may not exist (`slot` is `None`).
+pub fn apply_transfer(slot: &mut Option<TransferRecord>, op: &TransferOp) -> Reply {
+    let rec = match (slot.as_mut(), op) {
+        (None, TransferOp::Insert(new)) => {
+            *slot = Some((**new).clone());
+            return Reply::Transfer(new.clone());
+        }
+        (None, _) => return Reply::NotFound,
+        (Some(rec), _) => rec,
+    };
+    use TransferState::*;
+    let changed = match op {
+        TransferOp::Insert(new) => {
+            if rec.spec.same_body(&new.spec) {
+                false
+            } else {
+                return Reply::Refused(Code::IdExistsWithDifferentBody);
+            }
+        }
+        TransferOp::Claim { owner, now, lease_until } => {
+            let expired = rec.lease_until <= *now;
+            let next = match rec.state {
+                _ if mutant::is(Mutant::ClaimWithoutCas) => Some(Pending),
+                Initial => Some(Pending),
+                Pending | Applied | Canceling if expired => Some(rec.state),
+                Held if expired && rec.hold_expires_at.is_some_and(|e| e <= *now) => Some(Canceling),
+                _ => None,
+            };
+            match next {
+                Some(next) => {
+                    if next == Canceling && rec.state == Held {
+                        rec.reason = Some(xfer_core::CancelReason::Expired);
+                    }
+                    rec.state = next;
+                    take_ownership(rec, owner, *now, *lease_until);
+                    true
+                }
+                None => false,
+            }
+        }
+        TransferOp::Decide { epoch, to, reason, now } => {
+            let from_ok = rec.state == Pending
+                || (rec.state == Applied && *to == Canceling && mutant::is(Mutant::CancelAfterApplied));
+            let ok = from_ok && rec.epoch == *epoch && matches!(to, Applied | Held | Canceling);
+            if ok {
+                rec.state = *to;
+                rec.reason = reason.clone();
+                rec.updated_at = *now;
+            }
+            ok
+        }
+        TransferOp::Capture { owner, now, lease_until } => match rec.state {
+            Held if rec.hold_expires_at.is_some_and(|e| e <= *now) => {
+                return Reply::Refused(Code::HoldExpired)
+            }
+            Held => {
+                rec.state = Applied;
+                take_ownership(rec, owner, *now, *lease_until);
+                true
+            }
+            Initial | Pending => return Reply::Refused(Code::TransferIsNotHeld),
+            _ => false,
+        },
+        TransferOp::Void { owner, now, lease_until } => match rec.state {
+            Held => {
+                rec.state = Canceling;
+                rec.reason = Some(xfer_core::CancelReason::Voided);
+                take_ownership(rec, owner, *now, *lease_until);
+                true
+            }
+            Initial | Pending => return Reply::Refused(Code::TransferIsNotHeld),
+            _ => false,
+        },
+        TransferOp::Finish { now } => {
+            let next = match rec.state {
+                Applied => Some(Done),
+                Canceling => Some(Canceled),
+                _ => None,
+            };
+            if let Some(next) = next {
+                rec.state = next;
+                rec.owner = None;
+                rec.updated_at = *now;
+            }
+            next.is_some()
+        }
+        TransferOp::LinkRefund { refund, replacing, postings } => {
+            if rec.state != Done {
+                return Reply::Refused(Code::OriginalIsNotDone);
+            }
+            if rec.spec.reversed_postings() != *postings {
+                return Reply::Refused(Code::RefundMustReverseOriginal);
+            }
+            match &rec.refunded_by {
+                Some(by) if by == refund => false,
+                Some(by) if Some(by) != replacing.as_ref() => {
+                    return Reply::Refused(Code::OriginalAlreadyRefunded)
+                }
+                _ => {
+                    rec.refunded_by = Some(refund.clone());
+                    true
+                }
+            }
+        }
+        TransferOp::Redrive { now } => {
+            let ok = !rec.state.is_terminal() && rec.lease_until > *now;
+            if ok {
+                rec.lease_until = *now;
+            }
+            ok
+        }
+        TransferOp::Get => false,
+    };
+    if changed {
+        Reply::Transfer(Box::new(rec.clone()))
+    } else {
+        Reply::Unchanged(Box::new(rec.clone()))
+    }
+}
+
+fn take_ownership(rec: &mut TransferRecord, owner: &xfer_core::OwnerId, now: Timestamp, lease_until: Timestamp) {
+    rec.owner = Some(owner.clone());
+    rec.lease_until = lease_until;
+    rec.epoch += 1;
+    rec.updated_at = now;
+}

@@ -1,0 +1,115 @@
+//! The `Store` trait: what the protocol needs from a database, and nothing more.
+//!
+//! A store is one shard. It promises that every [`Op`] is atomic on its one record, and
+//! nothing across records: two ops in one batch may be seen half-applied by a reader, and a
+//! batch that fails may have applied any prefix of itself. The engine relies on exactly
+//! that and no more.
+//!
+//! # One round trip per step
+//!
+//! Every op is a protocol step executed by the store next to the data, so a hot account
+//! costs one short update per step and never a read-modify-write retry loop:
+//!
+//! | op | PostgreSQL | Redis (one key per record) | MongoDB |
+//! |---|---|---|---|
+//! | `Account::Prepare` | `UPDATE accounts SET reserved = reserved + $d, incoming = incoming + $c WHERE id = $1 AND status = 'open' AND asset = $a AND balance - reserved - lower_bound >= $d AND now() < $deadline AND NOT EXISTS (intent) RETURNING …`, plus the intent row, in one statement (CTE) | `FCALL xfer_prepare` on the account's hash, intents in the same hash | `findOneAndUpdate({_id, status:'open', asset, "intents.<t>": {$exists:false}, $expr: available >= d}, {$inc, $set: {"intents.<t>"}})` |
+//! | `Account::Post` / `Release` | `UPDATE … WHERE intent state = 'open' RETURNING` (one statement with the intent row) | `FCALL xfer_post` / `xfer_release` | `findOneAndUpdate({"intents.<t>.state":"open"}, …)` |
+//! | `Transfer::Insert` | `INSERT … ON CONFLICT DO NOTHING RETURNING`, then compare bodies | `HSETNX`-style script | `insertOne`, duplicate key → read |
+//! | `Transfer::Claim` / `Decide` / `Finish` / `Capture` / `Void` | `UPDATE transfers SET state = … WHERE id = $1 AND state = … AND epoch = … RETURNING *` | `FCALL xfer_cas` | `findOneAndUpdate({_id, state, epoch}, …)` |
+//!
+//! A batch ([`Store::execute`]) sends many transfers' ops for one shard in one round trip
+//! (`UPDATE … FROM unnest($arrays)` with each row's condition its own, a pipeline of
+//! `FCALL`s, a `bulkWrite`); each op stays atomic on its own record.
+//!
+//! # Scans
+//!
+//! [`Store::scan_due`] serves the sweeper from an index on the transfer's wake time;
+//! [`Store::history`] serves an account's transfers newest first from an index written by
+//! prepares; [`Store::prune`] drops tombstones whose horizon the store's clock has passed.
+
+use crate::op::{Op, Reply};
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
+
+/// A boxed, sendable future: the trait is used as `dyn Store` by the router.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Why a store call failed. Each variant says what the caller may do next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreError {
+    /// Nothing was applied (the store said so, or the request never left). Retry later.
+    Unavailable(String),
+    /// Some prefix of the batch may have been applied (a timeout, a lost reply). Retry the
+    /// same ops: every op is idempotent.
+    Indeterminate(String),
+    /// A record failed its checks (bad checksum, impossible value). Needs a human.
+    Corrupted(String),
+}
+
+impl StoreError {
+    /// True when retrying the same ops later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(self, StoreError::Corrupted(_))
+    }
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Unavailable(m) => write!(f, "store unavailable: {m}"),
+            StoreError::Indeterminate(m) => write!(f, "store outcome unknown: {m}"),
+            StoreError::Corrupted(m) => write!(f, "store corrupted: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for StoreError {}
+
+/// One page of an account's history, newest first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryPage {
+    /// `(cursor, transfer)` pairs, newest first.
+    pub entries: Vec<(u64, TransferId)>,
+    /// Pass as `before` to get the next page; `None` at the end.
+    pub next: Option<u64>,
+}
+
+/// One shard of records with single-record atomic operations. See the module docs.
+pub trait Store: Send + Sync {
+    /// Applies `ops` in order, each atomically on its own record, and answers one reply per
+    /// op. Ops of one batch must address records of this shard.
+    fn execute(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Reply>, StoreError>>;
+
+    /// Non-terminal transfers whose wake time ([`TransferRecord::wake_at`]) is at or before
+    /// `now`, earliest first, at most `limit`.
+    fn scan_due(&self, now: Timestamp, limit: usize) -> BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>>;
+
+    /// The transfers that prepared an intent on `account`, newest first, strictly older
+    /// than the cursor `before`, at most `limit`.
+    fn history<'a>(
+        &'a self,
+        account: &'a AccountId,
+        before: Option<u64>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<HistoryPage, StoreError>>;
+
+    /// Drops at most `limit` tombstones whose horizon the store's clock has passed; answers
+    /// how many it dropped. Open intents are never dropped.
+    fn prune(&self, limit: usize) -> BoxFuture<'_, Result<usize, StoreError>>;
+
+    /// Accounts in id order strictly after `after`, at most `limit` (audit and checks).
+    fn accounts<'a>(
+        &'a self,
+        after: Option<&'a AccountId>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Account>, StoreError>>;
+
+    /// Transfers in id order strictly after `after`, at most `limit` (audit and checks).
+    fn transfers<'a>(
+        &'a self,
+        after: Option<&'a TransferId>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>>;
+}
