@@ -1,1 +1,191 @@
-fn main(){}
+//! `xfer-sim`: run seeds of the deterministic simulator and report.
+//!
+//! ```text
+//! xfer-sim --seed 42                 one seed, with its digest
+//! xfer-sim --seeds 1..=1000          many seeds on every core
+//! xfer-sim --list-mutants            the known-bad protocol variants
+//! xfer-sim --mutant NAME --seeds …   (built with --features mutants) must fail
+//! ```
+
+use clap::Parser;
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use xfer_core::Mutant;
+use xfer_sim::{run_seed, FaultKind, RunStats, SimConfig, Violation};
+
+#[derive(Parser, Debug)]
+#[command(name = "xfer-sim", about = "Deterministic simulation of the xfer protocol under faults")]
+struct Args {
+    /// Run one seed and print its digest.
+    #[arg(long, conflicts_with = "seeds")]
+    seed: Option<u64>,
+    /// Run a range of seeds, `A..=B` or `A..B`.
+    #[arg(long)]
+    seeds: Option<String>,
+    /// List the mutants and exit.
+    #[arg(long)]
+    list_mutants: bool,
+    /// Switch on a mutant (needs `--features mutants`); the run must then fail.
+    #[arg(long)]
+    mutant: Option<String>,
+    /// Worker threads (default: available cores).
+    #[arg(long)]
+    threads: Option<usize>,
+}
+
+fn parse_range(s: &str) -> Result<(u64, u64), String> {
+    let bad = || format!("--seeds {s:?}: expected A..=B or A..B with A <= B");
+    let (a, b, inclusive) = if let Some((a, b)) = s.split_once("..=") {
+        (a, b, true)
+    } else if let Some((a, b)) = s.split_once("..") {
+        (a, b, false)
+    } else {
+        return Err(bad());
+    };
+    let a: u64 = a.trim().parse().map_err(|_| bad())?;
+    let b: u64 = b.trim().parse().map_err(|_| bad())?;
+    let b = if inclusive { b } else { b.checked_sub(1).ok_or_else(bad)? };
+    if a > b {
+        return Err(bad());
+    }
+    Ok((a, b))
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if args.list_mutants {
+        for m in Mutant::ALL {
+            println!("{:<30} {}", m.name(), m.description());
+        }
+        return ExitCode::SUCCESS;
+    }
+    let mutant = match args.mutant.as_deref().map(|n| (n, Mutant::from_name(n))) {
+        None => None,
+        Some((n, None)) => {
+            eprintln!("unknown mutant {n:?}; see --list-mutants");
+            return ExitCode::from(2);
+        }
+        Some((_, Some(m))) => Some(m),
+    };
+    if let Err(e) = switch_on(mutant) {
+        eprintln!("{e}");
+        return ExitCode::from(2);
+    }
+    let (first, last) = match (&args.seed, &args.seeds) {
+        (Some(s), _) => (*s, *s),
+        (None, Some(r)) => match parse_range(r) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("{e}");
+                return ExitCode::from(2);
+            }
+        },
+        (None, None) => (1, 200),
+    };
+    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let report = run_range(first, last, threads, mutant.is_some());
+    report.print(first, last, mutant, args.seed.is_some())
+}
+
+#[cfg(feature = "mutants")]
+fn switch_on(m: Option<Mutant>) -> Result<(), String> {
+    xfer_core::mutant::set(m);
+    Ok(())
+}
+
+#[cfg(not(feature = "mutants"))]
+fn switch_on(m: Option<Mutant>) -> Result<(), String> {
+    match m {
+        None => Ok(()),
+        Some(m) => Err(format!("mutant {} needs a build with --features mutants", m.name())),
+    }
+}
+
+#[derive(Default)]
+struct Report {
+    runs: BTreeMap<u64, (RunStats, Vec<Violation>)>,
+}
+
+fn run_range(first: u64, last: u64, threads: usize, stop_at_first: bool) -> Report {
+    let next = AtomicU64::new(first);
+    let failed = AtomicBool::new(false);
+    let done = AtomicU64::new(0);
+    let runs = Mutex::new(BTreeMap::new());
+    let total = last - first + 1;
+    std::thread::scope(|scope| {
+        for _ in 0..threads.max(1) {
+            scope.spawn(|| loop {
+                if stop_at_first && failed.load(Ordering::Relaxed) {
+                    return;
+                }
+                let seed = next.fetch_add(1, Ordering::Relaxed);
+                if seed > last {
+                    return;
+                }
+                let (stats, violations) = run_seed(seed);
+                if !violations.is_empty() {
+                    failed.store(true, Ordering::Relaxed);
+                }
+                runs.lock().expect("no panics while holding").insert(seed, (stats, violations));
+                let n = done.fetch_add(1, Ordering::Relaxed) + 1;
+                if total >= 50 && n % (total / 10).max(1) == 0 {
+                    eprintln!("progress: {n}/{total} seeds");
+                }
+            });
+        }
+    });
+    Report { runs: runs.into_inner().expect("threads joined") }
+}
+
+impl Report {
+    fn print(&self, first: u64, last: u64, mutant: Option<Mutant>, single: bool) -> ExitCode {
+        let mut faults: BTreeMap<&str, u64> = FaultKind::ALL.iter().map(|k| (k.name(), 0)).collect();
+        let (mut transfers, mut submissions, mut done, mut canceled, mut reordered, mut events) = (0, 0, 0, 0, 0, 0);
+        let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut violations = 0;
+        let mut first_failure: Option<(u64, &Violation)> = None;
+        for (seed, (s, v)) in &self.runs {
+            transfers += s.transfers;
+            submissions += s.submissions;
+            done += s.done;
+            canceled += s.canceled;
+            reordered += s.reordered;
+            events += s.events;
+            for (k, n) in &s.faults {
+                *faults.entry(k).or_default() += n;
+            }
+            digest = (digest ^ s.digest).wrapping_mul(0x0000_0100_0000_01b3);
+            violations += v.len();
+            if first_failure.is_none() {
+                first_failure = v.first().map(|v| (*seed, v));
+            }
+        }
+        if single {
+            let cfg = SimConfig::from_seed(first);
+            println!(
+                "seed {first}: shards={} procs={} users={} hotness={:?} faults=[{}]",
+                cfg.shards,
+                cfg.procs,
+                cfg.users,
+                cfg.hotness,
+                cfg.fault_names().join(",")
+            );
+        }
+        let mutant_flag = mutant.map(|m| format!(" --features mutants -- --mutant {}", m.name())).unwrap_or_default();
+        if let Some((seed, v)) = first_failure {
+            let sep = if mutant.is_some() { "" } else { " --" };
+            println!("VIOLATION guarantee={} seed={seed} at={}ms: {}", v.guarantee, v.at_ms, v.detail);
+            println!("reproduce: cargo run --release -p xfer-sim{mutant_flag}{sep} --seed {seed}");
+        }
+        let fault_list: Vec<String> = faults.iter().map(|(k, n)| format!("{k}={n}")).collect();
+        let seeds = if first == last { format!("{first}") } else { format!("{first}..={last}") };
+        let ran = self.runs.len();
+        println!(
+            "seeds={seeds} ran={ran} transfers={transfers} submissions={submissions} done={done} canceled={canceled} events={events} reordered={reordered} faults: {} digest={digest:016x} violations={violations}",
+            fault_list.join(" ")
+        );
+        if violations == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) }
+    }
+}

@@ -81,7 +81,7 @@ async fn prepare(s: &dyn Store, account: &str, t: &str, debit: u64, credit: u64)
 }
 
 async fn post(s: &dyn Store, account: &str, t: &str) -> Reply {
-    one(s, Op::Account(acct(account), AccountOp::Post { transfer: tid(t) })).await
+    one(s, Op::Account(acct(account), AccountOp::Post { transfer: tid(t), asset: usd() })).await
 }
 
 async fn release(s: &dyn Store, account: &str, t: &str, horizon: Timestamp) -> Reply {

@@ -48,6 +48,8 @@ pub enum AccountOp {
     Post {
         /// The transfer.
         transfer: TransferId,
+        /// The asset (so a router with asset rules can place the op).
+        asset: AssetCode,
     },
     /// Step 6: give an open intent's amounts back and mark it released, or leave a released
     /// mark where no intent exists yet (creating a placeholder record if the account does
@@ -207,6 +209,19 @@ pub enum Reply {
     NotFound,
 }
 
+impl Op {
+    /// The asset an account op names, if it names one (for routing by asset).
+    pub fn asset(&self) -> Option<&AssetCode> {
+        match self {
+            Op::Account(_, AccountOp::Create { asset, .. })
+            | Op::Account(_, AccountOp::Prepare { asset, .. })
+            | Op::Account(_, AccountOp::Post { asset, .. })
+            | Op::Account(_, AccountOp::Release { asset, .. }) => Some(asset),
+            _ => None,
+        }
+    }
+}
+
 impl fmt::Display for Op {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -218,7 +233,7 @@ impl fmt::Display for Op {
                     f,
                     "account {id}: prepare {transfer} {asset} debit={debit} credit={credit} deadline={deadline} horizon={horizon}"
                 ),
-                AccountOp::Post { transfer } => write!(f, "account {id}: post {transfer}"),
+                AccountOp::Post { transfer, .. } => write!(f, "account {id}: post {transfer}"),
                 AccountOp::Release { transfer, horizon, .. } => {
                     write!(f, "account {id}: release {transfer} horizon={horizon}")
                 }

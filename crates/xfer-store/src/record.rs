@@ -54,7 +54,7 @@ pub fn apply_account(
             let effect = (outcome == PrepareOutcome::Prepared).then(|| IndexEffect::History(transfer.clone()));
             (Reply::Prepare(outcome), effect)
         }
-        (Some(a), AccountOp::Post { transfer }) => {
+        (Some(a), AccountOp::Post { transfer, .. }) => {
             let outcome = post(a, transfer);
             let effect = (outcome == PostOutcome::Posted).then(|| {
                 IndexEffect::Tombstone(transfer.clone(), a.intents[transfer].horizon)

@@ -1,0 +1,578 @@
+//! The protocol of SPEC §3 as a state machine with no I/O: one [`Machine`] drives one
+//! transfer for one owner. It never reads a clock, never draws a random number and never
+//! waits: a driver feeds it replies and the time (`now`) and sends the [`Request`]s it
+//! returns. The tokio [`Executor`](crate::Executor) and the simulator are two such drivers.
+//!
+//! ```text
+//!  submit ─▶ Inserting ─▶ Claiming ─▶ (Linking: refunds) ─▶ Preparing ─▶ Deciding ─┬─▶ Posting ─▶ Finishing
+//!  recover ────────────────┘                                                       ├─▶ Releasing ─▶ Finishing
+//!  capture / void ─────────────────────────────────▶ Posting / Releasing          └─▶ (held: stop)
+//! ```
+//!
+//! Every request is idempotent, so a driver may resend any outstanding request as often as
+//! it likes (a lost reply, a timeout); replies to requests of an earlier phase are ignored.
+//! The one write that commits or cancels is `Decide`, a compare-and-set on the transfer's
+//! state and epoch; everything before it can be undone, everything after it is forced.
+//! See `docs/protocol.md` for the crash-point analysis.
+
+use std::collections::BTreeMap;
+use xfer_core::mutant::{self, Mutant};
+use xfer_core::{
+    CancelReason, Code, Leg, OwnerId, Rejection, Timestamp, TransferId, TransferKind,
+    TransferRecord, TransferSpec, TransferState,
+};
+use xfer_store::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
+
+/// Timing parameters shared by every executor and sweeper of a deployment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Config {
+    /// How long a claim lasts before a sweeper may take the transfer over.
+    pub lease_ms: u64,
+    /// The bound on the difference between any two clocks (processes and stores).
+    pub skew_ms: u64,
+    /// How long a freshly inserted transfer waits for its claim before a sweeper runs it.
+    pub claim_grace_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config { lease_ms: 5_000, skew_ms: 500, claim_grace_ms: 5_000 }
+    }
+}
+
+/// One operation the machine wants sent, tagged to match its reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// Pass back with the reply.
+    pub tag: u32,
+    /// What to execute.
+    pub op: Op,
+}
+
+/// How a machine stopped.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The transfer is terminal (`done` or `canceled`); here is its record.
+    Finished(TransferRecord),
+    /// A hold, prepared and waiting for capture or void.
+    Held(TransferRecord),
+    /// Somebody else runs the transfer now (their claim is live, or they took it over); the
+    /// record as last seen. Not an error: the transfer goes on without this machine.
+    Left(TransferRecord),
+    /// Refused before anything changed.
+    Rejected(Rejection),
+    /// No such transfer.
+    NotFound,
+    /// A store answered something the protocol forbids (a released intent at post, a
+    /// posted one at release): a broken invariant that needs a human.
+    Violation(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Phase {
+    Inserting,
+    Claiming,
+    Capturing,
+    Voiding,
+    /// Refund: linking the original to this transfer, possibly replacing a canceled refund.
+    Linking { replacing: Option<TransferId> },
+    /// Refund: the original is linked elsewhere; reading the original.
+    ReadingOriginal,
+    /// Refund: reading the refund that holds the link, to see whether it was canceled.
+    ReadingRival(TransferId),
+    Preparing { acked: Vec<bool> },
+    Deciding,
+    Posting { acked: Vec<bool> },
+    Releasing { acked: Vec<bool> },
+    Finishing,
+    Stopped(Outcome),
+}
+
+/// Drives one transfer. See the module docs.
+#[derive(Clone, Debug)]
+pub struct Machine {
+    cfg: Config,
+    owner: OwnerId,
+    id: TransferId,
+    phase: Phase,
+    record: Option<TransferRecord>,
+    legs: Vec<Leg>,
+    /// Requests of the current phase still waiting for a reply: tag -> leg index.
+    outstanding: BTreeMap<u32, usize>,
+    next_tag: u32,
+}
+
+const WHOLE: usize = usize::MAX;
+
+impl Machine {
+    /// Starts a new transfer: validates `spec` and asks to insert it.
+    pub fn submit(
+        spec: TransferSpec,
+        owner: OwnerId,
+        now: Timestamp,
+        cfg: Config,
+    ) -> Result<(Machine, Vec<Request>), Rejection> {
+        let legs = spec.validate()?;
+        let record = TransferRecord::accept(spec, now, cfg.claim_grace_ms);
+        let mut m = Machine::blank(record.id().clone(), owner, cfg);
+        m.legs = legs;
+        let reqs = m.enter(Phase::Inserting, vec![(WHOLE, Op::Transfer(m.id.clone(), TransferOp::Insert(Box::new(record))))]);
+        Ok((m, reqs))
+    }
+
+    /// Takes over `id` (a sweeper, or a re-drive): claims it and finishes whatever state it
+    /// is in.
+    pub fn recover(id: TransferId, owner: OwnerId, now: Timestamp, cfg: Config) -> (Machine, Vec<Request>) {
+        let mut m = Machine::blank(id, owner, cfg);
+        let reqs = m.claim(now);
+        (m, reqs)
+    }
+
+    /// Captures the hold `id` and posts it.
+    pub fn capture(id: TransferId, owner: OwnerId, now: Timestamp, cfg: Config) -> (Machine, Vec<Request>) {
+        let mut m = Machine::blank(id, owner, cfg);
+        let op = TransferOp::Capture { owner: m.owner.clone(), now, lease_until: now.plus_ms(cfg.lease_ms) };
+        let reqs = m.enter(Phase::Capturing, vec![(WHOLE, Op::Transfer(m.id.clone(), op))]);
+        (m, reqs)
+    }
+
+    /// Voids the hold `id` and releases it.
+    pub fn void(id: TransferId, owner: OwnerId, now: Timestamp, cfg: Config) -> (Machine, Vec<Request>) {
+        let mut m = Machine::blank(id, owner, cfg);
+        let op = TransferOp::Void { owner: m.owner.clone(), now, lease_until: now.plus_ms(cfg.lease_ms) };
+        let reqs = m.enter(Phase::Voiding, vec![(WHOLE, Op::Transfer(m.id.clone(), op))]);
+        (m, reqs)
+    }
+
+    fn blank(id: TransferId, owner: OwnerId, cfg: Config) -> Machine {
+        Machine {
+            cfg,
+            owner,
+            id,
+            phase: Phase::Inserting,
+            record: None,
+            legs: Vec::new(),
+            outstanding: BTreeMap::new(),
+            next_tag: 0,
+        }
+    }
+
+    /// The transfer this machine drives.
+    pub fn id(&self) -> &TransferId {
+        &self.id
+    }
+
+    /// The outcome, once the machine has stopped.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        match &self.phase {
+            Phase::Stopped(o) => Some(o),
+            _ => None,
+        }
+    }
+
+    /// The transfer record as the machine last saw it.
+    pub fn record(&self) -> Option<&TransferRecord> {
+        self.record.as_ref()
+    }
+
+    /// True while a reply to `tag` would still be used (a driver resends only these).
+    pub fn wants(&self, tag: u32) -> bool {
+        self.outstanding.contains_key(&tag)
+    }
+
+    /// The current phase's name, for logs and traces.
+    pub fn phase_name(&self) -> &'static str {
+        match self.phase {
+            Phase::Inserting => "inserting",
+            Phase::Claiming => "claiming",
+            Phase::Capturing => "capturing",
+            Phase::Voiding => "voiding",
+            Phase::Linking { .. } | Phase::ReadingOriginal | Phase::ReadingRival(_) => "linking",
+            Phase::Preparing { .. } => "preparing",
+            Phase::Deciding => "deciding",
+            Phase::Posting { .. } => "posting",
+            Phase::Releasing { .. } => "releasing",
+            Phase::Finishing => "finishing",
+            Phase::Stopped(_) => "stopped",
+        }
+    }
+
+    /// Time passes without a reply: cancels a prepare phase whose deadline (plus the skew
+    /// bound) has passed on this clock.
+    pub fn on_tick(&mut self, now: Timestamp) -> Vec<Request> {
+        match (&self.phase, &self.record) {
+            (Phase::Preparing { .. }, Some(r)) if now >= r.deadline.plus_ms(self.cfg.skew_ms) => {
+                self.decide(TransferState::Canceling, Some(CancelReason::DeadlinePassed), now)
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Feeds the reply to request `tag`; returns the requests to send next.
+    pub fn on_reply(&mut self, tag: u32, reply: Reply, now: Timestamp) -> Vec<Request> {
+        let Some(leg) = self.outstanding.remove(&tag) else {
+            return Vec::new(); // a stale or duplicated reply
+        };
+        match std::mem::replace(&mut self.phase, Phase::Finishing) {
+            Phase::Inserting => self.on_inserted(reply, now),
+            Phase::Claiming => self.on_claimed(reply, now),
+            Phase::Capturing => self.on_captured(reply, now, TransferState::Applied),
+            Phase::Voiding => self.on_captured(reply, now, TransferState::Canceling),
+            Phase::Linking { replacing } => self.on_linked(reply, replacing, now),
+            Phase::ReadingOriginal => self.on_read_original(reply, now),
+            Phase::ReadingRival(rival) => self.on_read_rival(reply, rival, now),
+            Phase::Preparing { acked } => self.on_prepared(acked, leg, reply, now),
+            Phase::Deciding => self.on_decided(reply, now),
+            Phase::Posting { acked } => self.on_posted(acked, leg, reply, now),
+            Phase::Releasing { acked } => self.on_released(acked, leg, reply, now),
+            Phase::Finishing => self.on_finished(reply),
+            Phase::Stopped(o) => {
+                self.phase = Phase::Stopped(o);
+                Vec::new()
+            }
+        }
+    }
+
+    // --- phase transitions -------------------------------------------------------------
+
+    fn enter(&mut self, phase: Phase, ops: Vec<(usize, Op)>) -> Vec<Request> {
+        self.phase = phase;
+        self.outstanding.clear();
+        ops.into_iter()
+            .map(|(leg, op)| {
+                let tag = self.next_tag;
+                self.next_tag += 1;
+                self.outstanding.insert(tag, leg);
+                Request { tag, op }
+            })
+            .collect()
+    }
+
+    /// Re-enters the same phase keeping the other legs' outstanding requests.
+    fn stay(&mut self, phase: Phase) -> Vec<Request> {
+        self.phase = phase;
+        Vec::new()
+    }
+
+    fn stop(&mut self, outcome: Outcome) -> Vec<Request> {
+        self.outstanding.clear();
+        self.phase = Phase::Stopped(outcome);
+        Vec::new()
+    }
+
+    fn whole(&mut self, phase: Phase, op: TransferOp) -> Vec<Request> {
+        let id = self.id.clone();
+        self.enter(phase, vec![(WHOLE, Op::Transfer(id, op))])
+    }
+
+    fn claim(&mut self, now: Timestamp) -> Vec<Request> {
+        let op = TransferOp::Claim { owner: self.owner.clone(), now, lease_until: now.plus_ms(self.cfg.lease_ms) };
+        self.whole(Phase::Claiming, op)
+    }
+
+    fn adopt(&mut self, rec: TransferRecord) -> &TransferRecord {
+        if self.legs.is_empty() {
+            // Validated when accepted; a record that no longer validates is corrupt.
+            self.legs = rec.spec.validate().unwrap_or_default();
+        }
+        self.record.insert(rec)
+    }
+
+    /// Continues from the state of a record this machine now owns (epoch is ours).
+    fn run_from(&mut self, now: Timestamp) -> Vec<Request> {
+        let rec = self.record.clone().expect("run_from needs a record");
+        if self.legs.is_empty() {
+            return self.stop(Outcome::Violation(format!("{}: record has no valid postings", rec.id())));
+        }
+        let past_deadline = now >= rec.deadline.plus_ms(self.cfg.skew_ms);
+        match rec.state {
+            TransferState::Pending if past_deadline => {
+                self.decide(TransferState::Canceling, Some(CancelReason::DeadlinePassed), now)
+            }
+            TransferState::Pending => match &rec.spec.refund_of {
+                Some(original) => self.link(original.clone(), None),
+                None => self.prepare_all(),
+            },
+            TransferState::Applied if past_deadline && mutant::is(Mutant::CancelAfterApplied) => {
+                self.decide(TransferState::Canceling, Some(CancelReason::DeadlinePassed), now)
+            }
+            TransferState::Applied => self.post_all(),
+            TransferState::Canceling => self.release_all(),
+            TransferState::Held => self.stop(Outcome::Held(rec)),
+            TransferState::Done | TransferState::Canceled => self.stop(Outcome::Finished(rec)),
+            TransferState::Initial => self.claim(now),
+        }
+    }
+
+    fn link(&mut self, original: TransferId, replacing: Option<TransferId>) -> Vec<Request> {
+        let postings = self.record.as_ref().expect("linked after claim").spec.postings.clone();
+        let op = TransferOp::LinkRefund { refund: self.id.clone(), replacing: replacing.clone(), postings };
+        self.enter(Phase::Linking { replacing }, vec![(WHOLE, Op::Transfer(original, op))])
+    }
+
+    fn prepare_all(&mut self) -> Vec<Request> {
+        let rec = self.record.as_ref().expect("prepare after claim");
+        let (deadline, horizon) = (rec.deadline, rec.deadline.plus_ms(self.cfg.skew_ms));
+        let ops = self
+            .legs
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let op = AccountOp::Prepare {
+                    transfer: self.id.clone(),
+                    asset: l.asset.clone(),
+                    debit: l.debit,
+                    credit: l.credit,
+                    deadline,
+                    horizon,
+                };
+                (i, Op::Account(l.account.clone(), op))
+            })
+            .collect();
+        let acked = vec![false; self.legs.len()];
+        self.enter(Phase::Preparing { acked }, ops)
+    }
+
+    fn post_all(&mut self) -> Vec<Request> {
+        let ops = self
+            .legs
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let op = AccountOp::Post { transfer: self.id.clone(), asset: l.asset.clone() };
+                (i, Op::Account(l.account.clone(), op))
+            })
+            .collect();
+        let acked = vec![false; self.legs.len()];
+        self.enter(Phase::Posting { acked }, ops)
+    }
+
+    fn release_all(&mut self) -> Vec<Request> {
+        let horizon = self.record.as_ref().expect("release after claim").deadline.plus_ms(self.cfg.skew_ms);
+        let ops = self
+            .legs
+            .iter()
+            .enumerate()
+            .map(|(i, l)| {
+                let op = AccountOp::Release { transfer: self.id.clone(), asset: l.asset.clone(), horizon };
+                (i, Op::Account(l.account.clone(), op))
+            })
+            .collect();
+        let acked = vec![false; self.legs.len()];
+        self.enter(Phase::Releasing { acked }, ops)
+    }
+
+    fn decide(&mut self, to: TransferState, reason: Option<CancelReason>, now: Timestamp) -> Vec<Request> {
+        let epoch = self.record.as_ref().expect("decide after claim").epoch;
+        self.whole(Phase::Deciding, TransferOp::Decide { epoch, to, reason, now })
+    }
+
+    fn finish(&mut self, now: Timestamp) -> Vec<Request> {
+        self.whole(Phase::Finishing, TransferOp::Finish { now })
+    }
+
+    // --- replies -----------------------------------------------------------------------
+
+    fn on_inserted(&mut self, reply: Reply, now: Timestamp) -> Vec<Request> {
+        match reply {
+            // Inserted, or the same body was already there: compete for the claim either
+            // way; a live claim or a terminal state answers `Unchanged` there.
+            Reply::Transfer(rec) | Reply::Unchanged(rec) => {
+                self.adopt(*rec);
+                self.claim(now)
+            }
+            Reply::Refused(code) => self.stop(Outcome::Rejected(Rejection::new(
+                code,
+                "id",
+                format!("{} exists with a different body", self.id),
+            ))),
+            other => self.unexpected("insert", other),
+        }
+    }
+
+    fn on_claimed(&mut self, reply: Reply, now: Timestamp) -> Vec<Request> {
+        match reply {
+            Reply::Transfer(rec) => {
+                self.adopt(*rec);
+                self.run_from(now)
+            }
+            Reply::Unchanged(rec) => {
+                let rec = self.adopt(*rec).clone();
+                match rec.state {
+                    TransferState::Done | TransferState::Canceled => self.stop(Outcome::Finished(rec)),
+                    TransferState::Held => self.stop(Outcome::Held(rec)),
+                    _ => self.stop(Outcome::Left(rec)),
+                }
+            }
+            Reply::NotFound => self.stop(Outcome::NotFound),
+            other => self.unexpected("claim", other),
+        }
+    }
+
+    fn on_captured(&mut self, reply: Reply, now: Timestamp, goal: TransferState) -> Vec<Request> {
+        match reply {
+            Reply::Transfer(rec) => {
+                self.adopt(*rec);
+                self.run_from(now)
+            }
+            Reply::Unchanged(rec) => {
+                let rec = self.adopt(*rec).clone();
+                if rec.state.is_terminal() {
+                    self.stop(Outcome::Finished(rec))
+                } else if rec.state == goal && rec.owner.as_ref() == Some(&self.owner) {
+                    // Our own capture or void whose reply was lost: carry on.
+                    self.run_from(now)
+                } else {
+                    self.stop(Outcome::Left(rec))
+                }
+            }
+            Reply::Refused(code) => {
+                let field = if code == Code::HoldExpired { "hold" } else { "id" };
+                self.stop(Outcome::Rejected(Rejection::new(code, field, format!("{} cannot be changed so", self.id))))
+            }
+            Reply::NotFound => self.stop(Outcome::NotFound),
+            other => self.unexpected("capture/void", other),
+        }
+    }
+
+    fn on_linked(&mut self, reply: Reply, replacing: Option<TransferId>, now: Timestamp) -> Vec<Request> {
+        match reply {
+            Reply::Transfer(_) | Reply::Unchanged(_) => self.prepare_all(),
+            Reply::Refused(Code::OriginalAlreadyRefunded) if replacing.is_none() => {
+                let original = self.original();
+                self.enter(Phase::ReadingOriginal, vec![(WHOLE, Op::Transfer(original, TransferOp::Get))])
+            }
+            Reply::Refused(code) => self.cancel_refund(code, now),
+            Reply::NotFound => self.cancel_refund(Code::TransferNotFound, now),
+            other => self.unexpected("link-refund", other),
+        }
+    }
+
+    fn on_read_original(&mut self, reply: Reply, now: Timestamp) -> Vec<Request> {
+        match reply {
+            Reply::Unchanged(orig) | Reply::Transfer(orig) => match orig.refunded_by {
+                Some(rival) if rival != self.id => {
+                    let op = Op::Transfer(rival.clone(), TransferOp::Get);
+                    self.enter(Phase::ReadingRival(rival), vec![(WHOLE, op)])
+                }
+                // Unlinked since, or linked to us: try again.
+                _ => self.link(self.original(), None),
+            },
+            _ => self.cancel_refund(Code::OriginalAlreadyRefunded, now),
+        }
+    }
+
+    fn on_read_rival(&mut self, reply: Reply, rival: TransferId, now: Timestamp) -> Vec<Request> {
+        match reply {
+            // A canceled refund can never post: its link may be taken over.
+            Reply::Unchanged(r) if r.state == TransferState::Canceled => self.link(self.original(), Some(rival)),
+            _ => self.cancel_refund(Code::OriginalAlreadyRefunded, now),
+        }
+    }
+
+    fn original(&self) -> TransferId {
+        self.record.as_ref().and_then(|r| r.spec.refund_of.clone()).expect("a refund has an original")
+    }
+
+    fn cancel_refund(&mut self, code: Code, now: Timestamp) -> Vec<Request> {
+        self.decide(TransferState::Canceling, Some(CancelReason::RefundRefused { code }), now)
+    }
+
+    fn on_prepared(&mut self, mut acked: Vec<bool>, leg: usize, reply: Reply, now: Timestamp) -> Vec<Request> {
+        let outcome = match reply {
+            Reply::Prepare(o) => o,
+            other => return self.unexpected("prepare", other),
+        };
+        match outcome {
+            PrepareOutcome::Prepared | PrepareOutcome::AlreadyPrepared | PrepareOutcome::AlreadyPosted => {
+                acked[leg] = true;
+                if acked.iter().all(|a| *a) {
+                    let hold = matches!(self.record.as_ref().map(|r| r.spec.kind), Some(TransferKind::Hold { .. }));
+                    let to = if hold { TransferState::Held } else { TransferState::Applied };
+                    self.decide(to, None, now)
+                } else {
+                    self.stay(Phase::Preparing { acked })
+                }
+            }
+            // Only a canceling decision leaves a released mark: our decide will find it.
+            PrepareOutcome::AlreadyReleased | PrepareOutcome::TooLate => {
+                self.decide(TransferState::Canceling, Some(CancelReason::DeadlinePassed), now)
+            }
+            PrepareOutcome::Refused(code) => {
+                let account = self.legs[leg].account.clone();
+                self.decide(TransferState::Canceling, Some(CancelReason::Refused { account, code }), now)
+            }
+        }
+    }
+
+    fn on_decided(&mut self, reply: Reply, now: Timestamp) -> Vec<Request> {
+        let my_epoch = self.record.as_ref().map(|r| r.epoch);
+        match reply {
+            Reply::Transfer(rec) => {
+                self.adopt(*rec);
+                self.run_from(now)
+            }
+            // Same epoch: our own earlier decide whose reply was lost, or a state we follow.
+            Reply::Unchanged(rec) if Some(rec.epoch) == my_epoch && rec.state != TransferState::Pending => {
+                self.adopt(*rec);
+                self.run_from(now)
+            }
+            // Another owner's epoch: a sweeper took over while we were slow. Stop.
+            Reply::Unchanged(rec) => {
+                self.record = Some((*rec).clone());
+                self.stop(Outcome::Left(*rec))
+            }
+            other => self.unexpected("decide", other),
+        }
+    }
+
+    fn on_posted(&mut self, mut acked: Vec<bool>, leg: usize, reply: Reply, now: Timestamp) -> Vec<Request> {
+        match reply {
+            Reply::Post(PostOutcome::Posted | PostOutcome::AlreadyPosted | PostOutcome::Missing) => {
+                acked[leg] = true;
+                if acked.iter().all(|a| *a) {
+                    self.finish(now)
+                } else {
+                    self.stay(Phase::Posting { acked })
+                }
+            }
+            Reply::Post(PostOutcome::FoundReleased) => {
+                let account = &self.legs[leg].account;
+                self.stop(Outcome::Violation(format!("{}: post found a released intent on {account}", self.id)))
+            }
+            other => self.unexpected("post", other),
+        }
+    }
+
+    fn on_released(&mut self, mut acked: Vec<bool>, leg: usize, reply: Reply, now: Timestamp) -> Vec<Request> {
+        match reply {
+            Reply::Release(ReleaseOutcome::Released | ReleaseOutcome::AlreadyReleased | ReleaseOutcome::Marked) => {
+                acked[leg] = true;
+                if acked.iter().all(|a| *a) {
+                    self.finish(now)
+                } else {
+                    self.stay(Phase::Releasing { acked })
+                }
+            }
+            Reply::Release(ReleaseOutcome::FoundPosted) => {
+                let account = &self.legs[leg].account;
+                self.stop(Outcome::Violation(format!("{}: release found a posted intent on {account}", self.id)))
+            }
+            other => self.unexpected("release", other),
+        }
+    }
+
+    fn on_finished(&mut self, reply: Reply) -> Vec<Request> {
+        match reply {
+            Reply::Transfer(rec) | Reply::Unchanged(rec) if rec.state.is_terminal() => {
+                self.record = Some((*rec).clone());
+                self.stop(Outcome::Finished(*rec))
+            }
+            other => self.unexpected("finish", other),
+        }
+    }
+
+    fn unexpected(&mut self, step: &str, reply: Reply) -> Vec<Request> {
+        self.stop(Outcome::Violation(format!("{}: {step} answered {reply}", self.id)))
+    }
+}
