@@ -120,22 +120,35 @@ impl Account {
 
     /// How many intents are still open (transfers in flight).
     pub fn open_intents(&self) -> usize {
-        self.intents.values().filter(|i| i.state == IntentState::Open).count()
+        self.intents
+            .values()
+            .filter(|i| i.state == IntentState::Open)
+            .count()
     }
 
     /// Checks the record's own arithmetic: reserved and incoming are the sums of the open
     /// intents and never negative. `Err` names the first broken rule.
     pub fn check_sums(&self) -> Result<(), String> {
         let (mut debits, mut credits) = (0i128, 0i128);
-        for i in self.intents.values().filter(|i| i.state == IntentState::Open) {
+        for i in self
+            .intents
+            .values()
+            .filter(|i| i.state == IntentState::Open)
+        {
             debits += i.debit as i128;
             credits += i.credit as i128;
         }
         if debits != self.reserved as i128 {
-            return Err(format!("{}: reserved {} != open debits {debits}", self.id, self.reserved));
+            return Err(format!(
+                "{}: reserved {} != open debits {debits}",
+                self.id, self.reserved
+            ));
         }
         if credits != self.incoming as i128 {
-            return Err(format!("{}: incoming {} != open credits {credits}", self.id, self.incoming));
+            return Err(format!(
+                "{}: incoming {} != open credits {credits}",
+                self.id, self.incoming
+            ));
         }
         Ok(())
     }

@@ -22,7 +22,11 @@ impl Amount {
     /// Validates `units`; the rejection names `field`.
     pub fn new(units: u64, field: &str) -> Result<Amount, Rejection> {
         if units == 0 {
-            return Err(Rejection::new(Code::AmountMustBePositive, field, "0 moves nothing"));
+            return Err(Rejection::new(
+                Code::AmountMustBePositive,
+                field,
+                "0 moves nothing",
+            ));
         }
         if units > AMOUNT_MAX {
             return Err(Rejection::new(
@@ -44,7 +48,11 @@ impl Amount {
             ));
         }
         let units = u64::try_from(units).map_err(|_| {
-            Rejection::new(Code::AmountExceedsMaximum, field, format!("{units} is too large"))
+            Rejection::new(
+                Code::AmountExceedsMaximum,
+                field,
+                format!("{units} is too large"),
+            )
         })?;
         Amount::new(units, field)
     }
@@ -77,7 +85,9 @@ impl AssetCode {
     pub fn new(code: &str, field: &str) -> Result<AssetCode, Rejection> {
         let ok = !code.is_empty()
             && code.len() <= ASSET_CODE_LEN_MAX
-            && code.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
+            && code
+                .bytes()
+                .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'-' || b == b'_');
         if !ok {
             return Err(Rejection::new(
                 Code::AssetCodeIsInvalid,
@@ -112,10 +122,22 @@ mod tests {
 
     #[test]
     fn amounts_are_positive_and_bounded() {
-        assert_eq!(Amount::new(0, "amount").unwrap_err().code, Code::AmountMustBePositive);
-        assert_eq!(Amount::from_i128(-5, "a").unwrap_err().code, Code::AmountMustBePositive);
-        assert_eq!(Amount::new(AMOUNT_MAX + 1, "a").unwrap_err().code, Code::AmountExceedsMaximum);
-        assert_eq!(Amount::from_i128(i128::MAX, "a").unwrap_err().code, Code::AmountExceedsMaximum);
+        assert_eq!(
+            Amount::new(0, "amount").unwrap_err().code,
+            Code::AmountMustBePositive
+        );
+        assert_eq!(
+            Amount::from_i128(-5, "a").unwrap_err().code,
+            Code::AmountMustBePositive
+        );
+        assert_eq!(
+            Amount::new(AMOUNT_MAX + 1, "a").unwrap_err().code,
+            Code::AmountExceedsMaximum
+        );
+        assert_eq!(
+            Amount::from_i128(i128::MAX, "a").unwrap_err().code,
+            Code::AmountExceedsMaximum
+        );
         assert_eq!(Amount::new(AMOUNT_MAX, "a").unwrap().signed(), i64::MAX);
     }
 
@@ -123,7 +145,10 @@ mod tests {
     fn asset_codes_are_validated() {
         assert!(AssetCode::new("SKU-42", "asset").is_ok());
         let r = AssetCode::new("usd", "postings[0].asset").unwrap_err();
-        assert_eq!((r.code, r.field.as_str()), (Code::AssetCodeIsInvalid, "postings[0].asset"));
+        assert_eq!(
+            (r.code, r.field.as_str()),
+            (Code::AssetCodeIsInvalid, "postings[0].asset")
+        );
         assert!(AssetCode::new("", "asset").is_err());
         assert!(AssetCode::new(&"A".repeat(17), "asset").is_err());
     }

@@ -10,7 +10,11 @@ pub const ID_LEN_MAX: usize = 64;
 
 fn validate(field: &'static str, s: &str) -> Result<(), Rejection> {
     if s.is_empty() {
-        return Err(Rejection::new(Code::IdMustNotBeEmpty, field, "an id needs 1 or more bytes"));
+        return Err(Rejection::new(
+            Code::IdMustNotBeEmpty,
+            field,
+            "an id needs 1 or more bytes",
+        ));
     }
     if s.len() > ID_LEN_MAX {
         return Err(Rejection::new(
@@ -19,7 +23,10 @@ fn validate(field: &'static str, s: &str) -> Result<(), Rejection> {
             format!("{} bytes, at most {ID_LEN_MAX}", s.len()),
         ));
     }
-    if let Some(c) = s.chars().find(|c| !(c.is_ascii_alphanumeric() || "_:.-".contains(*c))) {
+    if let Some(c) = s
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || "_:.-".contains(*c)))
+    {
         return Err(Rejection::new(
             Code::IdHasInvalidCharacter,
             field,
@@ -93,7 +100,10 @@ mod tests {
     fn ids_are_validated_with_the_field_named() {
         assert!(AccountId::new("cash:alice-1.x_y").is_ok());
         let r = AccountId::parse("", "postings[0].from").unwrap_err();
-        assert_eq!((r.code, r.field.as_str()), (Code::IdMustNotBeEmpty, "postings[0].from"));
+        assert_eq!(
+            (r.code, r.field.as_str()),
+            (Code::IdMustNotBeEmpty, "postings[0].from")
+        );
         let r = TransferId::new(&"x".repeat(65)).unwrap_err();
         assert_eq!((r.code, r.field.as_str()), (Code::IdTooLong, "id"));
         assert!(TransferId::new(&"x".repeat(64)).is_ok());

@@ -26,7 +26,7 @@ pub use mutant::Mutant;
 pub use rejection::{Code, Rejection};
 pub use rng::Rng;
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
+pub use transfer::Posting;
 pub use transfer::{
     CancelReason, Leg, TransferKind, TransferRecord, TransferSpec, TransferState, POSTINGS_MAX,
 };
-pub use transfer::Posting;

@@ -53,7 +53,9 @@ impl Mutant {
             Mutant::CreditAtPrepare => "credit posted at prepare, before the decision",
             Mutant::DebitWithoutBalanceCheck => "debit prepared without the balance check",
             Mutant::DoublePost => "post without the intent check (double post)",
-            Mutant::NoLatePrepareDefence => "no defence against late prepares (no deadline, no tombstones)",
+            Mutant::NoLatePrepareDefence => {
+                "no defence against late prepares (no deadline, no tombstones)"
+            }
             Mutant::CancelAfterApplied => "cancel allowed after applied",
             Mutant::ClaimWithoutCas => "claim without compare-and-set",
             Mutant::ReleaseIgnoresAmount => "release that ignores the intent's amount",
@@ -75,7 +77,9 @@ mod active_mutant {
 
     /// Turns `m` on for the whole process (the simulator runs one mutant per process).
     pub fn set(m: Option<Mutant>) {
-        let v = m.map_or(0, |m| Mutant::ALL.iter().position(|x| *x == m).expect("listed") + 1);
+        let v = m.map_or(0, |m| {
+            Mutant::ALL.iter().position(|x| *x == m).expect("listed") + 1
+        });
         ACTIVE.store(v, Ordering::Relaxed);
     }
 

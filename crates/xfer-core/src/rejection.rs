@@ -111,7 +111,11 @@ pub struct Rejection {
 impl Rejection {
     /// A rejection of `field` for `code`, explained by `message`.
     pub fn new(code: Code, field: impl Into<String>, message: impl Into<String>) -> Self {
-        Rejection { code, field: field.into(), message: message.into() }
+        Rejection {
+            code,
+            field: field.into(),
+            message: message.into(),
+        }
     }
 
     /// The same rejection, about `field` instead.

@@ -95,7 +95,11 @@ impl TransferSpec {
     /// account, in order of first appearance.
     pub fn validate(&self) -> Result<Vec<Leg>, Rejection> {
         if self.postings.is_empty() {
-            return Err(Rejection::new(Code::PostingsMustNotBeEmpty, "postings", "need 1 or more"));
+            return Err(Rejection::new(
+                Code::PostingsMustNotBeEmpty,
+                "postings",
+                "need 1 or more",
+            ));
         }
         if self.postings.len() > POSTINGS_MAX {
             return Err(Rejection::new(
@@ -144,7 +148,12 @@ impl TransferSpec {
                 let leg = match legs.iter_mut().position(|l| &l.account == account) {
                     Some(k) => &mut legs[k],
                     None => {
-                        legs.push(Leg { account: account.clone(), asset: p.asset.clone(), debit: 0, credit: 0 });
+                        legs.push(Leg {
+                            account: account.clone(),
+                            asset: p.asset.clone(),
+                            debit: 0,
+                            credit: 0,
+                        });
                         legs.last_mut().expect("just pushed")
                     }
                 };
@@ -155,7 +164,11 @@ impl TransferSpec {
                         format!("{account} appears with {} and {}", leg.asset, p.asset),
                     ));
                 }
-                let total = if side == "from" { &mut leg.debit } else { &mut leg.credit };
+                let total = if side == "from" {
+                    &mut leg.debit
+                } else {
+                    &mut leg.credit
+                };
                 *total = total
                     .checked_add(p.amount.units())
                     .filter(|t| *t <= AMOUNT_MAX)
@@ -175,7 +188,12 @@ impl TransferSpec {
     pub fn reversed_postings(&self) -> Vec<Posting> {
         self.postings
             .iter()
-            .map(|p| Posting { from: p.to.clone(), to: p.from.clone(), asset: p.asset.clone(), amount: p.amount })
+            .map(|p| Posting {
+                from: p.to.clone(),
+                to: p.from.clone(),
+                asset: p.asset.clone(),
+                amount: p.amount,
+            })
             .collect()
     }
 }
@@ -210,7 +228,10 @@ impl TransferState {
     pub fn is_decided(self) -> bool {
         matches!(
             self,
-            TransferState::Applied | TransferState::Done | TransferState::Canceling | TransferState::Canceled
+            TransferState::Applied
+                | TransferState::Done
+                | TransferState::Canceling
+                | TransferState::Canceled
         )
     }
 
@@ -344,9 +365,10 @@ impl TransferRecord {
     pub fn wake_at(&self) -> Option<Timestamp> {
         match self.state {
             TransferState::Done | TransferState::Canceled => None,
-            TransferState::Held => {
-                Some(self.lease_until.max(self.hold_expires_at.unwrap_or(Timestamp::NEVER)))
-            }
+            TransferState::Held => Some(
+                self.lease_until
+                    .max(self.hold_expires_at.unwrap_or(Timestamp::NEVER)),
+            ),
             _ => Some(self.lease_until),
         }
     }
@@ -382,26 +404,54 @@ mod tests {
 
     #[test]
     fn legs_merge_one_account_into_one_intent() {
-        let s = spec(vec![posting("a", "b", "USD", 5), posting("b", "c", "USD", 3), posting("a", "c", "USD", 1)]);
+        let s = spec(vec![
+            posting("a", "b", "USD", 5),
+            posting("b", "c", "USD", 3),
+            posting("a", "c", "USD", 1),
+        ]);
         let legs = s.validate().unwrap();
-        let got: Vec<_> = legs.iter().map(|l| (l.account.as_str(), l.debit, l.credit)).collect();
+        let got: Vec<_> = legs
+            .iter()
+            .map(|l| (l.account.as_str(), l.debit, l.credit))
+            .collect();
         assert_eq!(got, vec![("a", 6, 0), ("b", 3, 5), ("c", 0, 4)]);
     }
 
     #[test]
     fn rejections_name_the_field() {
-        let r = spec(vec![posting("a", "a", "USD", 5)]).validate().unwrap_err();
-        assert_eq!((r.code, r.field.as_str()), (Code::AccountsMustBeDifferent, "postings[0].to"));
-        let r = spec(vec![]).validate().unwrap_err();
-        assert_eq!(r.code, Code::PostingsMustNotBeEmpty);
-        let r = spec(vec![posting("a", "b", "USD", 1); POSTINGS_MAX + 1]).validate().unwrap_err();
-        assert_eq!(r.code, Code::TooManyPostings);
-        let r = spec(vec![posting("a", "b", "USD", 1), posting("a", "c", "EUR", 1)]).validate().unwrap_err();
-        assert_eq!((r.code, r.field.as_str()), (Code::AccountUsedWithTwoAssets, "postings[1].from"));
-        let r = spec(vec![posting("a", "b", "USD", AMOUNT_MAX), posting("a", "c", "USD", 1)])
+        let r = spec(vec![posting("a", "a", "USD", 5)])
             .validate()
             .unwrap_err();
-        assert_eq!((r.code, r.field.as_str()), (Code::AmountExceedsMaximum, "postings[1].amount"));
+        assert_eq!(
+            (r.code, r.field.as_str()),
+            (Code::AccountsMustBeDifferent, "postings[0].to")
+        );
+        let r = spec(vec![]).validate().unwrap_err();
+        assert_eq!(r.code, Code::PostingsMustNotBeEmpty);
+        let r = spec(vec![posting("a", "b", "USD", 1); POSTINGS_MAX + 1])
+            .validate()
+            .unwrap_err();
+        assert_eq!(r.code, Code::TooManyPostings);
+        let r = spec(vec![
+            posting("a", "b", "USD", 1),
+            posting("a", "c", "EUR", 1),
+        ])
+        .validate()
+        .unwrap_err();
+        assert_eq!(
+            (r.code, r.field.as_str()),
+            (Code::AccountUsedWithTwoAssets, "postings[1].from")
+        );
+        let r = spec(vec![
+            posting("a", "b", "USD", AMOUNT_MAX),
+            posting("a", "c", "USD", 1),
+        ])
+        .validate()
+        .unwrap_err();
+        assert_eq!(
+            (r.code, r.field.as_str()),
+            (Code::AmountExceedsMaximum, "postings[1].amount")
+        );
         let mut s = spec(vec![posting("a", "b", "USD", 1)]);
         s.kind = TransferKind::Hold { ttl_ms: 1000 };
         assert_eq!(s.validate().unwrap_err().code, Code::HoldExpiryOutOfRange);

@@ -1,1 +1,27 @@
-//! wip
+//! The protocol engine.
+//!
+//! - [`machine`]: the protocol as an I/O-free state machine ([`Machine`]).
+//! - [`router`]: which shard holds a record ([`Router`]).
+//! - [`cluster`]: the shards behind a router; one batch per shard per call ([`Cluster`]).
+//! - [`retry`]: backoff, attempt bounds, and a sleep tests control ([`Retry`], [`Sleeper`]).
+//! - [`error`]: [`ExecError`], what the caller of a failed call may do next.
+//! - `drive` (private): many machines driven together in rounds, with retries.
+//! - [`executor`]: submits, captures, voids, re-drives transfers; closes accounts ([`Executor`]).
+//! - [`sweeper`]: finishes transfers whose executor vanished; prunes tombstones ([`Sweeper`]).
+pub mod cluster;
+mod drive;
+pub mod error;
+pub mod executor;
+pub mod machine;
+pub mod retry;
+pub mod router;
+pub mod sweeper;
+
+pub use cluster::Cluster;
+pub use drive::ROUNDS_MAX;
+pub use error::ExecError;
+pub use executor::Executor;
+pub use machine::{Config, Machine, Outcome, Request};
+pub use retry::{ManualSleeper, Retry, RetryPolicy, Sleeper, TokioSleeper};
+pub use router::{Match, RouteError, Router, Rule};
+pub use sweeper::{PassReport, SweepConfig, Sweeper};

@@ -36,7 +36,11 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Self {
-        Config { lease_ms: 5_000, skew_ms: 500, claim_grace_ms: 5_000 }
+        Config {
+            lease_ms: 5_000,
+            skew_ms: 500,
+            claim_grace_ms: 5_000,
+        }
     }
 }
 
@@ -75,17 +79,25 @@ enum Phase {
     Capturing,
     Voiding,
     /// Refund: linking the original to this transfer, possibly replacing a canceled refund.
-    Linking { replacing: Option<TransferId> },
+    Linking {
+        replacing: Option<TransferId>,
+    },
     /// Refund: the original is linked elsewhere; reading the original.
     ReadingOriginal,
     /// Refund: reading the refund that holds the link, to see whether it was canceled.
     ReadingRival(TransferId),
-    Preparing { acked: Vec<bool> },
+    Preparing {
+        acked: Vec<bool>,
+    },
     Deciding,
-    Posting { acked: Vec<bool> },
-    Releasing { acked: Vec<bool> },
+    Posting {
+        acked: Vec<bool>,
+    },
+    Releasing {
+        acked: Vec<bool>,
+    },
     Finishing,
-    Stopped(Outcome),
+    Stopped(Box<Outcome>),
 }
 
 /// Drives one transfer. See the module docs.
@@ -116,31 +128,66 @@ impl Machine {
         let record = TransferRecord::accept(spec, now, cfg.claim_grace_ms);
         let mut m = Machine::blank(record.id().clone(), owner, cfg);
         m.legs = legs;
-        let reqs = m.enter(Phase::Inserting, vec![(WHOLE, Op::Transfer(m.id.clone(), TransferOp::Insert(Box::new(record))))]);
+        let reqs = m.enter(
+            Phase::Inserting,
+            vec![(
+                WHOLE,
+                Op::Transfer(m.id.clone(), TransferOp::Insert(Box::new(record))),
+            )],
+        );
         Ok((m, reqs))
     }
 
     /// Takes over `id` (a sweeper, or a re-drive): claims it and finishes whatever state it
     /// is in.
-    pub fn recover(id: TransferId, owner: OwnerId, now: Timestamp, cfg: Config) -> (Machine, Vec<Request>) {
+    pub fn recover(
+        id: TransferId,
+        owner: OwnerId,
+        now: Timestamp,
+        cfg: Config,
+    ) -> (Machine, Vec<Request>) {
         let mut m = Machine::blank(id, owner, cfg);
         let reqs = m.claim(now);
         (m, reqs)
     }
 
     /// Captures the hold `id` and posts it.
-    pub fn capture(id: TransferId, owner: OwnerId, now: Timestamp, cfg: Config) -> (Machine, Vec<Request>) {
+    pub fn capture(
+        id: TransferId,
+        owner: OwnerId,
+        now: Timestamp,
+        cfg: Config,
+    ) -> (Machine, Vec<Request>) {
         let mut m = Machine::blank(id, owner, cfg);
-        let op = TransferOp::Capture { owner: m.owner.clone(), now, lease_until: now.plus_ms(cfg.lease_ms) };
-        let reqs = m.enter(Phase::Capturing, vec![(WHOLE, Op::Transfer(m.id.clone(), op))]);
+        let op = TransferOp::Capture {
+            owner: m.owner.clone(),
+            now,
+            lease_until: now.plus_ms(cfg.lease_ms),
+        };
+        let reqs = m.enter(
+            Phase::Capturing,
+            vec![(WHOLE, Op::Transfer(m.id.clone(), op))],
+        );
         (m, reqs)
     }
 
     /// Voids the hold `id` and releases it.
-    pub fn void(id: TransferId, owner: OwnerId, now: Timestamp, cfg: Config) -> (Machine, Vec<Request>) {
+    pub fn void(
+        id: TransferId,
+        owner: OwnerId,
+        now: Timestamp,
+        cfg: Config,
+    ) -> (Machine, Vec<Request>) {
         let mut m = Machine::blank(id, owner, cfg);
-        let op = TransferOp::Void { owner: m.owner.clone(), now, lease_until: now.plus_ms(cfg.lease_ms) };
-        let reqs = m.enter(Phase::Voiding, vec![(WHOLE, Op::Transfer(m.id.clone(), op))]);
+        let op = TransferOp::Void {
+            owner: m.owner.clone(),
+            now,
+            lease_until: now.plus_ms(cfg.lease_ms),
+        };
+        let reqs = m.enter(
+            Phase::Voiding,
+            vec![(WHOLE, Op::Transfer(m.id.clone(), op))],
+        );
         (m, reqs)
     }
 
@@ -165,7 +212,7 @@ impl Machine {
     /// The outcome, once the machine has stopped.
     pub fn outcome(&self) -> Option<&Outcome> {
         match &self.phase {
-            Phase::Stopped(o) => Some(o),
+            Phase::Stopped(o) => Some(o.as_ref()),
             _ => None,
         }
     }
@@ -202,7 +249,11 @@ impl Machine {
     pub fn on_tick(&mut self, now: Timestamp) -> Vec<Request> {
         match (&self.phase, &self.record) {
             (Phase::Preparing { .. }, Some(r)) if now >= r.deadline.plus_ms(self.cfg.skew_ms) => {
-                self.decide(TransferState::Canceling, Some(CancelReason::DeadlinePassed), now)
+                self.decide(
+                    TransferState::Canceling,
+                    Some(CancelReason::DeadlinePassed),
+                    now,
+                )
             }
             _ => Vec::new(),
         }
@@ -256,7 +307,7 @@ impl Machine {
 
     fn stop(&mut self, outcome: Outcome) -> Vec<Request> {
         self.outstanding.clear();
-        self.phase = Phase::Stopped(outcome);
+        self.phase = Phase::Stopped(Box::new(outcome));
         Vec::new()
     }
 
@@ -266,7 +317,11 @@ impl Machine {
     }
 
     fn claim(&mut self, now: Timestamp) -> Vec<Request> {
-        let op = TransferOp::Claim { owner: self.owner.clone(), now, lease_until: now.plus_ms(self.cfg.lease_ms) };
+        let op = TransferOp::Claim {
+            owner: self.owner.clone(),
+            now,
+            lease_until: now.plus_ms(self.cfg.lease_ms),
+        };
         self.whole(Phase::Claiming, op)
     }
 
@@ -282,19 +337,28 @@ impl Machine {
     fn run_from(&mut self, now: Timestamp) -> Vec<Request> {
         let rec = self.record.clone().expect("run_from needs a record");
         if self.legs.is_empty() {
-            return self.stop(Outcome::Violation(format!("{}: record has no valid postings", rec.id())));
+            return self.stop(Outcome::Violation(format!(
+                "{}: record has no valid postings",
+                rec.id()
+            )));
         }
         let past_deadline = now >= rec.deadline.plus_ms(self.cfg.skew_ms);
         match rec.state {
-            TransferState::Pending if past_deadline => {
-                self.decide(TransferState::Canceling, Some(CancelReason::DeadlinePassed), now)
-            }
+            TransferState::Pending if past_deadline => self.decide(
+                TransferState::Canceling,
+                Some(CancelReason::DeadlinePassed),
+                now,
+            ),
             TransferState::Pending => match &rec.spec.refund_of {
                 Some(original) => self.link(original.clone(), None),
                 None => self.prepare_all(),
             },
             TransferState::Applied if past_deadline && mutant::is(Mutant::CancelAfterApplied) => {
-                self.decide(TransferState::Canceling, Some(CancelReason::DeadlinePassed), now)
+                self.decide(
+                    TransferState::Canceling,
+                    Some(CancelReason::DeadlinePassed),
+                    now,
+                )
             }
             TransferState::Applied => self.post_all(),
             TransferState::Canceling => self.release_all(),
@@ -305,9 +369,22 @@ impl Machine {
     }
 
     fn link(&mut self, original: TransferId, replacing: Option<TransferId>) -> Vec<Request> {
-        let postings = self.record.as_ref().expect("linked after claim").spec.postings.clone();
-        let op = TransferOp::LinkRefund { refund: self.id.clone(), replacing: replacing.clone(), postings };
-        self.enter(Phase::Linking { replacing }, vec![(WHOLE, Op::Transfer(original, op))])
+        let postings = self
+            .record
+            .as_ref()
+            .expect("linked after claim")
+            .spec
+            .postings
+            .clone();
+        let op = TransferOp::LinkRefund {
+            refund: self.id.clone(),
+            replacing: replacing.clone(),
+            postings,
+        };
+        self.enter(
+            Phase::Linking { replacing },
+            vec![(WHOLE, Op::Transfer(original, op))],
+        )
     }
 
     fn prepare_all(&mut self) -> Vec<Request> {
@@ -339,7 +416,10 @@ impl Machine {
             .iter()
             .enumerate()
             .map(|(i, l)| {
-                let op = AccountOp::Post { transfer: self.id.clone(), asset: l.asset.clone() };
+                let op = AccountOp::Post {
+                    transfer: self.id.clone(),
+                    asset: l.asset.clone(),
+                };
                 (i, Op::Account(l.account.clone(), op))
             })
             .collect();
@@ -348,13 +428,22 @@ impl Machine {
     }
 
     fn release_all(&mut self) -> Vec<Request> {
-        let horizon = self.record.as_ref().expect("release after claim").deadline.plus_ms(self.cfg.skew_ms);
+        let horizon = self
+            .record
+            .as_ref()
+            .expect("release after claim")
+            .deadline
+            .plus_ms(self.cfg.skew_ms);
         let ops = self
             .legs
             .iter()
             .enumerate()
             .map(|(i, l)| {
-                let op = AccountOp::Release { transfer: self.id.clone(), asset: l.asset.clone(), horizon };
+                let op = AccountOp::Release {
+                    transfer: self.id.clone(),
+                    asset: l.asset.clone(),
+                    horizon,
+                };
                 (i, Op::Account(l.account.clone(), op))
             })
             .collect();
@@ -362,9 +451,22 @@ impl Machine {
         self.enter(Phase::Releasing { acked }, ops)
     }
 
-    fn decide(&mut self, to: TransferState, reason: Option<CancelReason>, now: Timestamp) -> Vec<Request> {
+    fn decide(
+        &mut self,
+        to: TransferState,
+        reason: Option<CancelReason>,
+        now: Timestamp,
+    ) -> Vec<Request> {
         let epoch = self.record.as_ref().expect("decide after claim").epoch;
-        self.whole(Phase::Deciding, TransferOp::Decide { epoch, to, reason, now })
+        self.whole(
+            Phase::Deciding,
+            TransferOp::Decide {
+                epoch,
+                to,
+                reason,
+                now,
+            },
+        )
     }
 
     fn finish(&mut self, now: Timestamp) -> Vec<Request> {
@@ -399,8 +501,12 @@ impl Machine {
             Reply::Unchanged(rec) => {
                 let rec = self.adopt(*rec).clone();
                 match rec.state {
-                    TransferState::Done | TransferState::Canceled => self.stop(Outcome::Finished(rec)),
+                    TransferState::Done | TransferState::Canceled => {
+                        self.stop(Outcome::Finished(rec))
+                    }
                     TransferState::Held => self.stop(Outcome::Held(rec)),
+                    // Our own claim whose reply was lost: the lease is ours, carry on.
+                    _ if rec.owner.as_ref() == Some(&self.owner) => self.run_from(now),
                     _ => self.stop(Outcome::Left(rec)),
                 }
             }
@@ -427,20 +533,36 @@ impl Machine {
                 }
             }
             Reply::Refused(code) => {
-                let field = if code == Code::HoldExpired { "hold" } else { "id" };
-                self.stop(Outcome::Rejected(Rejection::new(code, field, format!("{} cannot be changed so", self.id))))
+                let field = if code == Code::HoldExpired {
+                    "hold"
+                } else {
+                    "id"
+                };
+                self.stop(Outcome::Rejected(Rejection::new(
+                    code,
+                    field,
+                    format!("{} cannot be changed so", self.id),
+                )))
             }
             Reply::NotFound => self.stop(Outcome::NotFound),
             other => self.unexpected("capture/void", other),
         }
     }
 
-    fn on_linked(&mut self, reply: Reply, replacing: Option<TransferId>, now: Timestamp) -> Vec<Request> {
+    fn on_linked(
+        &mut self,
+        reply: Reply,
+        replacing: Option<TransferId>,
+        now: Timestamp,
+    ) -> Vec<Request> {
         match reply {
             Reply::Transfer(_) | Reply::Unchanged(_) => self.prepare_all(),
             Reply::Refused(Code::OriginalAlreadyRefunded) if replacing.is_none() => {
                 let original = self.original();
-                self.enter(Phase::ReadingOriginal, vec![(WHOLE, Op::Transfer(original, TransferOp::Get))])
+                self.enter(
+                    Phase::ReadingOriginal,
+                    vec![(WHOLE, Op::Transfer(original, TransferOp::Get))],
+                )
             }
             Reply::Refused(code) => self.cancel_refund(code, now),
             Reply::NotFound => self.cancel_refund(Code::TransferNotFound, now),
@@ -465,42 +587,72 @@ impl Machine {
     fn on_read_rival(&mut self, reply: Reply, rival: TransferId, now: Timestamp) -> Vec<Request> {
         match reply {
             // A canceled refund can never post: its link may be taken over.
-            Reply::Unchanged(r) if r.state == TransferState::Canceled => self.link(self.original(), Some(rival)),
+            Reply::Unchanged(r) if r.state == TransferState::Canceled => {
+                self.link(self.original(), Some(rival))
+            }
             _ => self.cancel_refund(Code::OriginalAlreadyRefunded, now),
         }
     }
 
     fn original(&self) -> TransferId {
-        self.record.as_ref().and_then(|r| r.spec.refund_of.clone()).expect("a refund has an original")
+        self.record
+            .as_ref()
+            .and_then(|r| r.spec.refund_of.clone())
+            .expect("a refund has an original")
     }
 
     fn cancel_refund(&mut self, code: Code, now: Timestamp) -> Vec<Request> {
-        self.decide(TransferState::Canceling, Some(CancelReason::RefundRefused { code }), now)
+        self.decide(
+            TransferState::Canceling,
+            Some(CancelReason::RefundRefused { code }),
+            now,
+        )
     }
 
-    fn on_prepared(&mut self, mut acked: Vec<bool>, leg: usize, reply: Reply, now: Timestamp) -> Vec<Request> {
+    fn on_prepared(
+        &mut self,
+        mut acked: Vec<bool>,
+        leg: usize,
+        reply: Reply,
+        now: Timestamp,
+    ) -> Vec<Request> {
         let outcome = match reply {
             Reply::Prepare(o) => o,
             other => return self.unexpected("prepare", other),
         };
         match outcome {
-            PrepareOutcome::Prepared | PrepareOutcome::AlreadyPrepared | PrepareOutcome::AlreadyPosted => {
+            PrepareOutcome::Prepared
+            | PrepareOutcome::AlreadyPrepared
+            | PrepareOutcome::AlreadyPosted => {
                 acked[leg] = true;
                 if acked.iter().all(|a| *a) {
-                    let hold = matches!(self.record.as_ref().map(|r| r.spec.kind), Some(TransferKind::Hold { .. }));
-                    let to = if hold { TransferState::Held } else { TransferState::Applied };
+                    let hold = matches!(
+                        self.record.as_ref().map(|r| r.spec.kind),
+                        Some(TransferKind::Hold { .. })
+                    );
+                    let to = if hold {
+                        TransferState::Held
+                    } else {
+                        TransferState::Applied
+                    };
                     self.decide(to, None, now)
                 } else {
                     self.stay(Phase::Preparing { acked })
                 }
             }
             // Only a canceling decision leaves a released mark: our decide will find it.
-            PrepareOutcome::AlreadyReleased | PrepareOutcome::TooLate => {
-                self.decide(TransferState::Canceling, Some(CancelReason::DeadlinePassed), now)
-            }
+            PrepareOutcome::AlreadyReleased | PrepareOutcome::TooLate => self.decide(
+                TransferState::Canceling,
+                Some(CancelReason::DeadlinePassed),
+                now,
+            ),
             PrepareOutcome::Refused(code) => {
                 let account = self.legs[leg].account.clone();
-                self.decide(TransferState::Canceling, Some(CancelReason::Refused { account, code }), now)
+                self.decide(
+                    TransferState::Canceling,
+                    Some(CancelReason::Refused { account, code }),
+                    now,
+                )
             }
         }
     }
@@ -513,7 +665,9 @@ impl Machine {
                 self.run_from(now)
             }
             // Same epoch: our own earlier decide whose reply was lost, or a state we follow.
-            Reply::Unchanged(rec) if Some(rec.epoch) == my_epoch && rec.state != TransferState::Pending => {
+            Reply::Unchanged(rec)
+                if Some(rec.epoch) == my_epoch && rec.state != TransferState::Pending =>
+            {
                 self.adopt(*rec);
                 self.run_from(now)
             }
@@ -526,9 +680,17 @@ impl Machine {
         }
     }
 
-    fn on_posted(&mut self, mut acked: Vec<bool>, leg: usize, reply: Reply, now: Timestamp) -> Vec<Request> {
+    fn on_posted(
+        &mut self,
+        mut acked: Vec<bool>,
+        leg: usize,
+        reply: Reply,
+        now: Timestamp,
+    ) -> Vec<Request> {
         match reply {
-            Reply::Post(PostOutcome::Posted | PostOutcome::AlreadyPosted | PostOutcome::Missing) => {
+            Reply::Post(
+                PostOutcome::Posted | PostOutcome::AlreadyPosted | PostOutcome::Missing,
+            ) => {
                 acked[leg] = true;
                 if acked.iter().all(|a| *a) {
                     self.finish(now)
@@ -538,15 +700,26 @@ impl Machine {
             }
             Reply::Post(PostOutcome::FoundReleased) => {
                 let account = &self.legs[leg].account;
-                self.stop(Outcome::Violation(format!("{}: post found a released intent on {account}", self.id)))
+                self.stop(Outcome::Violation(format!(
+                    "{}: post found a released intent on {account}",
+                    self.id
+                )))
             }
             other => self.unexpected("post", other),
         }
     }
 
-    fn on_released(&mut self, mut acked: Vec<bool>, leg: usize, reply: Reply, now: Timestamp) -> Vec<Request> {
+    fn on_released(
+        &mut self,
+        mut acked: Vec<bool>,
+        leg: usize,
+        reply: Reply,
+        now: Timestamp,
+    ) -> Vec<Request> {
         match reply {
-            Reply::Release(ReleaseOutcome::Released | ReleaseOutcome::AlreadyReleased | ReleaseOutcome::Marked) => {
+            Reply::Release(
+                ReleaseOutcome::Released | ReleaseOutcome::AlreadyReleased | ReleaseOutcome::Marked,
+            ) => {
                 acked[leg] = true;
                 if acked.iter().all(|a| *a) {
                     self.finish(now)
@@ -556,7 +729,10 @@ impl Machine {
             }
             Reply::Release(ReleaseOutcome::FoundPosted) => {
                 let account = &self.legs[leg].account;
-                self.stop(Outcome::Violation(format!("{}: release found a posted intent on {account}", self.id)))
+                self.stop(Outcome::Violation(format!(
+                    "{}: release found a posted intent on {account}",
+                    self.id
+                )))
             }
             other => self.unexpected("release", other),
         }
@@ -573,6 +749,59 @@ impl Machine {
     }
 
     fn unexpected(&mut self, step: &str, reply: Reply) -> Vec<Request> {
-        self.stop(Outcome::Violation(format!("{}: {step} answered {reply}", self.id)))
+        self.stop(Outcome::Violation(format!(
+            "{}: {step} answered {reply}",
+            self.id
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xfer_core::{AccountId, Amount, AssetCode, LowerBound, Posting};
+    use xfer_store::MemoryShard;
+
+    fn spec() -> TransferSpec {
+        TransferSpec {
+            id: TransferId::new("t1").unwrap(),
+            postings: vec![Posting {
+                from: AccountId::new("a").unwrap(),
+                to: AccountId::new("b").unwrap(),
+                asset: AssetCode::new("USD", "asset").unwrap(),
+                amount: Amount::new(5, "amount").unwrap(),
+            }],
+            metadata: String::new(),
+            kind: TransferKind::Transfer,
+            refund_of: None,
+            timeout_ms: 1_000,
+        }
+    }
+
+    /// The story: a claim was applied but its reply lost; the resent claim answered
+    /// `Unchanged` (the lease is live, and ours), and the machine stopped with `Left`,
+    /// abandoning a transfer it owned until the sweeper took it over a lease later. The
+    /// executor tests over lost replies saw a quarter of submissions come back `Left`.
+    #[test]
+    fn a_lost_claim_reply_does_not_abandon_our_own_transfer() {
+        let (now, owner) = (Timestamp(100), OwnerId::new("me").unwrap());
+        let mut shard = MemoryShard::new();
+        for id in ["a", "b"] {
+            let asset = AssetCode::new("USD", "asset").unwrap();
+            let op = AccountOp::Create {
+                asset,
+                lower_bound: LowerBound::Unbounded,
+            };
+            shard.apply(&Op::Account(AccountId::new(id).unwrap(), op), now);
+        }
+        let (mut m, reqs) = Machine::submit(spec(), owner, now, Config::default()).unwrap();
+        let insert = shard.apply(&reqs[0].op, now);
+        let claim = m.on_reply(reqs[0].tag, insert, now).remove(0);
+        let _lost = shard.apply(&claim.op, now);
+        let resent = shard.apply(&claim.op, now);
+        assert!(matches!(resent, Reply::Unchanged(_)), "{resent}");
+        let next = m.on_reply(claim.tag, resent, now);
+        assert_eq!(m.phase_name(), "preparing");
+        assert_eq!(next.len(), 2, "one prepare per leg");
     }
 }

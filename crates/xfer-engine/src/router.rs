@@ -45,14 +45,20 @@ impl Router {
     /// Hash placement over `shards` shards (at least one).
     pub fn hash(shards: usize) -> Router {
         assert!(shards > 0, "a router needs at least one shard");
-        Router { shards, rules: Vec::new() }
+        Router {
+            shards,
+            rules: Vec::new(),
+        }
     }
 
     /// Adds a rule, checked in the order added. Panics on a shard index out of range (a
     /// configuration error caught at start-up).
     pub fn with_rule(mut self, rule: Rule) -> Router {
         assert!(!rule.shards.is_empty(), "a rule needs at least one shard");
-        assert!(rule.shards.iter().all(|s| *s < self.shards), "rule shard out of range: {rule:?}");
+        assert!(
+            rule.shards.iter().all(|s| *s < self.shards),
+            "rule shard out of range: {rule:?}"
+        );
         self.rules.push(rule);
         self
     }
@@ -68,7 +74,11 @@ impl Router {
     }
 
     /// The shard of an account record; `asset` is needed only when asset rules exist.
-    pub fn shard_of_account(&self, id: &AccountId, asset: Option<&AssetCode>) -> Result<usize, RouteError> {
+    pub fn shard_of_account(
+        &self,
+        id: &AccountId,
+        asset: Option<&AssetCode>,
+    ) -> Result<usize, RouteError> {
         let h = fnv1a(id.as_str().as_bytes());
         for rule in &self.rules {
             let hit = match &rule.matches {
@@ -119,8 +129,14 @@ mod tests {
     fn rules_place_by_prefix_then_asset_then_hash() {
         let points = AssetCode::new("POINTS", "asset").unwrap();
         let r = Router::hash(4)
-            .with_rule(Rule { matches: Match::Prefix("cash:".into()), shards: vec![0, 1] })
-            .with_rule(Rule { matches: Match::Asset(points.clone()), shards: vec![3] });
+            .with_rule(Rule {
+                matches: Match::Prefix("cash:".into()),
+                shards: vec![0, 1],
+            })
+            .with_rule(Rule {
+                matches: Match::Asset(points.clone()),
+                shards: vec![3],
+            });
         for i in 0..50 {
             let cash = AccountId::new(&format!("cash:{i}")).unwrap();
             assert!(r.shard_of_account(&cash, None).unwrap() <= 1);
@@ -128,7 +144,10 @@ mod tests {
             assert_eq!(r.shard_of_account(&p, Some(&points)).unwrap(), 3);
         }
         let x = AccountId::new("x").unwrap();
-        assert_eq!(r.shard_of_account(&x, None), Err(RouteError::AssetNeeded(x.clone())));
+        assert_eq!(
+            r.shard_of_account(&x, None),
+            Err(RouteError::AssetNeeded(x.clone()))
+        );
         let spread: std::collections::BTreeSet<_> = (0..100)
             .map(|i| r.shard_of_transfer(&TransferId::new(&format!("t{i}")).unwrap()))
             .collect();

@@ -35,7 +35,11 @@ pub struct Checker {
 impl Checker {
     fn fail(&mut self, guarantee: &'static str, at_ms: u64, detail: String) {
         if self.violations.len() < 20 {
-            self.violations.push(Violation { guarantee, detail, at_ms });
+            self.violations.push(Violation {
+                guarantee,
+                detail,
+                at_ms,
+            });
         }
     }
 
@@ -44,16 +48,28 @@ impl Checker {
     pub fn after_account_write(&mut self, a: Option<&Account>, at_ms: u64) {
         let Some(a) = a else { return };
         if !a.is_within_bound() {
-            let detail = format!("{}: balance {} - reserved {} below {:?}", a.id, a.balance, a.reserved, a.lower_bound);
+            let detail = format!(
+                "{}: balance {} - reserved {} below {:?}",
+                a.id, a.balance, a.reserved, a.lower_bound
+            );
             self.fail("no_overdraft", at_ms, detail);
         }
         if a.reserved < 0 || a.incoming < 0 {
-            self.fail("no_leaks", at_ms, format!("{}: reserved {} incoming {}", a.id, a.reserved, a.incoming));
+            self.fail(
+                "no_leaks",
+                at_ms,
+                format!("{}: reserved {} incoming {}", a.id, a.reserved, a.incoming),
+            );
         }
     }
 
     /// Guarantee 4, after every transfer write: the state moved along the diagram only.
-    pub fn after_transfer_write(&mut self, before: Option<TransferState>, after: Option<&TransferRecord>, at_ms: u64) {
+    pub fn after_transfer_write(
+        &mut self,
+        before: Option<TransferState>,
+        after: Option<&TransferRecord>,
+        at_ms: u64,
+    ) {
         let Some(after) = after else { return };
         if let Some(before) = before {
             if before != after.state && !before.can_become(after.state) {
@@ -78,9 +94,15 @@ impl Checker {
         let mut totals: BTreeMap<AssetCode, i128> = BTreeMap::new();
         for a in shards.iter().flat_map(|s| s.accounts()) {
             let mut t = a.balance as i128;
-            for (tid, i) in a.intents.iter().filter(|(_, i)| i.state == IntentState::Open) {
+            for (tid, i) in a
+                .intents
+                .iter()
+                .filter(|(_, i)| i.state == IntentState::Open)
+            {
                 let shard = &shards[router.shard_of_transfer(tid)];
-                if shard.transfer(tid).is_some_and(|r| matches!(r.state, TransferState::Applied | TransferState::Done)) {
+                if shard.transfer(tid).is_some_and(|r| {
+                    matches!(r.state, TransferState::Applied | TransferState::Done)
+                }) {
                     t += i.credit as i128 - i.debit as i128;
                 }
             }
@@ -88,7 +110,11 @@ impl Checker {
         }
         for (asset, total) in totals {
             if total != 0 {
-                self.fail("conservation", at_ms, format!("{asset}: balances sum to {total}, not 0"));
+                self.fail(
+                    "conservation",
+                    at_ms,
+                    format!("{asset}: balances sum to {total}, not 0"),
+                );
             }
         }
     }
@@ -103,9 +129,16 @@ impl Checker {
         due_ms: &dyn Fn(&TransferRecord) -> u64,
         at_ms: u64,
     ) {
-        let transfers: BTreeMap<&TransferId, &TransferRecord> =
-            shards.iter().flat_map(|s| s.transfers()).map(|r| (r.id(), r)).collect();
-        let accounts: BTreeMap<&AccountId, &Account> = shards.iter().flat_map(|s| s.accounts()).map(|a| (&a.id, a)).collect();
+        let transfers: BTreeMap<&TransferId, &TransferRecord> = shards
+            .iter()
+            .flat_map(|s| s.transfers())
+            .map(|r| (r.id(), r))
+            .collect();
+        let accounts: BTreeMap<&AccountId, &Account> = shards
+            .iter()
+            .flat_map(|s| s.accounts())
+            .map(|a| (&a.id, a))
+            .collect();
         self.termination(&transfers, due_ms, at_ms);
         self.atomicity(&transfers, &accounts, at_ms);
         self.history(&transfers, &accounts, at_ms);
@@ -115,24 +148,45 @@ impl Checker {
         self.conservation(&views, router, at_ms);
     }
 
-    fn termination(&mut self, transfers: &BTreeMap<&TransferId, &TransferRecord>, due_ms: &dyn Fn(&TransferRecord) -> u64, at_ms: u64) {
+    fn termination(
+        &mut self,
+        transfers: &BTreeMap<&TransferId, &TransferRecord>,
+        due_ms: &dyn Fn(&TransferRecord) -> u64,
+        at_ms: u64,
+    ) {
         for (id, r) in transfers {
             if !r.state.is_terminal() {
-                self.fail("termination", at_ms, format!("{id} still {} (owner {:?})", r.state, r.owner));
+                self.fail(
+                    "termination",
+                    at_ms,
+                    format!("{id} still {} (owner {:?})", r.state, r.owner),
+                );
                 continue;
             }
             let (done_at, due) = (self.terminal_at.get(*id).copied().unwrap_or(0), due_ms(r));
             if done_at > due {
-                self.fail("termination", at_ms, format!("{id} terminal at {done_at} ms, due by {due} ms"));
+                self.fail(
+                    "termination",
+                    at_ms,
+                    format!("{id} terminal at {done_at} ms, due by {due} ms"),
+                );
             }
         }
     }
 
     /// Guarantee 3: a done transfer's intents are all posted, a canceled one's never.
-    fn atomicity(&mut self, transfers: &BTreeMap<&TransferId, &TransferRecord>, accounts: &BTreeMap<&AccountId, &Account>, at_ms: u64) {
+    fn atomicity(
+        &mut self,
+        transfers: &BTreeMap<&TransferId, &TransferRecord>,
+        accounts: &BTreeMap<&AccountId, &Account>,
+        at_ms: u64,
+    ) {
         for (id, r) in transfers {
             for leg in r.spec.validate().unwrap_or_default() {
-                let intent = accounts.get(&leg.account).and_then(|a| a.intents.get(*id)).map(|i| i.state);
+                let intent = accounts
+                    .get(&leg.account)
+                    .and_then(|a| a.intents.get(*id))
+                    .map(|i| i.state);
                 let bad = match r.state {
                     // A missing intent is a pruned tombstone; the history replay checks amounts.
                     TransferState::Done => intent.is_some_and(|i| i != IntentState::Posted),
@@ -140,7 +194,10 @@ impl Checker {
                     _ => false,
                 };
                 if bad {
-                    let detail = format!("{id} is {} but its intent on {} is {intent:?}", r.state, leg.account);
+                    let detail = format!(
+                        "{id} is {} but its intent on {} is {intent:?}",
+                        r.state, leg.account
+                    );
                     self.fail("atomicity", at_ms, detail);
                 }
             }
@@ -148,9 +205,17 @@ impl Checker {
     }
 
     /// Guarantee 8: replaying the done transfers from zero gives every balance.
-    fn history(&mut self, transfers: &BTreeMap<&TransferId, &TransferRecord>, accounts: &BTreeMap<&AccountId, &Account>, at_ms: u64) {
+    fn history(
+        &mut self,
+        transfers: &BTreeMap<&TransferId, &TransferRecord>,
+        accounts: &BTreeMap<&AccountId, &Account>,
+        at_ms: u64,
+    ) {
         let mut replay: BTreeMap<&AccountId, i128> = BTreeMap::new();
-        for r in transfers.values().filter(|r| r.state == TransferState::Done) {
+        for r in transfers
+            .values()
+            .filter(|r| r.state == TransferState::Done)
+        {
             for p in &r.spec.postings {
                 *replay.entry(&p.from).or_default() -= p.amount.units() as i128;
                 *replay.entry(&p.to).or_default() += p.amount.units() as i128;
@@ -159,7 +224,11 @@ impl Checker {
         for (id, a) in accounts {
             let expected = replay.get(id).copied().unwrap_or(0);
             if a.balance as i128 != expected {
-                self.fail("history", at_ms, format!("{id}: balance {} but replay gives {expected}", a.balance));
+                self.fail(
+                    "history",
+                    at_ms,
+                    format!("{id}: balance {} but replay gives {expected}", a.balance),
+                );
             }
         }
     }
@@ -167,26 +236,51 @@ impl Checker {
     /// Guarantee 6: one record per id, with a body that was submitted; a client told of a
     /// body conflict really sent a different body, and one told an outcome was told the
     /// record's.
-    fn idempotency(&mut self, transfers: &BTreeMap<&TransferId, &TransferRecord>, workload: &Workload, at_ms: u64) {
+    fn idempotency(
+        &mut self,
+        transfers: &BTreeMap<&TransferId, &TransferRecord>,
+        workload: &Workload,
+        at_ms: u64,
+    ) {
         for (id, r) in transfers {
             let Some(subs) = workload.submissions.get(*id) else {
-                self.fail("idempotency", at_ms, format!("{id} exists but was never submitted"));
+                self.fail(
+                    "idempotency",
+                    at_ms,
+                    format!("{id} exists but was never submitted"),
+                );
                 continue;
             };
             if !subs.iter().any(|s| s.spec.same_body(&r.spec)) {
-                self.fail("idempotency", at_ms, format!("{id} holds a body nobody submitted"));
+                self.fail(
+                    "idempotency",
+                    at_ms,
+                    format!("{id} holds a body nobody submitted"),
+                );
             }
             for s in subs {
                 let same = s.spec.same_body(&r.spec);
                 match &s.told {
                     Some(Told::Rejected(Code::IdExistsWithDifferentBody)) if same => {
-                        self.fail("idempotency", at_ms, format!("{id}: same body told it differs"));
+                        self.fail(
+                            "idempotency",
+                            at_ms,
+                            format!("{id}: same body told it differs"),
+                        );
                     }
                     Some(Told::State(st)) if !same => {
-                        self.fail("idempotency", at_ms, format!("{id}: a different body was told {st}"));
+                        self.fail(
+                            "idempotency",
+                            at_ms,
+                            format!("{id}: a different body was told {st}"),
+                        );
                     }
                     Some(Told::State(st)) if st.is_terminal() && *st != r.state => {
-                        self.fail("acknowledged", at_ms, format!("{id}: client told {st}, record says {}", r.state));
+                        self.fail(
+                            "acknowledged",
+                            at_ms,
+                            format!("{id}: client told {st}, record says {}", r.state),
+                        );
                     }
                     _ => {}
                 }
@@ -195,7 +289,11 @@ impl Checker {
         for (id, subs) in &workload.submissions {
             if !transfers.contains_key(id) {
                 if let Some(s) = subs.iter().find(|s| matches!(s.told, Some(Told::State(_)))) {
-                    self.fail("acknowledged", at_ms, format!("{id}: client told {:?}, record is gone", s.told));
+                    self.fail(
+                        "acknowledged",
+                        at_ms,
+                        format!("{id}: client told {:?}, record is gone", s.told),
+                    );
                 }
             }
         }
@@ -204,7 +302,10 @@ impl Checker {
     /// A done transfer is refunded at most once, by the refund its record links.
     fn refunds(&mut self, transfers: &BTreeMap<&TransferId, &TransferRecord>, at_ms: u64) {
         let mut done_refunds: BTreeMap<&TransferId, Vec<&TransferId>> = BTreeMap::new();
-        for r in transfers.values().filter(|r| r.state == TransferState::Done) {
+        for r in transfers
+            .values()
+            .filter(|r| r.state == TransferState::Done)
+        {
             if let Some(orig) = &r.spec.refund_of {
                 done_refunds.entry(orig).or_default().push(r.id());
             }
@@ -212,7 +313,11 @@ impl Checker {
         for (orig, refunds) in done_refunds {
             let linked = transfers.get(orig).and_then(|o| o.refunded_by.as_ref());
             if refunds.len() > 1 || linked != Some(refunds[0]) {
-                self.fail("idempotency", at_ms, format!("{orig} refunded by {refunds:?}, linked to {linked:?}"));
+                self.fail(
+                    "idempotency",
+                    at_ms,
+                    format!("{orig} refunded by {refunds:?}, linked to {linked:?}"),
+                );
             }
         }
     }
@@ -221,11 +326,19 @@ impl Checker {
     /// tombstone left, no placeholder left.
     pub fn no_leaks(&mut self, shards: &[MemoryShard], at_ms: u64) {
         for a in shards.iter().flat_map(|s| s.accounts()) {
-            if a.reserved != 0 || a.incoming != 0 || !a.intents.is_empty() || a.status == AccountStatus::Unopened {
+            if a.reserved != 0
+                || a.incoming != 0
+                || !a.intents.is_empty()
+                || a.status == AccountStatus::Unopened
+            {
                 let open = a.open_intents();
                 let detail = format!(
                     "{}: reserved {} incoming {} intents {} (open {open}) {:?}",
-                    a.id, a.reserved, a.incoming, a.intents.len(), a.status
+                    a.id,
+                    a.reserved,
+                    a.incoming,
+                    a.intents.len(),
+                    a.status
                 );
                 self.fail("no_leaks", at_ms, detail);
             }

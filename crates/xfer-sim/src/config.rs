@@ -126,7 +126,11 @@ impl SimConfig {
         };
         SimConfig {
             seed,
-            protocol: Config { lease_ms: 300, skew_ms, claim_grace_ms: 300 },
+            protocol: Config {
+                lease_ms: 300,
+                skew_ms,
+                claim_grace_ms: 300,
+            },
             shards: rng.range(1, 4) as usize,
             procs: rng.range(2, 3) as usize,
             users: rng.range(4, 24) as usize,
@@ -157,7 +161,11 @@ impl SimConfig {
 
     /// The faults on in this run, by name.
     pub fn fault_names(&self) -> Vec<&'static str> {
-        FaultKind::ALL.into_iter().filter(|k| self.has(*k)).map(|k| k.name()).collect()
+        FaultKind::ALL
+            .into_iter()
+            .filter(|k| self.has(*k))
+            .map(|k| k.name())
+            .collect()
     }
 
     /// The longest any transfer may take after the faults stop: lease lapse, a sweep, the

@@ -19,7 +19,10 @@ pub use world::{RunStats, World};
 pub fn run_seed(seed: u64) -> (RunStats, Vec<Violation>) {
     let mut cfg = SimConfig::from_seed(seed);
     if let Ok(only) = std::env::var("XFER_SIM_ONLY") {
-        let kinds: Vec<FaultKind> = FaultKind::ALL.into_iter().filter(|k| only.split(',').any(|n| n == k.name())).collect();
+        let kinds: Vec<FaultKind> = FaultKind::ALL
+            .into_iter()
+            .filter(|k| only.split(',').any(|n| n == k.name()))
+            .collect();
         cfg = cfg.with_only(&kinds);
     }
     let (stats, checker) = World::new(cfg).run();

@@ -16,7 +16,10 @@ use xfer_core::Mutant;
 use xfer_sim::{run_seed, FaultKind, RunStats, SimConfig, Violation};
 
 #[derive(Parser, Debug)]
-#[command(name = "xfer-sim", about = "Deterministic simulation of the xfer protocol under faults")]
+#[command(
+    name = "xfer-sim",
+    about = "Deterministic simulation of the xfer protocol under faults"
+)]
 struct Args {
     /// Run one seed and print its digest.
     #[arg(long, conflicts_with = "seeds")]
@@ -46,7 +49,11 @@ fn parse_range(s: &str) -> Result<(u64, u64), String> {
     };
     let a: u64 = a.trim().parse().map_err(|_| bad())?;
     let b: u64 = b.trim().parse().map_err(|_| bad())?;
-    let b = if inclusive { b } else { b.checked_sub(1).ok_or_else(bad)? };
+    let b = if inclusive {
+        b
+    } else {
+        b.checked_sub(1).ok_or_else(bad)?
+    };
     if a > b {
         return Err(bad());
     }
@@ -84,7 +91,9 @@ fn main() -> ExitCode {
         },
         (None, None) => (1, 200),
     };
-    let threads = args.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let report = run_range(first, last, threads, mutant.is_some());
     report.print(first, last, mutant, args.seed.is_some())
 }
@@ -99,7 +108,10 @@ fn switch_on(m: Option<Mutant>) -> Result<(), String> {
 fn switch_on(m: Option<Mutant>) -> Result<(), String> {
     match m {
         None => Ok(()),
-        Some(m) => Err(format!("mutant {} needs a build with --features mutants", m.name())),
+        Some(m) => Err(format!(
+            "mutant {} needs a build with --features mutants",
+            m.name()
+        )),
     }
 }
 
@@ -128,21 +140,27 @@ fn run_range(first: u64, last: u64, threads: usize, stop_at_first: bool) -> Repo
                 if !violations.is_empty() {
                     failed.store(true, Ordering::Relaxed);
                 }
-                runs.lock().expect("no panics while holding").insert(seed, (stats, violations));
+                runs.lock()
+                    .expect("no panics while holding")
+                    .insert(seed, (stats, violations));
                 let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-                if total >= 50 && n % (total / 10).max(1) == 0 {
+                if total >= 50 && n.is_multiple_of((total / 10).max(1)) {
                     eprintln!("progress: {n}/{total} seeds");
                 }
             });
         }
     });
-    Report { runs: runs.into_inner().expect("threads joined") }
+    Report {
+        runs: runs.into_inner().expect("threads joined"),
+    }
 }
 
 impl Report {
     fn print(&self, first: u64, last: u64, mutant: Option<Mutant>, single: bool) -> ExitCode {
-        let mut faults: BTreeMap<&str, u64> = FaultKind::ALL.iter().map(|k| (k.name(), 0)).collect();
-        let (mut transfers, mut submissions, mut done, mut canceled, mut reordered, mut events) = (0, 0, 0, 0, 0, 0);
+        let mut faults: BTreeMap<&str, u64> =
+            FaultKind::ALL.iter().map(|k| (k.name(), 0)).collect();
+        let (mut transfers, mut submissions, mut done, mut canceled, mut reordered, mut events) =
+            (0, 0, 0, 0, 0, 0);
         let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
         let mut violations = 0;
         let mut first_failure: Option<(u64, &Violation)> = None;
@@ -173,19 +191,32 @@ impl Report {
                 cfg.fault_names().join(",")
             );
         }
-        let mutant_flag = mutant.map(|m| format!(" --features mutants -- --mutant {}", m.name())).unwrap_or_default();
+        let mutant_flag = mutant
+            .map(|m| format!(" --features mutants -- --mutant {}", m.name()))
+            .unwrap_or_default();
         if let Some((seed, v)) = first_failure {
             let sep = if mutant.is_some() { "" } else { " --" };
-            println!("VIOLATION guarantee={} seed={seed} at={}ms: {}", v.guarantee, v.at_ms, v.detail);
+            println!(
+                "VIOLATION guarantee={} seed={seed} at={}ms: {}",
+                v.guarantee, v.at_ms, v.detail
+            );
             println!("reproduce: cargo run --release -p xfer-sim{mutant_flag}{sep} --seed {seed}");
         }
         let fault_list: Vec<String> = faults.iter().map(|(k, n)| format!("{k}={n}")).collect();
-        let seeds = if first == last { format!("{first}") } else { format!("{first}..={last}") };
+        let seeds = if first == last {
+            format!("{first}")
+        } else {
+            format!("{first}..={last}")
+        };
         let ran = self.runs.len();
         println!(
             "seeds={seeds} ran={ran} transfers={transfers} submissions={submissions} done={done} canceled={canceled} events={events} reordered={reordered} faults: {} digest={digest:016x} violations={violations}",
             fault_list.join(" ")
         );
-        if violations == 0 { ExitCode::SUCCESS } else { ExitCode::from(1) }
+        if violations == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        }
     }
 }

@@ -85,7 +85,9 @@ impl Workload {
             points: asset("POINTS"),
             sku: asset("SKU-1"),
             users: (0..cfg.users).map(|i| id(&format!("cash:u{i}"))).collect(),
-            points_users: (0..cfg.users).map(|i| id(&format!("points:u{i}"))).collect(),
+            points_users: (0..cfg.users)
+                .map(|i| id(&format!("points:u{i}")))
+                .collect(),
             hot: id("cash:hot"),
             hotness: cfg.hotness,
             late: (0..3).map(|i| id(&format!("cash:late{i}"))).collect(),
@@ -102,17 +104,37 @@ impl Workload {
     pub fn initial_accounts(&self) -> Vec<(AccountId, AssetCode, LowerBound)> {
         let mut out = vec![
             (id("issuer:USD"), self.usd.clone(), LowerBound::Unbounded),
-            (id("issuer:POINTS"), self.points.clone(), LowerBound::Unbounded),
+            (
+                id("issuer:POINTS"),
+                self.points.clone(),
+                LowerBound::Unbounded,
+            ),
             (id("issuer:SKU-1"), self.sku.clone(), LowerBound::Unbounded),
             (id("cash:merchant"), self.usd.clone(), LowerBound::default()),
-            (id("points:merchant"), self.points.clone(), LowerBound::default()),
+            (
+                id("points:merchant"),
+                self.points.clone(),
+                LowerBound::default(),
+            ),
             (id("stock:sku1"), self.sku.clone(), LowerBound::default()),
             (id("stock:sold"), self.sku.clone(), LowerBound::default()),
             (self.hot.clone(), self.usd.clone(), LowerBound::default()),
-            (id("cash:credit-line"), self.usd.clone(), LowerBound::Bounded(-500)),
+            (
+                id("cash:credit-line"),
+                self.usd.clone(),
+                LowerBound::Bounded(-500),
+            ),
         ];
-        out.extend(self.users.iter().map(|u| (u.clone(), self.usd.clone(), LowerBound::default())));
-        out.extend(self.points_users.iter().map(|u| (u.clone(), self.points.clone(), LowerBound::default())));
+        out.extend(
+            self.users
+                .iter()
+                .map(|u| (u.clone(), self.usd.clone(), LowerBound::default())),
+        );
+        out.extend(
+            self.points_users
+                .iter()
+                .map(|u| (u.clone(), self.points.clone(), LowerBound::default())),
+        );
         out
     }
 
@@ -122,16 +144,32 @@ impl Workload {
         let users: Vec<_> = self.users.clone();
         for u in &users {
             let amount = self.rng.range(20_000, 100_000);
-            out.push(self.spec(vec![self.posting("issuer:USD", u, &self.usd.clone(), amount)], 5_000));
+            out.push(self.spec(
+                vec![self.posting("issuer:USD", u, &self.usd.clone(), amount)],
+                5_000,
+            ));
         }
         for u in &self.points_users.clone() {
             let amount = self.rng.range(5_000, 50_000);
-            out.push(self.spec(vec![self.posting("issuer:POINTS", u, &self.points.clone(), amount)], 5_000));
+            out.push(self.spec(
+                vec![self.posting("issuer:POINTS", u, &self.points.clone(), amount)],
+                5_000,
+            ));
         }
         let stock = self.rng.range(50, 400);
-        out.push(self.spec(vec![self.posting("issuer:SKU-1", &id("stock:sku1"), &self.sku.clone(), stock)], 5_000));
-        let hot = if self.hotness == Hotness::DebitHot { 10_000_000 } else { 1_000 };
-        out.push(self.spec(vec![self.posting("issuer:USD", &self.hot.clone(), &self.usd.clone(), hot)], 5_000));
+        out.push(self.spec(
+            vec![self.posting("issuer:SKU-1", &id("stock:sku1"), &self.sku.clone(), stock)],
+            5_000,
+        ));
+        let hot = if self.hotness == Hotness::DebitHot {
+            10_000_000
+        } else {
+            1_000
+        };
+        out.push(self.spec(
+            vec![self.posting("issuer:USD", &self.hot.clone(), &self.usd.clone(), hot)],
+            5_000,
+        ));
         for s in &out {
             self.record(s);
         }
@@ -139,11 +177,21 @@ impl Workload {
     }
 
     fn posting(&self, from: &str, to: &AccountId, asset: &AssetCode, amount: u64) -> Posting {
-        Posting { from: id(from), to: to.clone(), asset: asset.clone(), amount: Amount::new(amount, "amount").expect("positive") }
+        Posting {
+            from: id(from),
+            to: to.clone(),
+            asset: asset.clone(),
+            amount: Amount::new(amount, "amount").expect("positive"),
+        }
     }
 
     fn move_(&self, from: &AccountId, to: &AccountId, asset: &AssetCode, amount: u64) -> Posting {
-        Posting { from: from.clone(), to: to.clone(), asset: asset.clone(), amount: Amount::new(amount, "amount").expect("positive") }
+        Posting {
+            from: from.clone(),
+            to: to.clone(),
+            asset: asset.clone(),
+            amount: Amount::new(amount, "amount").expect("positive"),
+        }
     }
 
     fn spec(&mut self, postings: Vec<Posting>, timeout_ms: u64) -> TransferSpec {
@@ -160,7 +208,13 @@ impl Workload {
 
     fn record(&mut self, spec: &TransferSpec) {
         self.transfers += 1;
-        self.submissions.entry(spec.id.clone()).or_default().push(Submission { spec: spec.clone(), told: None });
+        self.submissions
+            .entry(spec.id.clone())
+            .or_default()
+            .push(Submission {
+                spec: spec.clone(),
+                told: None,
+            });
         self.recent.push(spec.clone());
         if self.recent.len() > 32 {
             self.recent.remove(0);
@@ -220,7 +274,12 @@ impl Workload {
                 let (cash, pts) = (self.amount(), self.rng.range(1, 200));
                 vec![
                     self.move_(&self.users[i].clone(), &id("cash:merchant"), &usd, cash),
-                    self.move_(&self.points_users[i].clone(), &id("points:merchant"), &points, pts),
+                    self.move_(
+                        &self.points_users[i].clone(),
+                        &id("points:merchant"),
+                        &points,
+                        pts,
+                    ),
                 ]
             }
             55..=64 => {
@@ -240,7 +299,8 @@ impl Workload {
                 return Action::Submit(spec);
             }
             83..=84 if !self.recent.is_empty() => {
-                let mut spec = self.recent[self.rng.below(self.recent.len() as u64) as usize].clone();
+                let mut spec =
+                    self.recent[self.rng.below(self.recent.len() as u64) as usize].clone();
                 spec.metadata.push_str("changed");
                 self.record(&spec);
                 return Action::Submit(spec);

@@ -73,11 +73,31 @@ enum Ticket {
 #[derive(Clone, Debug)]
 enum Event {
     Generate,
-    Client { action: Action, ticket: Ticket, tries: u32 },
+    Client {
+        action: Action,
+        ticket: Ticket,
+        tries: u32,
+    },
     Deliver(usize, Box<Msg>),
-    Reply { proc: usize, inc: u32, mid: u64, tag: u32, attempt: u32, reply: Option<Box<Reply>> },
-    Timeout { proc: usize, inc: u32, mid: u64, tag: u32, attempt: u32 },
-    Sweep { proc: usize, inc: u32 },
+    Reply {
+        proc: usize,
+        inc: u32,
+        mid: u64,
+        tag: u32,
+        attempt: u32,
+        reply: Option<Box<Reply>>,
+    },
+    Timeout {
+        proc: usize,
+        inc: u32,
+        mid: u64,
+        tag: u32,
+        attempt: u32,
+    },
+    Sweep {
+        proc: usize,
+        inc: u32,
+    },
     Crash(usize),
     Restart(usize),
     Pause(usize),
@@ -144,7 +164,13 @@ impl World {
         let workload = Workload::new(&cfg, rng.fork());
         let skewed = cfg.has(FaultKind::Skew);
         let half = cfg.protocol.skew_ms as i64 / 2;
-        let skew = |rng: &mut Rng| if skewed { rng.range(0, 2 * half as u64) as i64 - half } else { 0 };
+        let skew = |rng: &mut Rng| {
+            if skewed {
+                rng.range(0, 2 * half as u64) as i64 - half
+            } else {
+                0
+            }
+        };
         let procs = (0..cfg.procs)
             .map(|p| Proc {
                 skew: skew(&mut rng),
@@ -158,7 +184,12 @@ impl World {
             })
             .collect();
         let shards = (0..cfg.shards)
-            .map(|_| Shard { store: MemoryShard::new(), skew: skew(&mut rng), down_until: 0, newest_send: 0 })
+            .map(|_| Shard {
+                store: MemoryShard::new(),
+                skew: skew(&mut rng),
+                down_until: 0,
+                newest_send: 0,
+            })
             .collect();
         let mut w = World {
             router: Router::hash(cfg.shards),
@@ -180,7 +211,11 @@ impl World {
             acks: Vec::new(),
             send_seq: 0,
         };
-        let clocks = w.procs.iter().map(|p| p.skew).chain(w.shards.iter().map(|s| s.skew));
+        let clocks = w
+            .procs
+            .iter()
+            .map(|p| p.skew)
+            .chain(w.shards.iter().map(|s| s.skew));
         let skewed_clocks = clocks.filter(|s| *s != 0).count() as u64;
         w.count_n(FaultKind::Skew, skewed_clocks);
         w.setup();
@@ -189,7 +224,10 @@ impl World {
 
     fn setup(&mut self) {
         for (id, asset, lower_bound) in self.workload.initial_accounts() {
-            let shard = self.router.shard_of_account(&id, Some(&asset)).expect("hash router");
+            let shard = self
+                .router
+                .shard_of_account(&id, Some(&asset))
+                .expect("hash router");
             let op = Op::Account(id, AccountOp::Create { asset, lower_bound });
             self.shards[shard].store.apply(&op, Timestamp(START_MS));
         }
@@ -217,8 +255,12 @@ impl World {
             for _ in 0..n.max(1) {
                 let at = self.rng.range(0, safety_ms);
                 let ev = match kind {
-                    FaultKind::Crash => Event::Crash(self.rng.below(self.procs.len() as u64) as usize),
-                    FaultKind::Pause => Event::Pause(self.rng.below(self.procs.len() as u64) as usize),
+                    FaultKind::Crash => {
+                        Event::Crash(self.rng.below(self.procs.len() as u64) as usize)
+                    }
+                    FaultKind::Pause => {
+                        Event::Pause(self.rng.below(self.procs.len() as u64) as usize)
+                    }
                     _ => Event::ShardDown(self.rng.below(self.shards.len() as u64) as usize),
                 };
                 self.schedule(at, ev);
@@ -257,13 +299,18 @@ impl World {
             due + bound
         };
         let stores: Vec<MemoryShard> = self.shards.drain(..).map(|s| s.store).collect();
-        self.checker.settled(&stores, &self.router, &self.workload, &due, self.now);
+        self.checker
+            .settled(&stores, &self.router, &self.workload, &due, self.now);
         for (id, state) in &self.acks {
             let shard = &stores[self.router.shard_of_transfer(id)];
             let actual = shard.transfer(id).map(|r| r.state);
             if actual != Some(*state) {
                 let detail = format!("{id}: acknowledged {state}, record says {actual:?}");
-                self.checker.violations.push(crate::checker::Violation { guarantee: "acknowledged", detail, at_ms: self.now });
+                self.checker.violations.push(crate::checker::Violation {
+                    guarantee: "acknowledged",
+                    detail,
+                    at_ms: self.now,
+                });
             }
         }
         // Past every horizon: the sweeper's pruning must leave nothing behind.
@@ -276,7 +323,11 @@ impl World {
         if std::env::var_os("XFER_SIM_REASONS").is_some() {
             let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
             for r in stores.iter().flat_map(|s| s.transfers()) {
-                let key = r.reason.as_ref().map(|x| format!("{x}")).unwrap_or_else(|| r.state.to_string());
+                let key = r
+                    .reason
+                    .as_ref()
+                    .map(|x| format!("{x}"))
+                    .unwrap_or_else(|| r.state.to_string());
                 let key: String = key.split(" on ").next().unwrap_or("").to_string();
                 *reasons.entry(key).or_default() += 1;
             }
@@ -303,7 +354,10 @@ impl World {
             && self.messages_in_flight == 0
             && self.clients_waiting == 0
             && self.procs.iter().all(|p| p.slots.is_empty())
-            && self.shards.iter().all(|s| s.store.transfers().all(|r| r.state.is_terminal()))
+            && self
+                .shards
+                .iter()
+                .all(|s| s.store.transfers().all(|r| r.state.is_terminal()))
     }
 
     // --- plumbing -------------------------------------------------------------------------
@@ -367,7 +421,11 @@ impl World {
     fn handle(&mut self, ev: Event) {
         match ev {
             Event::Generate => self.generate(),
-            Event::Client { action, ticket, tries } => {
+            Event::Client {
+                action,
+                ticket,
+                tries,
+            } => {
                 self.clients_waiting -= 1;
                 self.on_client(action, ticket, tries)
             }
@@ -388,7 +446,9 @@ impl World {
             }
             Event::Pause(p) => {
                 if self.procs[p].alive {
-                    let extra = self.rng.range(self.cfg.pause_extra_ms.0, self.cfg.pause_extra_ms.1);
+                    let extra = self
+                        .rng
+                        .range(self.cfg.pause_extra_ms.0, self.cfg.pause_extra_ms.1);
                     self.procs[p].paused_until = self.now + self.cfg.protocol.lease_ms + extra;
                     self.count(FaultKind::Pause);
                 }
@@ -413,7 +473,10 @@ impl World {
         self.generated += 1;
         let action = self.workload.next_action();
         let ticket = match &action {
-            Action::Submit(spec) => Ticket::Submit(spec.id.clone(), self.workload.submission_count(&spec.id) - 1),
+            Action::Submit(spec) => Ticket::Submit(
+                spec.id.clone(),
+                self.workload.submission_count(&spec.id) - 1,
+            ),
             Action::Capture(_) | Action::Void(_) => Ticket::Follow,
             Action::Create(..) | Action::Close(_) => Ticket::Admin,
         };
@@ -424,7 +487,14 @@ impl World {
 
     fn client(&mut self, after_ms: u64, action: Action, ticket: Ticket, tries: u32) {
         self.clients_waiting += 1;
-        self.schedule(after_ms, Event::Client { action, ticket, tries });
+        self.schedule(
+            after_ms,
+            Event::Client {
+                action,
+                ticket,
+                tries,
+            },
+        );
     }
 
     fn on_client(&mut self, action: Action, ticket: Ticket, tries: u32) {
@@ -446,10 +516,18 @@ impl World {
                     None
                 }
             },
-            Action::Capture(id) => Some(Machine::capture(id, owner, now, cfg)).map(|(m, r)| (Work::Machine(Box::new(m)), r)),
-            Action::Void(id) => Some(Machine::void(id, owner, now, cfg)).map(|(m, r)| (Work::Machine(Box::new(m)), r)),
+            Action::Capture(id) => Some(Machine::capture(id, owner, now, cfg))
+                .map(|(m, r)| (Work::Machine(Box::new(m)), r)),
+            Action::Void(id) => Some(Machine::void(id, owner, now, cfg))
+                .map(|(m, r)| (Work::Machine(Box::new(m)), r)),
             Action::Create(ref id, ref asset, lower_bound) => {
-                let op = Op::Account(id.clone(), AccountOp::Create { asset: asset.clone(), lower_bound });
+                let op = Op::Account(
+                    id.clone(),
+                    AccountOp::Create {
+                        asset: asset.clone(),
+                        lower_bound,
+                    },
+                );
                 Some((Work::Admin(action.clone()), vec![Request { tag: 0, op }]))
             }
             Action::Close(ref id) => {
@@ -469,7 +547,14 @@ impl World {
     fn start(&mut self, p: usize, work: Work, reqs: Vec<Request>, ticket: Ticket) {
         let mid = self.procs[p].next_mid;
         self.procs[p].next_mid += 1;
-        self.procs[p].slots.insert(mid, Slot { work, sent: BTreeMap::new(), ticket });
+        self.procs[p].slots.insert(
+            mid,
+            Slot {
+                work,
+                sent: BTreeMap::new(),
+                ticket,
+            },
+        );
         self.send_all(p, mid, reqs);
     }
 
@@ -484,15 +569,36 @@ impl World {
 
     fn transmit(&mut self, p: usize, mid: u64, tag: u32, attempt: u32, op: Op) {
         let inc = self.procs[p].inc;
-        self.schedule(self.cfg.op_timeout_ms, Event::Timeout { proc: p, inc, mid, tag, attempt });
+        self.schedule(
+            self.cfg.op_timeout_ms,
+            Event::Timeout {
+                proc: p,
+                inc,
+                mid,
+                tag,
+                attempt,
+            },
+        );
         if self.faulty(FaultKind::Drop, 15_000) {
             self.count(FaultKind::Drop);
             return;
         }
-        let shard = self.router.shard_of_op(&op).expect("hash router places every op");
+        let shard = self
+            .router
+            .shard_of_op(&op)
+            .expect("hash router places every op");
         self.send_seq += 1;
         let lose_reply = self.faulty(FaultKind::ReplyLost, 25_000);
-        let msg = Msg { proc: p, inc, mid, tag, attempt, op, send_seq: self.send_seq, lose_reply };
+        let msg = Msg {
+            proc: p,
+            inc,
+            mid,
+            tag,
+            attempt,
+            op,
+            send_seq: self.send_seq,
+            lose_reply,
+        };
         if self.faulty(FaultKind::Duplicate, 25_000) {
             self.count(FaultKind::Duplicate);
             let later = self.rng.range(self.cfg.latency_ms.0, self.cfg.delay_ms.1);
@@ -522,7 +628,17 @@ impl World {
         }
         let latency = self.latency();
         let (proc, inc, mid, tag, attempt) = (msg.proc, msg.inc, msg.mid, msg.tag, msg.attempt);
-        self.schedule(latency, Event::Reply { proc, inc, mid, tag, attempt, reply });
+        self.schedule(
+            latency,
+            Event::Reply {
+                proc,
+                inc,
+                mid,
+                tag,
+                attempt,
+                reply,
+            },
+        );
     }
 
     /// Applies `op` on shard `s` with the shard's clock, under the step-by-step checkers.
@@ -539,9 +655,10 @@ impl World {
             }
             Op::Account(id, _) => {
                 let reply = store.apply(op, now);
-                self.checker.after_account_write(self.shards[s].store.account(id), self.now);
+                self.checker
+                    .after_account_write(self.shards[s].store.account(id), self.now);
                 self.account_writes += 1;
-                if self.account_writes % 64 == 0 {
+                if self.account_writes.is_multiple_of(64) {
                     let views: Vec<&MemoryShard> = self.shards.iter().map(|s| &s.store).collect();
                     self.checker.conservation(&views, &self.router, self.now);
                 }
@@ -551,14 +668,33 @@ impl World {
     }
 
     fn on_reply(&mut self, ev: Event) {
-        let Event::Reply { proc: p, inc, mid, tag, attempt, ref reply } = ev else { unreachable!() };
+        let Event::Reply {
+            proc: p,
+            inc,
+            mid,
+            tag,
+            attempt,
+            ref reply,
+        } = ev
+        else {
+            unreachable!()
+        };
         if self.gone(p, inc) || self.deferred(p, &ev) {
             return;
         }
         let Some(reply) = reply.clone() else {
             // Unavailable: retry after a short backoff, as the timeout would.
             let backoff = self.rng.range(10, 40);
-            self.schedule(backoff, Event::Timeout { proc: p, inc, mid, tag, attempt });
+            self.schedule(
+                backoff,
+                Event::Timeout {
+                    proc: p,
+                    inc,
+                    mid,
+                    tag,
+                    attempt,
+                },
+            );
             return;
         };
         if !self.procs[p].slots.contains_key(&mid) {
@@ -588,7 +724,9 @@ impl World {
             Work::Admin(action) => {
                 let action = action.clone();
                 self.procs[p].slots.remove(&mid);
-                if *reply == Reply::Refused(Code::AccountHasTransfersInFlight) && self.workload.chance(500_000) {
+                if *reply == Reply::Refused(Code::AccountHasTransfersInFlight)
+                    && self.workload.chance(500_000)
+                {
                     self.client(200, action, Ticket::Admin, 0); // the close waits and tries again
                 }
             }
@@ -596,12 +734,23 @@ impl World {
     }
 
     fn on_timeout(&mut self, ev: Event) {
-        let Event::Timeout { proc: p, inc, mid, tag, attempt } = ev else { unreachable!() };
+        let Event::Timeout {
+            proc: p,
+            inc,
+            mid,
+            tag,
+            attempt,
+        } = ev
+        else {
+            unreachable!()
+        };
         if self.gone(p, inc) || self.deferred(p, &ev) {
             return;
         }
         let now = self.clock(p);
-        let Some(slot) = self.procs[p].slots.get_mut(&mid) else { return };
+        let Some(slot) = self.procs[p].slots.get_mut(&mid) else {
+            return;
+        };
         if let Work::Machine(m) = &mut slot.work {
             let reqs = m.on_tick(now);
             if !reqs.is_empty() || m.outcome().is_some() {
@@ -614,8 +763,12 @@ impl World {
                 return;
             }
         }
-        let Some(slot) = self.procs[p].slots.get_mut(&mid) else { return };
-        let Some((op, sent_attempt)) = slot.sent.get_mut(&tag) else { return };
+        let Some(slot) = self.procs[p].slots.get_mut(&mid) else {
+            return;
+        };
+        let Some((op, sent_attempt)) = slot.sent.get_mut(&tag) else {
+            return;
+        };
         if *sent_attempt != attempt {
             return; // an older timer; a newer send is in flight
         }
@@ -632,7 +785,9 @@ impl World {
     }
 
     fn on_sweep(&mut self, ev: Event) {
-        let Event::Sweep { proc: p, inc } = ev else { unreachable!() };
+        let Event::Sweep { proc: p, inc } = ev else {
+            unreachable!()
+        };
         if self.gone(p, inc) || self.deferred(p, &ev) {
             return;
         }
@@ -668,7 +823,13 @@ impl World {
             self.tell(&slot.ticket, Told::Unknown);
             // A client whose request died with the process often sends it again.
             if let (Ticket::Submit(id, n), true) = (&slot.ticket, self.workload.chance(500_000)) {
-                if let Some(spec) = self.workload.submissions.get(id).and_then(|v| v.get(*n)).map(|s| s.spec.clone()) {
+                if let Some(spec) = self
+                    .workload
+                    .submissions
+                    .get(id)
+                    .and_then(|v| v.get(*n))
+                    .map(|s| s.spec.clone())
+                {
                     let n = self.workload.resubmit(&spec);
                     self.client(100, Action::Submit(spec), Ticket::Submit(id.clone(), n), 0);
                 }
@@ -683,7 +844,9 @@ impl World {
     }
 
     fn complete(&mut self, p: usize, mid: u64) {
-        let Some(slot) = self.procs[p].slots.remove(&mid) else { return };
+        let Some(slot) = self.procs[p].slots.remove(&mid) else {
+            return;
+        };
         self.untrack(p, &slot);
         let Work::Machine(m) = &slot.work else { return };
         match m.outcome().cloned() {
@@ -693,7 +856,9 @@ impl World {
             }
             Some(Outcome::Held(r)) => {
                 self.tell(&slot.ticket, Told::State(TransferState::Held));
-                if let (Ticket::Submit(..), TransferKind::Hold { ttl_ms }) = (&slot.ticket, r.spec.kind) {
+                if let (Ticket::Submit(..), TransferKind::Hold { ttl_ms }) =
+                    (&slot.ticket, r.spec.kind)
+                {
                     if let Some((after, action)) = self.workload.after_held(r.id(), ttl_ms) {
                         self.client(after, action, Ticket::Follow, 0);
                     }
@@ -701,7 +866,9 @@ impl World {
             }
             Some(Outcome::Rejected(r)) => self.tell(&slot.ticket, Told::Rejected(r.code)),
             Some(Outcome::Violation(v)) => self.checker.machine_violation(v, self.now),
-            Some(Outcome::Left(_) | Outcome::NotFound) | None => self.tell(&slot.ticket, Told::Unknown),
+            Some(Outcome::Left(_) | Outcome::NotFound) | None => {
+                self.tell(&slot.ticket, Told::Unknown)
+            }
         }
     }
 
@@ -726,4 +893,3 @@ fn mix(h: u64, v: u64) -> u64 {
     }
     h
 }
-

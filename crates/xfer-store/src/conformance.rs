@@ -59,7 +59,17 @@ async fn one(s: &dyn Store, op: Op) -> Reply {
 }
 
 async fn create(s: &dyn Store, id: &str, lower_bound: LowerBound) -> Reply {
-    one(s, Op::Account(acct(id), AccountOp::Create { asset: usd(), lower_bound })).await
+    one(
+        s,
+        Op::Account(
+            acct(id),
+            AccountOp::Create {
+                asset: usd(),
+                lower_bound,
+            },
+        ),
+    )
+    .await
 }
 
 async fn get(s: &dyn Store, id: &str) -> xfer_core::Account {
@@ -72,7 +82,14 @@ async fn get(s: &dyn Store, id: &str) -> xfer_core::Account {
 fn prepare_op(account: &str, t: &str, debit: u64, credit: u64, deadline: Timestamp) -> Op {
     Op::Account(
         acct(account),
-        AccountOp::Prepare { transfer: tid(t), asset: usd(), debit, credit, deadline, horizon: FUTURE },
+        AccountOp::Prepare {
+            transfer: tid(t),
+            asset: usd(),
+            debit,
+            credit,
+            deadline,
+            horizon: FUTURE,
+        },
     )
 }
 
@@ -81,19 +98,46 @@ async fn prepare(s: &dyn Store, account: &str, t: &str, debit: u64, credit: u64)
 }
 
 async fn post(s: &dyn Store, account: &str, t: &str) -> Reply {
-    one(s, Op::Account(acct(account), AccountOp::Post { transfer: tid(t), asset: usd() })).await
+    one(
+        s,
+        Op::Account(
+            acct(account),
+            AccountOp::Post {
+                transfer: tid(t),
+                asset: usd(),
+            },
+        ),
+    )
+    .await
 }
 
 async fn release(s: &dyn Store, account: &str, t: &str, horizon: Timestamp) -> Reply {
-    one(s, Op::Account(acct(account), AccountOp::Release { transfer: tid(t), asset: usd(), horizon })).await
+    one(
+        s,
+        Op::Account(
+            acct(account),
+            AccountOp::Release {
+                transfer: tid(t),
+                asset: usd(),
+                horizon,
+            },
+        ),
+    )
+    .await
 }
 
 /// Funds `id` with `amount` from an unbounded issuer through the protocol's own steps.
 async fn fund(s: &dyn Store, id: &str, amount: u64) {
     create(s, "issuer", LowerBound::Unbounded).await;
     let t = format!("fund-{id}-{amount}");
-    assert_eq!(prepare(s, "issuer", &t, amount, 0).await, Reply::Prepare(PrepareOutcome::Prepared));
-    assert_eq!(prepare(s, id, &t, 0, amount).await, Reply::Prepare(PrepareOutcome::Prepared));
+    assert_eq!(
+        prepare(s, "issuer", &t, amount, 0).await,
+        Reply::Prepare(PrepareOutcome::Prepared)
+    );
+    assert_eq!(
+        prepare(s, id, &t, 0, amount).await,
+        Reply::Prepare(PrepareOutcome::Prepared)
+    );
     post(s, "issuer", &t).await;
     post(s, id, &t).await;
 }
@@ -131,19 +175,43 @@ fn state_of(r: &Reply) -> (TransferState, u64, bool) {
 }
 
 async fn accounts_are_created_once(s: &dyn Store) {
-    assert!(matches!(create(s, "a", LowerBound::default()).await, Reply::Account(_)));
-    assert!(matches!(create(s, "a", LowerBound::default()).await, Reply::Account(_)), "same body again");
-    assert_eq!(create(s, "a", LowerBound::Unbounded).await, Reply::Refused(Code::AccountExistsWithDifferentBody));
+    assert!(matches!(
+        create(s, "a", LowerBound::default()).await,
+        Reply::Account(_)
+    ));
+    assert!(
+        matches!(
+            create(s, "a", LowerBound::default()).await,
+            Reply::Account(_)
+        ),
+        "same body again"
+    );
+    assert_eq!(
+        create(s, "a", LowerBound::Unbounded).await,
+        Reply::Refused(Code::AccountExistsWithDifferentBody)
+    );
     let a = get(s, "a").await;
-    assert_eq!((a.balance, a.reserved, a.incoming, a.status), (0, 0, 0, AccountStatus::Open));
-    assert_eq!(one(s, Op::Account(acct("nobody"), AccountOp::Get)).await, Reply::NotFound);
+    assert_eq!(
+        (a.balance, a.reserved, a.incoming, a.status),
+        (0, 0, 0, AccountStatus::Open)
+    );
+    assert_eq!(
+        one(s, Op::Account(acct("nobody"), AccountOp::Get)).await,
+        Reply::NotFound
+    );
 }
 
 async fn prepare_reserves_and_repeats_are_no_ops(s: &dyn Store) {
     create(s, "a", LowerBound::default()).await;
     fund(s, "a", 100).await;
-    assert_eq!(prepare(s, "a", "t1", 60, 0).await, Reply::Prepare(PrepareOutcome::Prepared));
-    assert_eq!(prepare(s, "a", "t1", 60, 0).await, Reply::Prepare(PrepareOutcome::AlreadyPrepared));
+    assert_eq!(
+        prepare(s, "a", "t1", 60, 0).await,
+        Reply::Prepare(PrepareOutcome::Prepared)
+    );
+    assert_eq!(
+        prepare(s, "a", "t1", 60, 0).await,
+        Reply::Prepare(PrepareOutcome::AlreadyPrepared)
+    );
     let a = get(s, "a").await;
     assert_eq!((a.balance, a.reserved, a.available()), (100, 60, 40));
     assert_eq!(a.intents[&tid("t1")].state, IntentState::Open);
@@ -153,19 +221,44 @@ async fn prepare_refusals_change_nothing(s: &dyn Store) {
     create(s, "a", LowerBound::default()).await;
     fund(s, "a", 100).await;
     let before = get(s, "a").await;
-    assert_eq!(prepare(s, "a", "t1", 101, 0).await, Reply::Prepare(PrepareOutcome::Refused(Code::ExceedsAvailable)));
+    assert_eq!(
+        prepare(s, "a", "t1", 101, 0).await,
+        Reply::Prepare(PrepareOutcome::Refused(Code::ExceedsAvailable))
+    );
     let eur = AssetCode::new("EUR", "asset").expect("valid");
-    let op = AccountOp::Prepare { transfer: tid("t2"), asset: eur, debit: 1, credit: 0, deadline: FUTURE, horizon: FUTURE };
-    assert_eq!(one(s, Op::Account(acct("a"), op)).await, Reply::Prepare(PrepareOutcome::Refused(Code::AssetMismatch)));
-    assert_eq!(prepare(s, "ghost", "t3", 0, 1).await, Reply::Prepare(PrepareOutcome::Refused(Code::AccountNotFound)));
-    assert_eq!(prepare(s, "a", "t4", 0, i64::MAX as u64).await, Reply::Prepare(PrepareOutcome::Refused(Code::BalanceWouldOverflow)));
+    let op = AccountOp::Prepare {
+        transfer: tid("t2"),
+        asset: eur,
+        debit: 1,
+        credit: 0,
+        deadline: FUTURE,
+        horizon: FUTURE,
+    };
+    assert_eq!(
+        one(s, Op::Account(acct("a"), op)).await,
+        Reply::Prepare(PrepareOutcome::Refused(Code::AssetMismatch))
+    );
+    assert_eq!(
+        prepare(s, "ghost", "t3", 0, 1).await,
+        Reply::Prepare(PrepareOutcome::Refused(Code::AccountNotFound))
+    );
+    assert_eq!(
+        prepare(s, "a", "t4", 0, i64::MAX as u64).await,
+        Reply::Prepare(PrepareOutcome::Refused(Code::BalanceWouldOverflow))
+    );
     assert_eq!(get(s, "a").await, before, "refusals change nothing");
 }
 
 async fn incoming_is_not_available(s: &dyn Store) {
     create(s, "b", LowerBound::default()).await;
-    assert_eq!(prepare(s, "b", "t1", 0, 50).await, Reply::Prepare(PrepareOutcome::Prepared));
-    assert_eq!(prepare(s, "b", "t2", 1, 0).await, Reply::Prepare(PrepareOutcome::Refused(Code::ExceedsAvailable)));
+    assert_eq!(
+        prepare(s, "b", "t1", 0, 50).await,
+        Reply::Prepare(PrepareOutcome::Prepared)
+    );
+    assert_eq!(
+        prepare(s, "b", "t2", 1, 0).await,
+        Reply::Prepare(PrepareOutcome::Refused(Code::ExceedsAvailable))
+    );
     let b = get(s, "b").await;
     assert_eq!((b.balance, b.incoming, b.available()), (0, 50, 0));
 }
@@ -178,12 +271,28 @@ async fn post_moves_money_once(s: &dyn Store) {
     prepare(s, "b", "t1", 0, 30).await;
     assert_eq!(post(s, "a", "t1").await, Reply::Post(PostOutcome::Posted));
     assert_eq!(post(s, "b", "t1").await, Reply::Post(PostOutcome::Posted));
-    assert_eq!(post(s, "a", "t1").await, Reply::Post(PostOutcome::AlreadyPosted));
-    assert_eq!(prepare(s, "a", "t1", 30, 0).await, Reply::Prepare(PrepareOutcome::AlreadyPosted), "late prepare finds the tombstone");
-    assert_eq!(release(s, "a", "t1", FUTURE).await, Reply::Release(ReleaseOutcome::FoundPosted));
-    assert_eq!(post(s, "a", "never-prepared").await, Reply::Post(PostOutcome::Missing));
+    assert_eq!(
+        post(s, "a", "t1").await,
+        Reply::Post(PostOutcome::AlreadyPosted)
+    );
+    assert_eq!(
+        prepare(s, "a", "t1", 30, 0).await,
+        Reply::Prepare(PrepareOutcome::AlreadyPosted),
+        "late prepare finds the tombstone"
+    );
+    assert_eq!(
+        release(s, "a", "t1", FUTURE).await,
+        Reply::Release(ReleaseOutcome::FoundPosted)
+    );
+    assert_eq!(
+        post(s, "a", "never-prepared").await,
+        Reply::Post(PostOutcome::Missing)
+    );
     let (a, b) = (get(s, "a").await, get(s, "b").await);
-    assert_eq!((a.balance, a.reserved, b.balance, b.incoming), (70, 0, 30, 0));
+    assert_eq!(
+        (a.balance, a.reserved, b.balance, b.incoming),
+        (70, 0, 30, 0)
+    );
     assert_eq!(a.intents[&tid("t1")].state, IntentState::Posted);
 }
 
@@ -191,30 +300,65 @@ async fn release_gives_back_once_and_marks_ahead(s: &dyn Store) {
     create(s, "a", LowerBound::default()).await;
     fund(s, "a", 100).await;
     prepare(s, "a", "t1", 30, 0).await;
-    assert_eq!(release(s, "a", "t1", FUTURE).await, Reply::Release(ReleaseOutcome::Released));
-    assert_eq!(release(s, "a", "t1", FUTURE).await, Reply::Release(ReleaseOutcome::AlreadyReleased));
-    assert_eq!(post(s, "a", "t1").await, Reply::Post(PostOutcome::FoundReleased));
+    assert_eq!(
+        release(s, "a", "t1", FUTURE).await,
+        Reply::Release(ReleaseOutcome::Released)
+    );
+    assert_eq!(
+        release(s, "a", "t1", FUTURE).await,
+        Reply::Release(ReleaseOutcome::AlreadyReleased)
+    );
+    assert_eq!(
+        post(s, "a", "t1").await,
+        Reply::Post(PostOutcome::FoundReleased)
+    );
     assert_eq!(get(s, "a").await.reserved, 0);
     // A release that overtakes its prepare leaves a mark; the prepare then does nothing.
-    assert_eq!(release(s, "a", "t2", FUTURE).await, Reply::Release(ReleaseOutcome::Marked));
-    assert_eq!(prepare(s, "a", "t2", 10, 0).await, Reply::Prepare(PrepareOutcome::AlreadyReleased));
+    assert_eq!(
+        release(s, "a", "t2", FUTURE).await,
+        Reply::Release(ReleaseOutcome::Marked)
+    );
+    assert_eq!(
+        prepare(s, "a", "t2", 10, 0).await,
+        Reply::Prepare(PrepareOutcome::AlreadyReleased)
+    );
     let a = get(s, "a").await;
     assert_eq!((a.balance, a.reserved, a.open_intents()), (100, 0, 0));
 }
 
 async fn release_on_a_missing_account_survives_its_creation(s: &dyn Store) {
-    assert_eq!(release(s, "late", "t1", FUTURE).await, Reply::Release(ReleaseOutcome::Marked));
-    assert_eq!(one(s, Op::Account(acct("late"), AccountOp::Get)).await, Reply::NotFound, "a placeholder is not an account");
-    assert_eq!(prepare(s, "late", "t1", 0, 5).await, Reply::Prepare(PrepareOutcome::AlreadyReleased));
-    assert!(matches!(create(s, "late", LowerBound::default()).await, Reply::Account(_)));
-    assert_eq!(prepare(s, "late", "t1", 0, 5).await, Reply::Prepare(PrepareOutcome::AlreadyReleased), "the mark survived creation");
+    assert_eq!(
+        release(s, "late", "t1", FUTURE).await,
+        Reply::Release(ReleaseOutcome::Marked)
+    );
+    assert_eq!(
+        one(s, Op::Account(acct("late"), AccountOp::Get)).await,
+        Reply::NotFound,
+        "a placeholder is not an account"
+    );
+    assert_eq!(
+        prepare(s, "late", "t1", 0, 5).await,
+        Reply::Prepare(PrepareOutcome::AlreadyReleased)
+    );
+    assert!(matches!(
+        create(s, "late", LowerBound::default()).await,
+        Reply::Account(_)
+    ));
+    assert_eq!(
+        prepare(s, "late", "t1", 0, 5).await,
+        Reply::Prepare(PrepareOutcome::AlreadyReleased),
+        "the mark survived creation"
+    );
     assert_eq!(get(s, "late").await.incoming, 0);
 }
 
 async fn late_prepares_are_refused(s: &dyn Store) {
     create(s, "a", LowerBound::default()).await;
     fund(s, "a", 100).await;
-    assert_eq!(one(s, prepare_op("a", "t1", 10, 0, PAST)).await, Reply::Prepare(PrepareOutcome::TooLate));
+    assert_eq!(
+        one(s, prepare_op("a", "t1", 10, 0, PAST)).await,
+        Reply::Prepare(PrepareOutcome::TooLate)
+    );
     assert_eq!(get(s, "a").await.reserved, 0);
 }
 
@@ -223,71 +367,206 @@ async fn close_waits_for_transfers_in_flight(s: &dyn Store) {
     fund(s, "a", 100).await;
     prepare(s, "a", "t1", 10, 0).await;
     let close = || Op::Account(acct("a"), AccountOp::Close);
-    assert_eq!(one(s, close()).await, Reply::Refused(Code::AccountHasTransfersInFlight));
+    assert_eq!(
+        one(s, close()).await,
+        Reply::Refused(Code::AccountHasTransfersInFlight)
+    );
     release(s, "a", "t1", FUTURE).await;
-    assert!(matches!(one(s, close()).await, Reply::Account(a) if a.status == AccountStatus::Closed));
-    assert!(matches!(one(s, close()).await, Reply::Account(_)), "closing twice is fine");
-    assert_eq!(prepare(s, "a", "t2", 0, 1).await, Reply::Prepare(PrepareOutcome::Refused(Code::AccountClosed)));
+    assert!(
+        matches!(one(s, close()).await, Reply::Account(a) if a.status == AccountStatus::Closed)
+    );
+    assert!(
+        matches!(one(s, close()).await, Reply::Account(_)),
+        "closing twice is fine"
+    );
+    assert_eq!(
+        prepare(s, "a", "t2", 0, 1).await,
+        Reply::Prepare(PrepareOutcome::Refused(Code::AccountClosed))
+    );
 }
 
 async fn lower_bounds_hold(s: &dyn Store) {
     create(s, "credit", LowerBound::Bounded(-50)).await;
-    assert_eq!(prepare(s, "credit", "t1", 50, 0).await, Reply::Prepare(PrepareOutcome::Prepared));
-    assert_eq!(prepare(s, "credit", "t2", 1, 0).await, Reply::Prepare(PrepareOutcome::Refused(Code::ExceedsAvailable)));
+    assert_eq!(
+        prepare(s, "credit", "t1", 50, 0).await,
+        Reply::Prepare(PrepareOutcome::Prepared)
+    );
+    assert_eq!(
+        prepare(s, "credit", "t2", 1, 0).await,
+        Reply::Prepare(PrepareOutcome::Refused(Code::ExceedsAvailable))
+    );
     let set = |lb| Op::Account(acct("credit"), AccountOp::SetLowerBound { lower_bound: lb });
-    assert_eq!(one(s, set(LowerBound::Bounded(0))).await, Reply::Refused(Code::LowerBoundAboveAvailable));
-    assert!(matches!(one(s, set(LowerBound::Bounded(-60))).await, Reply::Account(_)));
+    assert_eq!(
+        one(s, set(LowerBound::Bounded(0))).await,
+        Reply::Refused(Code::LowerBoundAboveAvailable)
+    );
+    assert!(matches!(
+        one(s, set(LowerBound::Bounded(-60))).await,
+        Reply::Account(_)
+    ));
     assert_eq!(get(s, "credit").await.available(), 10);
 }
 
 async fn transfers_insert_once(s: &dyn Store) {
     let r = record("t1", 10);
-    assert!(matches!(transfer_op(s, "t1", TransferOp::Insert(Box::new(r.clone()))).await, Reply::Transfer(_)));
+    assert!(matches!(
+        transfer_op(s, "t1", TransferOp::Insert(Box::new(r.clone()))).await,
+        Reply::Transfer(_)
+    ));
     let again = transfer_op(s, "t1", TransferOp::Insert(Box::new(record("t1", 99)))).await;
-    assert!(matches!(&again, Reply::Unchanged(t) if t.created_at == Timestamp(10)), "same body: the first record");
+    assert!(
+        matches!(&again, Reply::Unchanged(t) if t.created_at == Timestamp(10)),
+        "same body: the first record"
+    );
     let mut other = record("t1", 10);
     other.spec.metadata = "different".into();
-    assert_eq!(transfer_op(s, "t1", TransferOp::Insert(Box::new(other))).await, Reply::Refused(Code::IdExistsWithDifferentBody));
-    assert_eq!(transfer_op(s, "nope", TransferOp::Get).await, Reply::NotFound);
+    assert_eq!(
+        transfer_op(s, "t1", TransferOp::Insert(Box::new(other))).await,
+        Reply::Refused(Code::IdExistsWithDifferentBody)
+    );
+    assert_eq!(
+        transfer_op(s, "nope", TransferOp::Get).await,
+        Reply::NotFound
+    );
 }
 
 async fn claims_and_decisions_compare_and_set(s: &dyn Store) {
     transfer_op(s, "t1", TransferOp::Insert(Box::new(record("t1", 10)))).await;
-    let claim = |o: &str, now: u64| TransferOp::Claim { owner: owner(o), now: Timestamp(now), lease_until: Timestamp(now + 100) };
-    assert_eq!(state_of(&transfer_op(s, "t1", claim("x", 20)).await), (TransferState::Pending, 1, true));
-    assert_eq!(state_of(&transfer_op(s, "t1", claim("y", 30)).await), (TransferState::Pending, 1, false), "lease held");
-    assert_eq!(state_of(&transfer_op(s, "t1", claim("y", 120)).await), (TransferState::Pending, 2, true), "lease lapsed: takeover");
-    let decide = |epoch, to| TransferOp::Decide { epoch, to, reason: None, now: Timestamp(130) };
-    assert_eq!(state_of(&transfer_op(s, "t1", decide(1, TransferState::Applied)).await).2, false, "zombie epoch");
-    assert_eq!(state_of(&transfer_op(s, "t1", decide(2, TransferState::Applied)).await), (TransferState::Applied, 2, true));
-    assert_eq!(state_of(&transfer_op(s, "t1", decide(2, TransferState::Canceling)).await).0, TransferState::Applied, "decided once");
-    assert_eq!(state_of(&transfer_op(s, "t1", claim("z", 500)).await), (TransferState::Applied, 3, true), "applied is taken over, not undone");
-    let finish = TransferOp::Finish { now: Timestamp(510) };
-    assert_eq!(state_of(&transfer_op(s, "t1", finish.clone()).await).0, TransferState::Done);
-    assert_eq!(state_of(&transfer_op(s, "t1", finish).await), (TransferState::Done, 3, false));
-    assert_eq!(state_of(&transfer_op(s, "t1", claim("z", 9_999)).await).2, false, "terminal is never claimed");
+    let claim = |o: &str, now: u64| TransferOp::Claim {
+        owner: owner(o),
+        now: Timestamp(now),
+        lease_until: Timestamp(now + 100),
+    };
+    assert_eq!(
+        state_of(&transfer_op(s, "t1", claim("x", 20)).await),
+        (TransferState::Pending, 1, true)
+    );
+    assert_eq!(
+        state_of(&transfer_op(s, "t1", claim("y", 30)).await),
+        (TransferState::Pending, 1, false),
+        "lease held"
+    );
+    assert_eq!(
+        state_of(&transfer_op(s, "t1", claim("y", 120)).await),
+        (TransferState::Pending, 2, true),
+        "lease lapsed: takeover"
+    );
+    let decide = |epoch, to| TransferOp::Decide {
+        epoch,
+        to,
+        reason: None,
+        now: Timestamp(130),
+    };
+    assert!(
+        !state_of(&transfer_op(s, "t1", decide(1, TransferState::Applied)).await).2,
+        "zombie epoch"
+    );
+    assert_eq!(
+        state_of(&transfer_op(s, "t1", decide(2, TransferState::Applied)).await),
+        (TransferState::Applied, 2, true)
+    );
+    assert_eq!(
+        state_of(&transfer_op(s, "t1", decide(2, TransferState::Canceling)).await).0,
+        TransferState::Applied,
+        "decided once"
+    );
+    assert_eq!(
+        state_of(&transfer_op(s, "t1", claim("z", 500)).await),
+        (TransferState::Applied, 3, true),
+        "applied is taken over, not undone"
+    );
+    let finish = TransferOp::Finish {
+        now: Timestamp(510),
+    };
+    assert_eq!(
+        state_of(&transfer_op(s, "t1", finish.clone()).await).0,
+        TransferState::Done
+    );
+    assert_eq!(
+        state_of(&transfer_op(s, "t1", finish).await),
+        (TransferState::Done, 3, false)
+    );
+    assert!(
+        !state_of(&transfer_op(s, "t1", claim("z", 9_999)).await).2,
+        "terminal is never claimed"
+    );
 }
 
 async fn holds_capture_void_and_expire(s: &dyn Store) {
     for id in ["h1", "h2", "h3"] {
-        let r = TransferRecord::accept(spec(id, TransferKind::Hold { ttl_ms: 5_000 }), Timestamp(0), 100);
+        let r = TransferRecord::accept(
+            spec(id, TransferKind::Hold { ttl_ms: 5_000 }),
+            Timestamp(0),
+            100,
+        );
         transfer_op(s, id, TransferOp::Insert(Box::new(r))).await;
-        let op = TransferOp::Claim { owner: owner("x"), now: Timestamp(1), lease_until: Timestamp(101) };
+        let op = TransferOp::Claim {
+            owner: owner("x"),
+            now: Timestamp(1),
+            lease_until: Timestamp(101),
+        };
         transfer_op(s, id, op).await;
-        let op = TransferOp::Decide { epoch: 1, to: TransferState::Held, reason: None, now: Timestamp(2) };
-        assert_eq!(state_of(&transfer_op(s, id, op).await).0, TransferState::Held);
+        let op = TransferOp::Decide {
+            epoch: 1,
+            to: TransferState::Held,
+            reason: None,
+            now: Timestamp(2),
+        };
+        assert_eq!(
+            state_of(&transfer_op(s, id, op).await).0,
+            TransferState::Held
+        );
     }
-    let capture = |now| TransferOp::Capture { owner: owner("c"), now: Timestamp(now), lease_until: Timestamp(now + 100) };
-    assert_eq!(state_of(&transfer_op(s, "h1", capture(10)).await), (TransferState::Applied, 2, true));
-    assert_eq!(state_of(&transfer_op(s, "h1", capture(11)).await), (TransferState::Applied, 2, false), "a repeated capture");
-    let void = TransferOp::Void { owner: owner("v"), now: Timestamp(10), lease_until: Timestamp(110) };
-    assert_eq!(state_of(&transfer_op(s, "h1", void.clone()).await).0, TransferState::Applied, "captured stays captured");
-    assert_eq!(state_of(&transfer_op(s, "h2", void).await), (TransferState::Canceling, 2, true));
-    let early = TransferOp::Claim { owner: owner("s"), now: Timestamp(4_000), lease_until: Timestamp(4_100) };
-    assert_eq!(state_of(&transfer_op(s, "h3", early).await).2, false, "not expired yet");
-    assert_eq!(transfer_op(s, "h3", capture(5_000)).await, Reply::Refused(Code::HoldExpired));
-    let late = TransferOp::Claim { owner: owner("s"), now: Timestamp(5_000), lease_until: Timestamp(5_100) };
-    assert_eq!(state_of(&transfer_op(s, "h3", late).await), (TransferState::Canceling, 2, true));
+    let capture = |now| TransferOp::Capture {
+        owner: owner("c"),
+        now: Timestamp(now),
+        lease_until: Timestamp(now + 100),
+    };
+    assert_eq!(
+        state_of(&transfer_op(s, "h1", capture(10)).await),
+        (TransferState::Applied, 2, true)
+    );
+    assert_eq!(
+        state_of(&transfer_op(s, "h1", capture(11)).await),
+        (TransferState::Applied, 2, false),
+        "a repeated capture"
+    );
+    let void = TransferOp::Void {
+        owner: owner("v"),
+        now: Timestamp(10),
+        lease_until: Timestamp(110),
+    };
+    assert_eq!(
+        state_of(&transfer_op(s, "h1", void.clone()).await).0,
+        TransferState::Applied,
+        "captured stays captured"
+    );
+    assert_eq!(
+        state_of(&transfer_op(s, "h2", void).await),
+        (TransferState::Canceling, 2, true)
+    );
+    let early = TransferOp::Claim {
+        owner: owner("s"),
+        now: Timestamp(4_000),
+        lease_until: Timestamp(4_100),
+    };
+    assert!(
+        !state_of(&transfer_op(s, "h3", early).await).2,
+        "not expired yet"
+    );
+    assert_eq!(
+        transfer_op(s, "h3", capture(5_000)).await,
+        Reply::Refused(Code::HoldExpired)
+    );
+    let late = TransferOp::Claim {
+        owner: owner("s"),
+        now: Timestamp(5_000),
+        lease_until: Timestamp(5_100),
+    };
+    assert_eq!(
+        state_of(&transfer_op(s, "h3", late).await),
+        (TransferState::Canceling, 2, true)
+    );
 }
 
 async fn refunds_link_once(s: &dyn Store) {
@@ -295,34 +574,76 @@ async fn refunds_link_once(s: &dyn Store) {
     r.state = TransferState::Done;
     transfer_op(s, "o1", TransferOp::Insert(Box::new(r.clone()))).await;
     let reversed = r.spec.reversed_postings();
-    let link = |refund: &str, replacing: Option<&str>, postings: Vec<Posting>| TransferOp::LinkRefund {
-        refund: tid(refund),
-        replacing: replacing.map(tid),
-        postings,
-    };
-    assert_eq!(transfer_op(s, "o1", link("r1", None, r.spec.postings.clone())).await, Reply::Refused(Code::RefundMustReverseOriginal));
-    assert!(matches!(transfer_op(s, "o1", link("r1", None, reversed.clone())).await, Reply::Transfer(t) if t.refunded_by == Some(tid("r1"))));
-    assert!(matches!(transfer_op(s, "o1", link("r1", None, reversed.clone())).await, Reply::Unchanged(_)), "repeat");
-    assert_eq!(transfer_op(s, "o1", link("r2", None, reversed.clone())).await, Reply::Refused(Code::OriginalAlreadyRefunded));
-    assert!(matches!(transfer_op(s, "o1", link("r2", Some("r1"), reversed)).await, Reply::Transfer(t) if t.refunded_by == Some(tid("r2"))));
+    let link =
+        |refund: &str, replacing: Option<&str>, postings: Vec<Posting>| TransferOp::LinkRefund {
+            refund: tid(refund),
+            replacing: replacing.map(tid),
+            postings,
+        };
+    assert_eq!(
+        transfer_op(s, "o1", link("r1", None, r.spec.postings.clone())).await,
+        Reply::Refused(Code::RefundMustReverseOriginal)
+    );
+    assert!(
+        matches!(transfer_op(s, "o1", link("r1", None, reversed.clone())).await, Reply::Transfer(t) if t.refunded_by == Some(tid("r1")))
+    );
+    assert!(
+        matches!(
+            transfer_op(s, "o1", link("r1", None, reversed.clone())).await,
+            Reply::Unchanged(_)
+        ),
+        "repeat"
+    );
+    assert_eq!(
+        transfer_op(s, "o1", link("r2", None, reversed.clone())).await,
+        Reply::Refused(Code::OriginalAlreadyRefunded)
+    );
+    assert!(
+        matches!(transfer_op(s, "o1", link("r2", Some("r1"), reversed)).await, Reply::Transfer(t) if t.refunded_by == Some(tid("r2")))
+    );
     transfer_op(s, "p1", TransferOp::Insert(Box::new(record("p1", 0)))).await;
-    assert_eq!(transfer_op(s, "p1", link("r3", None, vec![])).await, Reply::Refused(Code::OriginalIsNotDone));
+    assert_eq!(
+        transfer_op(s, "p1", link("r3", None, vec![])).await,
+        Reply::Refused(Code::OriginalIsNotDone)
+    );
 }
 
 async fn sweeper_scan_is_due_first_and_skips_terminal(s: &dyn Store) {
     for (id, now) in [("late", 300), ("early", 100), ("mid", 200), ("fin", 0)] {
         transfer_op(s, id, TransferOp::Insert(Box::new(record(id, now)))).await;
     }
-    let op = TransferOp::Claim { owner: owner("x"), now: Timestamp(1), lease_until: Timestamp(2) };
+    let op = TransferOp::Claim {
+        owner: owner("x"),
+        now: Timestamp(1),
+        lease_until: Timestamp(2),
+    };
     transfer_op(s, "fin", op).await;
-    transfer_op(s, "fin", TransferOp::Decide { epoch: 1, to: TransferState::Canceling, reason: None, now: Timestamp(1) }).await;
+    transfer_op(
+        s,
+        "fin",
+        TransferOp::Decide {
+            epoch: 1,
+            to: TransferState::Canceling,
+            reason: None,
+            now: Timestamp(1),
+        },
+    )
+    .await;
     transfer_op(s, "fin", TransferOp::Finish { now: Timestamp(1) }).await;
     let due = s.scan_due(Timestamp(350), 10).await.expect("scan");
     let ids: Vec<_> = due.iter().map(|r| r.id().to_string()).collect();
-    assert_eq!(ids, ["early", "mid"], "wake times 200, 300, 400: earliest first, due only");
+    assert_eq!(
+        ids,
+        ["early", "mid"],
+        "wake times 200, 300, 400: earliest first, due only"
+    );
     let due = s.scan_due(Timestamp(250), 10).await.expect("scan");
     assert_eq!(due.len(), 1);
-    assert_eq!(s.scan_due(Timestamp(10_000), 2).await.expect("scan").len(), 2, "limit");
+    assert_eq!(
+        s.scan_due(Timestamp(10_000), 2).await.expect("scan").len(),
+        2,
+        "limit"
+    );
 }
 
 async fn history_is_newest_first_and_paged(s: &dyn Store) {
@@ -344,7 +665,19 @@ async fn history_is_newest_first_and_paged(s: &dyn Store) {
 async fn prune_drops_only_expired_tombstones(s: &dyn Store) {
     create(s, "a", LowerBound::default()).await;
     fund(s, "a", 100).await;
-    let op = |t: &str, horizon| Op::Account(acct("a"), AccountOp::Prepare { transfer: tid(t), asset: usd(), debit: 1, credit: 0, deadline: FUTURE, horizon });
+    let op = |t: &str, horizon| {
+        Op::Account(
+            acct("a"),
+            AccountOp::Prepare {
+                transfer: tid(t),
+                asset: usd(),
+                debit: 1,
+                credit: 0,
+                deadline: FUTURE,
+                horizon,
+            },
+        )
+    };
     for t in ["old", "young", "open"] {
         let horizon = if t == "old" { PAST } else { FUTURE };
         one(s, op(t, horizon)).await;
@@ -353,21 +686,43 @@ async fn prune_drops_only_expired_tombstones(s: &dyn Store) {
     release(s, "a", "young", FUTURE).await;
     release(s, "ghost", "x", PAST).await;
     let dropped = s.prune(100).await.expect("prune");
-    assert_eq!(dropped, 2, "the old tombstone and the ghost placeholder's mark");
+    assert_eq!(
+        dropped, 2,
+        "the old tombstone and the ghost placeholder's mark"
+    );
     let a = get(s, "a").await;
     let left: Vec<_> = a.intents.keys().map(|t| t.to_string()).collect();
-    assert_eq!(left, ["fund-a-100", "open", "young"], "young tombstones and open intents stay");
-    assert_eq!(prepare(s, "ghost", "x", 0, 1).await, Reply::Prepare(PrepareOutcome::Refused(Code::AccountNotFound)));
+    assert_eq!(
+        left,
+        ["fund-a-100", "open", "young"],
+        "young tombstones and open intents stay"
+    );
+    assert_eq!(
+        prepare(s, "ghost", "x", 0, 1).await,
+        Reply::Prepare(PrepareOutcome::Refused(Code::AccountNotFound))
+    );
 }
 
 async fn batches_are_independent_per_record(s: &dyn Store) {
     create(s, "hot", LowerBound::default()).await;
     fund(s, "hot", 500).await;
-    let ops: Vec<Op> = (0..1_000).map(|i| prepare_op("hot", &format!("t{i}"), 1, 0, FUTURE)).collect();
+    let ops: Vec<Op> = (0..1_000)
+        .map(|i| prepare_op("hot", &format!("t{i}"), 1, 0, FUTURE))
+        .collect();
     let replies = s.execute(ops).await.expect("batch");
-    let prepared = replies.iter().filter(|r| **r == Reply::Prepare(PrepareOutcome::Prepared)).count();
-    let refused = replies.iter().filter(|r| **r == Reply::Prepare(PrepareOutcome::Refused(Code::ExceedsAvailable))).count();
-    assert_eq!((prepared, refused), (500, 500), "each op judged on its own, in order");
+    let prepared = replies
+        .iter()
+        .filter(|r| **r == Reply::Prepare(PrepareOutcome::Prepared))
+        .count();
+    let refused = replies
+        .iter()
+        .filter(|r| **r == Reply::Prepare(PrepareOutcome::Refused(Code::ExceedsAvailable)))
+        .count();
+    assert_eq!(
+        (prepared, refused),
+        (500, 500),
+        "each op judged on its own, in order"
+    );
     let hot = get(s, "hot").await;
     assert_eq!((hot.reserved, hot.available()), (500, 0));
 }

@@ -40,7 +40,12 @@ pub struct Faulty<S> {
 impl<S: Store> Faulty<S> {
     /// Wraps `inner`; `seed` decides which calls fail.
     pub fn new(inner: S, plan: FaultPlan, seed: u64) -> Faulty<S> {
-        Faulty { inner, plan, rng: Mutex::new(Rng::new(seed)), counts: FaultCounts::default() }
+        Faulty {
+            inner,
+            plan,
+            rng: Mutex::new(Rng::new(seed)),
+            counts: FaultCounts::default(),
+        }
     }
 
     /// The wrapped store.
@@ -57,11 +62,17 @@ impl<S: Store> Store for Faulty<S> {
     fn execute(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Reply>, StoreError>> {
         if self.roll(self.plan.unavailable_per_million) {
             self.counts.unavailable.fetch_add(1, Ordering::Relaxed);
-            return Box::pin(std::future::ready(Err(StoreError::Unavailable("injected".into()))));
+            return Box::pin(std::future::ready(Err(StoreError::Unavailable(
+                "injected".into(),
+            ))));
         }
         if self.roll(self.plan.reply_lost_per_million) {
             self.counts.reply_lost.fetch_add(1, Ordering::Relaxed);
-            let keep = self.rng.lock().expect("rng lock").range(0, ops.len() as u64) as usize;
+            let keep = self
+                .rng
+                .lock()
+                .expect("rng lock")
+                .range(0, ops.len() as u64) as usize;
             let prefix: Vec<Op> = ops.into_iter().take(keep).collect();
             return Box::pin(async move {
                 let _ = self.inner.execute(prefix).await;
@@ -71,10 +82,16 @@ impl<S: Store> Store for Faulty<S> {
         self.inner.execute(ops)
     }
 
-    fn scan_due(&self, now: Timestamp, limit: usize) -> BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>> {
+    fn scan_due(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>> {
         if self.roll(self.plan.unavailable_per_million) {
             self.counts.unavailable.fetch_add(1, Ordering::Relaxed);
-            return Box::pin(std::future::ready(Err(StoreError::Unavailable("injected".into()))));
+            return Box::pin(std::future::ready(Err(StoreError::Unavailable(
+                "injected".into(),
+            ))));
         }
         self.inner.scan_due(now, limit)
     }

@@ -44,7 +44,10 @@ impl MemoryShard {
                 match effect {
                     Some(IndexEffect::History(t)) => {
                         self.sequence += 1;
-                        self.history.entry(id.clone()).or_default().insert(self.sequence, t);
+                        self.history
+                            .entry(id.clone())
+                            .or_default()
+                            .insert(self.sequence, t);
                     }
                     Some(IndexEffect::Tombstone(t, horizon)) => {
                         self.tombstones.insert((horizon, id.clone(), t));
@@ -87,7 +90,10 @@ impl MemoryShard {
     /// See [`Store::history`].
     pub fn history(&self, account: &AccountId, before: Option<u64>, limit: usize) -> HistoryPage {
         let Some(h) = self.history.get(account) else {
-            return HistoryPage { entries: vec![], next: None };
+            return HistoryPage {
+                entries: vec![],
+                next: None,
+            };
         };
         let entries: Vec<(u64, TransferId)> = h
             .range(..before.unwrap_or(u64::MAX))
@@ -104,14 +110,25 @@ impl MemoryShard {
 
     /// See [`Store::prune`]: drops tombstones with horizon `<= now`.
     pub fn prune(&mut self, now: Timestamp, limit: usize) -> usize {
-        let due: Vec<_> = self.tombstones.iter().take_while(|(h, _, _)| *h <= now).take(limit).cloned().collect();
+        let due: Vec<_> = self
+            .tombstones
+            .iter()
+            .take_while(|(h, _, _)| *h <= now)
+            .take(limit)
+            .cloned()
+            .collect();
         let mut dropped = 0;
         for key in due {
             self.tombstones.remove(&key);
             let (_, account, transfer) = key;
-            let Some(a) = self.accounts.get_mut(&account) else { continue };
+            let Some(a) = self.accounts.get_mut(&account) else {
+                continue;
+            };
             // The index may be stale (a mutant, or a tombstone rewritten): re-check the record.
-            if a.intents.get(&transfer).is_some_and(|i| i.state != IntentState::Open && i.horizon <= now) {
+            if a.intents
+                .get(&transfer)
+                .is_some_and(|i| i.state != IntentState::Open && i.horizon <= now)
+            {
                 a.intents.remove(&transfer);
                 dropped += 1;
             }
@@ -152,7 +169,10 @@ pub struct MemoryStore {
 impl MemoryStore {
     /// An empty store reading time from `clock`.
     pub fn new(clock: Arc<dyn Clock>) -> MemoryStore {
-        MemoryStore { shard: Mutex::new(MemoryShard::new()), clock }
+        MemoryStore {
+            shard: Mutex::new(MemoryShard::new()),
+            clock,
+        }
     }
 
     fn shard(&self) -> std::sync::MutexGuard<'_, MemoryShard> {
@@ -169,7 +189,11 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(Ok(replies)))
     }
 
-    fn scan_due(&self, now: Timestamp, limit: usize) -> BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>> {
+    fn scan_due(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>> {
         Box::pin(std::future::ready(Ok(self.shard().scan_due(now, limit))))
     }
 
@@ -179,7 +203,9 @@ impl Store for MemoryStore {
         before: Option<u64>,
         limit: usize,
     ) -> BoxFuture<'a, Result<HistoryPage, StoreError>> {
-        Box::pin(std::future::ready(Ok(self.shard().history(account, before, limit))))
+        Box::pin(std::future::ready(Ok(self
+            .shard()
+            .history(account, before, limit))))
     }
 
     fn prune(&self, limit: usize) -> BoxFuture<'_, Result<usize, StoreError>> {
@@ -194,7 +220,9 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<Vec<Account>, StoreError>> {
         let shard = self.shard();
         let out = match after {
-            Some(a) => shard.accounts.range::<AccountId, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
+            Some(a) => shard
+                .accounts
+                .range::<AccountId, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
             None => shard.accounts.range::<AccountId, _>(..),
         }
         .filter(|(_, a)| a.status != xfer_core::AccountStatus::Unopened)
@@ -211,7 +239,9 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>> {
         let shard = self.shard();
         let out = match after {
-            Some(a) => shard.transfers.range::<TransferId, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
+            Some(a) => shard
+                .transfers
+                .range::<TransferId, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
             None => shard.transfers.range::<TransferId, _>(..),
         }
         .take(limit)

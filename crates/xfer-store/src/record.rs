@@ -34,42 +34,79 @@ pub fn apply_account(
             *slot = Some(account.clone());
             (Reply::Account(Box::new(account)), None)
         }
-        (Some(a), AccountOp::Create { asset, lower_bound }) => (create_over(a, asset, *lower_bound), None),
-        (None, AccountOp::Release { transfer, asset, horizon }) => {
+        (Some(a), AccountOp::Create { asset, lower_bound }) => {
+            (create_over(a, asset, *lower_bound), None)
+        }
+        (
+            None,
+            AccountOp::Release {
+                transfer,
+                asset,
+                horizon,
+            },
+        ) => {
             if mutant::is(Mutant::NoLatePrepareDefence) {
                 return (Reply::Release(ReleaseOutcome::Marked), None);
             }
             let mut placeholder = Account::open(id.clone(), asset.clone(), LowerBound::default());
             placeholder.status = AccountStatus::Unopened;
-            placeholder.intents.insert(transfer.clone(), tombstone(IntentState::Released, *horizon));
+            placeholder
+                .intents
+                .insert(transfer.clone(), tombstone(IntentState::Released, *horizon));
             *slot = Some(placeholder);
             let effect = IndexEffect::Tombstone(transfer.clone(), *horizon);
             (Reply::Release(ReleaseOutcome::Marked), Some(effect))
         }
-        (None, AccountOp::Prepare { .. }) => (Reply::Prepare(PrepareOutcome::Refused(Code::AccountNotFound)), None),
+        (None, AccountOp::Prepare { .. }) => (
+            Reply::Prepare(PrepareOutcome::Refused(Code::AccountNotFound)),
+            None,
+        ),
         (None, AccountOp::Post { .. }) => (Reply::Post(PostOutcome::Missing), None),
         (None, _) => (Reply::NotFound, None),
-        (Some(a), AccountOp::Prepare { transfer, asset, debit, credit, deadline, horizon }) => {
-            let outcome = prepare(a, transfer, asset, *debit, *credit, *deadline, *horizon, now);
-            let effect = (outcome == PrepareOutcome::Prepared).then(|| IndexEffect::History(transfer.clone()));
+        (
+            Some(a),
+            AccountOp::Prepare {
+                transfer,
+                asset,
+                debit,
+                credit,
+                deadline,
+                horizon,
+            },
+        ) => {
+            let outcome = prepare(
+                a, transfer, asset, *debit, *credit, *deadline, *horizon, now,
+            );
+            let effect = (outcome == PrepareOutcome::Prepared)
+                .then(|| IndexEffect::History(transfer.clone()));
             (Reply::Prepare(outcome), effect)
         }
         (Some(a), AccountOp::Post { transfer, .. }) => {
             let outcome = post(a, transfer);
-            let effect = (outcome == PostOutcome::Posted).then(|| {
-                IndexEffect::Tombstone(transfer.clone(), a.intents[transfer].horizon)
-            });
+            let effect = (outcome == PostOutcome::Posted)
+                .then(|| IndexEffect::Tombstone(transfer.clone(), a.intents[transfer].horizon));
             (Reply::Post(outcome), effect)
         }
-        (Some(a), AccountOp::Release { transfer, horizon, .. }) => {
+        (
+            Some(a),
+            AccountOp::Release {
+                transfer, horizon, ..
+            },
+        ) => {
             let outcome = release(a, transfer, *horizon);
             let effect = matches!(outcome, ReleaseOutcome::Released | ReleaseOutcome::Marked)
-                .then(|| a.intents.get(transfer).map(|i| IndexEffect::Tombstone(transfer.clone(), i.horizon)))
+                .then(|| {
+                    a.intents
+                        .get(transfer)
+                        .map(|i| IndexEffect::Tombstone(transfer.clone(), i.horizon))
+                })
                 .flatten();
             (Reply::Release(outcome), effect)
         }
         (Some(a), AccountOp::Close) => (close(a), None),
-        (Some(a), AccountOp::SetLowerBound { lower_bound }) => (set_lower_bound(a, *lower_bound), None),
+        (Some(a), AccountOp::SetLowerBound { lower_bound }) => {
+            (set_lower_bound(a, *lower_bound), None)
+        }
         (Some(a), AccountOp::Get) => {
             if a.status == AccountStatus::Unopened {
                 (Reply::NotFound, None)
@@ -81,7 +118,12 @@ pub fn apply_account(
 }
 
 fn tombstone(state: IntentState, horizon: Timestamp) -> Intent {
-    Intent { debit: 0, credit: 0, state, horizon }
+    Intent {
+        debit: 0,
+        credit: 0,
+        state,
+        horizon,
+    }
 }
 
 fn create_over(a: &mut Account, asset: &xfer_core::AssetCode, lower_bound: LowerBound) -> Reply {
@@ -145,7 +187,15 @@ fn prepare(
     } else {
         a.incoming += credit as i64;
     }
-    a.intents.insert(transfer.clone(), Intent { debit, credit, state: IntentState::Open, horizon });
+    a.intents.insert(
+        transfer.clone(),
+        Intent {
+            debit,
+            credit,
+            state: IntentState::Open,
+            horizon,
+        },
+    );
     PrepareOutcome::Prepared
 }
 
@@ -180,7 +230,8 @@ fn release(a: &mut Account, transfer: &TransferId, horizon: Timestamp) -> Releas
         if mutant::is(Mutant::NoLatePrepareDefence) {
             return ReleaseOutcome::Marked;
         }
-        a.intents.insert(transfer.clone(), tombstone(IntentState::Released, horizon));
+        a.intents
+            .insert(transfer.clone(), tombstone(IntentState::Released, horizon));
         return ReleaseOutcome::Marked;
     };
     match intent.state {
@@ -205,7 +256,9 @@ fn close(a: &mut Account) -> Reply {
     match a.status {
         AccountStatus::Unopened => Reply::NotFound,
         AccountStatus::Closed => Reply::Account(Box::new(a.clone())),
-        AccountStatus::Open if a.open_intents() > 0 => Reply::Refused(Code::AccountHasTransfersInFlight),
+        AccountStatus::Open if a.open_intents() > 0 => {
+            Reply::Refused(Code::AccountHasTransfersInFlight)
+        }
         AccountStatus::Open => {
             a.status = AccountStatus::Closed;
             Reply::Account(Box::new(a.clone()))
@@ -244,13 +297,19 @@ pub fn apply_transfer(slot: &mut Option<TransferRecord>, op: &TransferOp) -> Rep
                 return Reply::Refused(Code::IdExistsWithDifferentBody);
             }
         }
-        TransferOp::Claim { owner, now, lease_until } => {
+        TransferOp::Claim {
+            owner,
+            now,
+            lease_until,
+        } => {
             let expired = rec.lease_until <= *now;
             let next = match rec.state {
                 _ if mutant::is(Mutant::ClaimWithoutCas) => Some(Pending),
                 Initial => Some(Pending),
                 Pending | Applied | Canceling if expired => Some(rec.state),
-                Held if expired && rec.hold_expires_at.is_some_and(|e| e <= *now) => Some(Canceling),
+                Held if expired && rec.hold_expires_at.is_some_and(|e| e <= *now) => {
+                    Some(Canceling)
+                }
                 _ => None,
             };
             match next {
@@ -265,9 +324,16 @@ pub fn apply_transfer(slot: &mut Option<TransferRecord>, op: &TransferOp) -> Rep
                 None => false,
             }
         }
-        TransferOp::Decide { epoch, to, reason, now } => {
+        TransferOp::Decide {
+            epoch,
+            to,
+            reason,
+            now,
+        } => {
             let from_ok = rec.state == Pending
-                || (rec.state == Applied && *to == Canceling && mutant::is(Mutant::CancelAfterApplied));
+                || (rec.state == Applied
+                    && *to == Canceling
+                    && mutant::is(Mutant::CancelAfterApplied));
             let ok = from_ok && rec.epoch == *epoch && matches!(to, Applied | Held | Canceling);
             if ok {
                 rec.state = *to;
@@ -276,7 +342,11 @@ pub fn apply_transfer(slot: &mut Option<TransferRecord>, op: &TransferOp) -> Rep
             }
             ok
         }
-        TransferOp::Capture { owner, now, lease_until } => match rec.state {
+        TransferOp::Capture {
+            owner,
+            now,
+            lease_until,
+        } => match rec.state {
             Held if rec.hold_expires_at.is_some_and(|e| e <= *now) => {
                 return Reply::Refused(Code::HoldExpired)
             }
@@ -288,7 +358,11 @@ pub fn apply_transfer(slot: &mut Option<TransferRecord>, op: &TransferOp) -> Rep
             Initial | Pending => return Reply::Refused(Code::TransferIsNotHeld),
             _ => false,
         },
-        TransferOp::Void { owner, now, lease_until } => match rec.state {
+        TransferOp::Void {
+            owner,
+            now,
+            lease_until,
+        } => match rec.state {
             Held => {
                 rec.state = Canceling;
                 rec.reason = Some(xfer_core::CancelReason::Voided);
@@ -311,7 +385,11 @@ pub fn apply_transfer(slot: &mut Option<TransferRecord>, op: &TransferOp) -> Rep
             }
             next.is_some()
         }
-        TransferOp::LinkRefund { refund, replacing, postings } => {
+        TransferOp::LinkRefund {
+            refund,
+            replacing,
+            postings,
+        } => {
             if rec.state != Done {
                 return Reply::Refused(Code::OriginalIsNotDone);
             }
@@ -345,7 +423,12 @@ pub fn apply_transfer(slot: &mut Option<TransferRecord>, op: &TransferOp) -> Rep
     }
 }
 
-fn take_ownership(rec: &mut TransferRecord, owner: &xfer_core::OwnerId, now: Timestamp, lease_until: Timestamp) {
+fn take_ownership(
+    rec: &mut TransferRecord,
+    owner: &xfer_core::OwnerId,
+    now: Timestamp,
+    lease_until: Timestamp,
+) {
     rec.owner = Some(owner.clone());
     rec.lease_until = lease_until;
     rec.epoch += 1;

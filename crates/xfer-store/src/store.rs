@@ -84,7 +84,11 @@ pub trait Store: Send + Sync {
 
     /// Non-terminal transfers whose wake time ([`TransferRecord::wake_at`]) is at or before
     /// `now`, earliest first, at most `limit`.
-    fn scan_due(&self, now: Timestamp, limit: usize) -> BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>>;
+    fn scan_due(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>>;
 
     /// The transfers that prepared an intent on `account`, newest first, strictly older
     /// than the cursor `before`, at most `limit`.

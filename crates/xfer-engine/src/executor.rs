@@ -1,0 +1,256 @@
+//! [`Executor`]: drives transfers through the protocol against a [`Cluster`], in the
+//! caller's task (the engine never spawns).
+//!
+//! Every call builds [`Machine`]s and drives them in rounds (see `drive.rs`): each round
+//! sends all their outstanding requests as one batch per shard, so [`Executor::submit_many`]
+//! with a thousand transfers costs about six round trips per shard, not six thousand.
+//! Store failures are retried after a backoff ([`Retry`]); every request is idempotent, so a
+//! retry never applies anything twice. When retries run out the call answers a typed
+//! [`ExecError`] and whatever the machine left is finished by a [`Sweeper`](crate::Sweeper).
+//!
+//! Outcomes: `Ok` is always [`Outcome::Finished`] (done or canceled, with the reason),
+//! [`Outcome::Held`] (a hold waiting for capture or void) or [`Outcome::Left`] (another
+//! executor runs the transfer now; it will finish without this one). Rejections, a missing
+//! transfer and broken invariants come back as `Err`.
+
+use crate::cluster::Cluster;
+use crate::drive::{drive, gave_up};
+use crate::error::ExecError;
+use crate::machine::{Config, Machine, Outcome, Request};
+use crate::retry::Retry;
+use std::sync::Arc;
+use xfer_core::{Account, AccountId, Clock, Code, OwnerId, Rejection, TransferId, TransferSpec};
+use xfer_store::{AccountOp, Op, Reply, StoreError, TransferOp};
+
+/// The most transfers [`Executor::submit_many`] drives together; more go in further
+/// windows of this size, each stamped with the time it starts.
+pub const FLIGHTS_MAX: usize = 1_024;
+/// Default for how many times [`Executor::close_account`] waits for transfers in flight.
+pub const CLOSE_WAITS_MAX_DEFAULT: u32 = 20;
+
+/// Runs transfers as one owner. See the module docs.
+pub struct Executor {
+    cluster: Arc<Cluster>,
+    owner: OwnerId,
+    cfg: Config,
+    clock: Arc<dyn Clock>,
+    retry: Retry,
+    close_waits_max: u32,
+}
+
+impl Executor {
+    /// An executor that claims transfers as `owner` (unique per process incarnation), reads
+    /// time from `clock` and retries store failures as `retry` says.
+    pub fn new(
+        cluster: Arc<Cluster>,
+        owner: OwnerId,
+        cfg: Config,
+        clock: Arc<dyn Clock>,
+        retry: Retry,
+    ) -> Executor {
+        Executor {
+            cluster,
+            owner,
+            cfg,
+            clock,
+            retry,
+            close_waits_max: CLOSE_WAITS_MAX_DEFAULT,
+        }
+    }
+
+    /// The same, waiting at most `waits` times for an account's transfers in flight before
+    /// [`Executor::close_account`] gives up.
+    pub fn with_close_waits_max(mut self, waits: u32) -> Executor {
+        self.close_waits_max = waits;
+        self
+    }
+
+    /// The shards.
+    pub fn cluster(&self) -> &Arc<Cluster> {
+        &self.cluster
+    }
+
+    /// Who this executor claims transfers as.
+    pub fn owner(&self) -> &OwnerId {
+        &self.owner
+    }
+
+    /// The protocol timing.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Its clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Its retry policy and sleeper.
+    pub fn retry(&self) -> &Retry {
+        &self.retry
+    }
+
+    /// Submits one transfer or hold and drives it as far as it goes: `done`, `canceled`,
+    /// or `held`. The same id and body again returns the same transfer; a different body is
+    /// rejected with `id_exists_with_different_body`.
+    pub async fn submit(&self, spec: TransferSpec) -> Result<Outcome, ExecError> {
+        let mut results = self.submit_many(vec![spec]).await;
+        results.pop().expect("one result per spec")
+    }
+
+    /// Submits many transfers and drives them together: every round sends all their
+    /// requests as one batch per shard. Results are in the order of `specs`.
+    pub async fn submit_many(&self, specs: Vec<TransferSpec>) -> Vec<Result<Outcome, ExecError>> {
+        let mut results = Vec::with_capacity(specs.len());
+        let mut specs = specs.into_iter().peekable();
+        while specs.peek().is_some() {
+            let window: Vec<TransferSpec> = specs.by_ref().take(FLIGHTS_MAX).collect();
+            results.extend(self.submit_window(window).await);
+        }
+        results
+    }
+
+    async fn submit_window(&self, specs: Vec<TransferSpec>) -> Vec<Result<Outcome, ExecError>> {
+        let now = self.clock.now();
+        let mut results: Vec<Option<Result<Outcome, ExecError>>> = vec![None; specs.len()];
+        let (mut slots, mut starts) = (Vec::new(), Vec::new());
+        for (i, spec) in specs.into_iter().enumerate() {
+            match Machine::submit(spec, self.owner.clone(), now, self.cfg) {
+                Ok(start) => {
+                    slots.push(i);
+                    starts.push(start);
+                }
+                Err(r) => results[i] = Some(Err(ExecError::Rejected(r))),
+            }
+        }
+        for (i, r) in slots.into_iter().zip(self.drive(starts).await) {
+            results[i] = Some(r);
+        }
+        results
+            .into_iter()
+            .map(|r| r.expect("every spec has a result"))
+            .collect()
+    }
+
+    /// Captures the hold `id` and posts it: `done`, or rejected with `hold_expired` or
+    /// `transfer_is_not_held`.
+    pub async fn capture(&self, id: TransferId) -> Result<Outcome, ExecError> {
+        let start = Machine::capture(id, self.owner.clone(), self.clock.now(), self.cfg);
+        self.drive_one(start).await
+    }
+
+    /// Voids the hold `id` and releases it: `canceled` with reason `voided`.
+    pub async fn void(&self, id: TransferId) -> Result<Outcome, ExecError> {
+        let start = Machine::void(id, self.owner.clone(), self.clock.now(), self.cfg);
+        self.drive_one(start).await
+    }
+
+    /// Re-drives the unfinished transfer `id` now: makes its lease lapse (whoever held it
+    /// can no longer decide: their epoch is stale after our claim), claims it and finishes
+    /// it from whatever state it is in. A terminal transfer is answered as it is.
+    pub async fn redrive(&self, id: TransferId) -> Result<Outcome, ExecError> {
+        let op = Op::Transfer(
+            id.clone(),
+            TransferOp::Redrive {
+                now: self.clock.now(),
+            },
+        );
+        match self.execute_op(op).await? {
+            Reply::Transfer(_) | Reply::Unchanged(_) => {}
+            Reply::NotFound => return Err(not_found(&id)),
+            other => {
+                return Err(ExecError::Violation(format!(
+                    "{id}: redrive answered {other}"
+                )))
+            }
+        }
+        let start = Machine::recover(id, self.owner.clone(), self.clock.now(), self.cfg);
+        self.drive_one(start).await
+    }
+
+    /// Closes the account `id`, waiting (with backoff) while it has transfers in flight, at
+    /// most the configured number of times; then rejected with
+    /// `account_has_transfers_in_flight` (retryable). Closing a closed account answers it.
+    /// Needs no asset, so it is [`ExecError::Unroutable`] under asset placement rules.
+    pub async fn close_account(&self, id: AccountId) -> Result<Account, ExecError> {
+        let op = Op::Account(id.clone(), AccountOp::Close);
+        let mut waits = 0;
+        loop {
+            match self.execute_op(op.clone()).await? {
+                Reply::Account(a) => return Ok(*a),
+                Reply::Refused(Code::AccountHasTransfersInFlight)
+                    if waits < self.close_waits_max =>
+                {
+                    waits += 1;
+                    self.retry.pause(waits).await;
+                }
+                Reply::Refused(code) => {
+                    let why = format!("{id} cannot be closed (waited {waits} times)");
+                    return Err(rejected(code, "account_id", why));
+                }
+                Reply::NotFound => {
+                    let why = format!("no account {id}");
+                    return Err(rejected(Code::AccountNotFound, "account_id", why));
+                }
+                other => {
+                    return Err(ExecError::Violation(format!(
+                        "{id}: close answered {other}"
+                    )))
+                }
+            }
+        }
+    }
+
+    /// Sends one op to its shard, retrying store failures as the policy says. For account
+    /// and read operations outside the transfer protocol (create, get, set a bound).
+    pub async fn execute_op(&self, op: Op) -> Result<Reply, ExecError> {
+        let mut failures = 0;
+        let mut maybe_applied = false;
+        loop {
+            let e = match self.cluster.execute_one(op.clone()).await? {
+                Ok(reply) => return Ok(reply),
+                Err(e) => e,
+            };
+            failures += 1;
+            maybe_applied |= matches!(e, StoreError::Indeterminate(_));
+            if !e.is_retryable() || !self.retry.policy().allows(failures) {
+                let what = format!("{op}: gave up after {failures} failed attempts");
+                return Err(gave_up(what, Some(&e), maybe_applied));
+            }
+            self.retry.pause(failures).await;
+        }
+    }
+
+    /// Drives already started machines together to their outcomes (results in order). The
+    /// sweeper's entry point; callers bound how many they pass.
+    pub async fn drive(
+        &self,
+        starts: Vec<(Machine, Vec<Request>)>,
+    ) -> Vec<Result<Outcome, ExecError>> {
+        drive(&self.cluster, self.clock.as_ref(), &self.retry, starts).await
+    }
+
+    async fn drive_one(&self, start: (Machine, Vec<Request>)) -> Result<Outcome, ExecError> {
+        let mut results = self.drive(vec![start]).await;
+        results.pop().expect("one result per machine")
+    }
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("owner", &self.owner)
+            .field("cfg", &self.cfg)
+            .field("retry", &self.retry)
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
+}
+
+fn not_found(id: &TransferId) -> ExecError {
+    rejected(Code::TransferNotFound, "id", format!("no transfer {id}"))
+}
+
+fn rejected(code: Code, field: &str, message: String) -> ExecError {
+    ExecError::Rejected(Rejection::new(code, field, message))
+}

@@ -1,0 +1,164 @@
+//! [`Sweeper`]: finishes transfers whose executor vanished (SPEC §3, Recovery).
+//!
+//! One pass:
+//!
+//! ```text
+//!   every shard: scan_due(now, scan_limit)        (lease lapsed, or a hold past expiry)
+//!        ─▶ Machine::recover for each, all driven together, one batch per shard per round
+//!             initial → claim and run      pending → continue, or cancel past the deadline
+//!             applied → post and finish    canceling → release and finish
+//!             held past expiry → cancel
+//!        ─▶ every shard: prune(prune_limit)       (tombstones past their horizon)
+//! ```
+//!
+//! A pass never fails as a whole: a shard that cannot be scanned or pruned, or a transfer
+//! that cannot be finished, is reported in the [`PassReport`] and comes back next pass
+//! (its wake time is still due). Any number of sweepers may run at once: claims are
+//! compare-and-set, so each transfer is taken by one of them. Recovery at start-up is the
+//! first pass of [`Sweeper::run`].
+
+use crate::error::ExecError;
+use crate::executor::Executor;
+use crate::machine::{Machine, Outcome};
+use futures_util::future::{join_all, select, Either};
+use futures_util::FutureExt;
+use std::future::Future;
+use xfer_core::TransferId;
+use xfer_store::StoreError;
+
+/// Default for [`SweepConfig::interval_ms`].
+pub const SWEEP_INTERVAL_MS_DEFAULT: u64 = 1_000;
+/// Default for [`SweepConfig::scan_limit`].
+pub const SCAN_LIMIT_DEFAULT: usize = 256;
+/// Default for [`SweepConfig::prune_limit`].
+pub const PRUNE_LIMIT_DEFAULT: usize = 1_024;
+
+/// How a sweeper paces itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SweepConfig {
+    /// The wait between the end of one pass and the start of the next.
+    pub interval_ms: u64,
+    /// The most due transfers taken from one shard in one pass.
+    pub scan_limit: usize,
+    /// The most tombstones dropped on one shard in one pass.
+    pub prune_limit: usize,
+}
+
+impl Default for SweepConfig {
+    fn default() -> Self {
+        SweepConfig {
+            interval_ms: SWEEP_INTERVAL_MS_DEFAULT,
+            scan_limit: SCAN_LIMIT_DEFAULT,
+            prune_limit: PRUNE_LIMIT_DEFAULT,
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PassReport {
+    /// Due transfers found.
+    pub due: usize,
+    /// Driven to `done` or `canceled`.
+    pub finished: usize,
+    /// Found held and not yet expired (another sweeper or a capture got there first).
+    pub held: usize,
+    /// Run by someone else now.
+    pub left: usize,
+    /// Could not be finished this pass, and why.
+    pub failed: Vec<(TransferId, ExecError)>,
+    /// Tombstones dropped.
+    pub pruned: usize,
+    /// Shards that could not be scanned or pruned, by index.
+    pub shard_errors: Vec<(usize, StoreError)>,
+}
+
+/// Finishes abandoned transfers, using an [`Executor`] (give it an owner of its own).
+#[derive(Debug)]
+pub struct Sweeper {
+    executor: Executor,
+    cfg: SweepConfig,
+}
+
+impl Sweeper {
+    /// A sweeper that drives recoveries with `executor`.
+    pub fn new(executor: Executor, cfg: SweepConfig) -> Sweeper {
+        Sweeper { executor, cfg }
+    }
+
+    /// The executor it drives recoveries with.
+    pub fn executor(&self) -> &Executor {
+        &self.executor
+    }
+
+    /// One pass: recover every due transfer (up to the scan limit per shard), then prune.
+    pub async fn pass(&self) -> PassReport {
+        let mut report = PassReport::default();
+        let ids = self.scan(&mut report).await;
+        report.due = ids.len();
+        let (owner, cfg, now) = (
+            self.executor.owner(),
+            *self.executor.config(),
+            self.executor.clock().now(),
+        );
+        let starts = ids
+            .iter()
+            .map(|id| Machine::recover(id.clone(), owner.clone(), now, cfg))
+            .collect();
+        for (id, result) in ids.into_iter().zip(self.executor.drive(starts).await) {
+            match result {
+                Ok(Outcome::Finished(_)) => report.finished += 1,
+                Ok(Outcome::Held(_)) => report.held += 1,
+                Ok(_) => report.left += 1,
+                Err(e) => report.failed.push((id, e)),
+            }
+        }
+        self.prune(&mut report).await;
+        report
+    }
+
+    /// Runs passes until `shutdown` completes: the first at once (recovery at start-up),
+    /// then one every `interval_ms`. A pass under way is finished before stopping, so a
+    /// shutdown leaves no half-driven batch behind. Answers how many passes ran.
+    pub async fn run<F: Future<Output = ()>>(&self, shutdown: F) -> u64 {
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut passes = 0;
+        loop {
+            if shutdown.as_mut().now_or_never().is_some() {
+                return passes;
+            }
+            self.pass().await;
+            passes += 1;
+            let pause = self.executor.retry().sleeper().sleep(self.cfg.interval_ms);
+            if let Either::Left(_) = select(shutdown.as_mut(), pause).await {
+                return passes;
+            }
+        }
+    }
+
+    /// The due transfers of every shard, scanned concurrently.
+    async fn scan(&self, report: &mut PassReport) -> Vec<TransferId> {
+        let now = self.executor.clock().now();
+        let shards = self.executor.cluster().shards();
+        let scans = join_all(shards.iter().map(|s| s.scan_due(now, self.cfg.scan_limit))).await;
+        let mut ids = Vec::new();
+        for (shard, scan) in scans.into_iter().enumerate() {
+            match scan {
+                Ok(records) => ids.extend(records.into_iter().map(|r| r.spec.id)),
+                Err(e) => report.shard_errors.push((shard, e)),
+            }
+        }
+        ids
+    }
+
+    async fn prune(&self, report: &mut PassReport) {
+        let shards = self.executor.cluster().shards();
+        let prunes = join_all(shards.iter().map(|s| s.prune(self.cfg.prune_limit))).await;
+        for (shard, pruned) in prunes.into_iter().enumerate() {
+            match pruned {
+                Ok(n) => report.pruned += n,
+                Err(e) => report.shard_errors.push((shard, e)),
+            }
+        }
+    }
+}

@@ -1,0 +1,757 @@
+//! The tokio executor and sweeper against Memory stores on several shards, with a manual
+//! clock: every retry's backoff moves the clock instead of waiting, so these tests take no
+//! real time and replay exactly.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use xfer_core::{
+    Account, AccountId, Amount, AssetCode, CancelReason, Clock, Code, IntentState, LowerBound,
+    ManualClock, OwnerId, Posting, Rng, Timestamp, TransferId, TransferKind, TransferRecord,
+    TransferSpec, TransferState,
+};
+use xfer_engine::{
+    Cluster, Config, ExecError, Executor, Machine, ManualSleeper, Outcome, Request, Retry,
+    RetryPolicy, Router, SweepConfig, Sweeper,
+};
+use xfer_store::{AccountOp, FaultPlan, Faulty, MemoryStore, Op, Reply, Store, TransferOp};
+
+const SHARDS: usize = 3;
+const T0: Timestamp = Timestamp(1_000_000);
+const TIMEOUT_MS: u64 = 10_000;
+const HOLD_TTL_MS: u64 = 60_000;
+const CLOSE_WAITS_MAX: u32 = 3;
+
+struct World {
+    clock: Arc<ManualClock>,
+    exec: Executor,
+    sweeper: Sweeper,
+}
+
+impl World {
+    fn over(clock: Arc<ManualClock>, shards: Vec<Arc<dyn Store>>) -> World {
+        let cfg = Config::default();
+        let cluster = Arc::new(Cluster::new(shards, Router::hash(SHARDS)));
+        let retry = || {
+            Retry::new(
+                RetryPolicy::default(),
+                Arc::new(ManualSleeper(clock.clone())),
+            )
+        };
+        let exec = Executor::new(
+            cluster.clone(),
+            owner("exec-1"),
+            cfg,
+            clock.clone(),
+            retry(),
+        )
+        .with_close_waits_max(CLOSE_WAITS_MAX);
+        let swept = Executor::new(cluster, owner("sweeper-1"), cfg, clock.clone(), retry());
+        World {
+            clock,
+            exec,
+            sweeper: Sweeper::new(swept, SweepConfig::default()),
+        }
+    }
+
+    fn memory() -> World {
+        let clock = Arc::new(ManualClock::at(T0));
+        let shards =
+            (0..SHARDS).map(|_| Arc::new(MemoryStore::new(clock.clone())) as Arc<dyn Store>);
+        World::over(clock.clone(), shards.collect())
+    }
+
+    fn cluster(&self) -> &Cluster {
+        self.exec.cluster()
+    }
+
+    async fn open(&self, id: &str, asset: &str, lower_bound: LowerBound) {
+        let op = AccountOp::Create {
+            asset: asset_code(asset),
+            lower_bound,
+        };
+        match self.exec.execute_op(Op::Account(acct(id), op)).await {
+            Ok(Reply::Account(_)) => {}
+            other => panic!("create {id}: {other:?}"),
+        }
+    }
+
+    async fn account(&self, id: &str) -> Account {
+        match self
+            .exec
+            .execute_op(Op::Account(acct(id), AccountOp::Get))
+            .await
+        {
+            Ok(Reply::Account(a)) => *a,
+            other => panic!("get {id}: {other:?}"),
+        }
+    }
+
+    async fn transfer(&self, id: &str) -> TransferRecord {
+        match self
+            .exec
+            .execute_op(Op::Transfer(tid(id), TransferOp::Get))
+            .await
+        {
+            Ok(Reply::Unchanged(r)) => *r,
+            other => panic!("get transfer {id}: {other:?}"),
+        }
+    }
+
+    /// issuer (unbounded), alice with 100, bob with 0; all USD.
+    async fn bank(&self) {
+        self.open("issuer", "USD", LowerBound::Unbounded).await;
+        self.open("alice", "USD", LowerBound::default()).await;
+        self.open("bob", "USD", LowerBound::default()).await;
+        let r = self.exec.submit(spec(
+            "fund-alice",
+            vec![posting("issuer", "alice", "USD", 100)],
+        ));
+        assert_eq!(finished(r.await).state, TransferState::Done);
+    }
+
+    /// Checks each listed balance, and that nothing is reserved or incoming there.
+    async fn assert_settled(&self, balances: &[(&str, i64)]) {
+        for (id, balance) in balances {
+            let a = self.account(id).await;
+            assert_eq!(
+                (a.balance, a.reserved, a.incoming),
+                (*balance, 0, 0),
+                "{id}"
+            );
+        }
+    }
+}
+
+fn acct(s: &str) -> AccountId {
+    AccountId::new(s).expect("valid account id")
+}
+fn tid(s: &str) -> TransferId {
+    TransferId::new(s).expect("valid transfer id")
+}
+fn owner(s: &str) -> OwnerId {
+    OwnerId::new(s).expect("valid owner id")
+}
+fn asset_code(s: &str) -> AssetCode {
+    AssetCode::new(s, "asset").expect("valid asset")
+}
+
+fn posting(from: &str, to: &str, asset: &str, amount: u64) -> Posting {
+    let amount = Amount::new(amount, "amount").expect("valid amount");
+    Posting {
+        from: acct(from),
+        to: acct(to),
+        asset: asset_code(asset),
+        amount,
+    }
+}
+
+fn spec(id: &str, postings: Vec<Posting>) -> TransferSpec {
+    TransferSpec {
+        id: tid(id),
+        postings,
+        metadata: String::new(),
+        kind: TransferKind::Transfer,
+        refund_of: None,
+        timeout_ms: TIMEOUT_MS,
+    }
+}
+
+fn hold(id: &str, postings: Vec<Posting>) -> TransferSpec {
+    TransferSpec {
+        kind: TransferKind::Hold {
+            ttl_ms: HOLD_TTL_MS,
+        },
+        ..spec(id, postings)
+    }
+}
+
+fn finished(r: Result<Outcome, ExecError>) -> TransferRecord {
+    match r {
+        Ok(Outcome::Finished(rec)) => rec,
+        other => panic!("expected a finished transfer, got {other:?}"),
+    }
+}
+
+/// Plays an executor that runs `rounds` rounds of a machine by hand and then vanishes.
+async fn run_then_vanish(
+    w: &World,
+    (mut m, mut reqs): (Machine, Vec<Request>),
+    rounds: usize,
+) -> Machine {
+    for _ in 0..rounds {
+        let sent = w.cluster().execute(&reqs).await.expect("routable");
+        let mut next = Vec::new();
+        for (req, result) in reqs.iter().zip(sent) {
+            let reply = result.expect("the memory store always answers");
+            next.extend(m.on_reply(req.tag, reply, w.clock.now()));
+        }
+        reqs = next;
+    }
+    m
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn plain_transfer_is_done_and_moves_balances() {
+    let w = World::memory();
+    w.bank().await;
+    let rec = finished(
+        w.exec
+            .submit(spec("t1", vec![posting("alice", "bob", "USD", 30)]))
+            .await,
+    );
+    assert_eq!((rec.state, rec.reason), (TransferState::Done, None));
+    w.assert_settled(&[("issuer", -100), ("alice", 70), ("bob", 30)])
+        .await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn insufficient_funds_cancels_with_the_reason_and_moves_nothing() {
+    let w = World::memory();
+    w.bank().await;
+    let rec = finished(
+        w.exec
+            .submit(spec("t1", vec![posting("alice", "bob", "USD", 150)]))
+            .await,
+    );
+    assert_eq!(rec.state, TransferState::Canceled);
+    let reason = CancelReason::Refused {
+        account: acct("alice"),
+        code: Code::ExceedsAvailable,
+    };
+    assert_eq!(rec.reason, Some(reason));
+    w.assert_settled(&[("alice", 100), ("bob", 0)]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn duplicate_submission_returns_the_same_transfer_and_applies_once() {
+    let w = World::memory();
+    w.bank().await;
+    let s = spec("t1", vec![posting("alice", "bob", "USD", 30)]);
+    let first = finished(w.exec.submit(s.clone()).await);
+    w.clock.advance_ms(1_000);
+    let again = finished(w.exec.submit(s).await);
+    assert_eq!(first, again, "the same record, not a second run");
+    w.assert_settled(&[("alice", 70), ("bob", 30)]).await;
+
+    // Twice in one batch: one machine runs it; the other finds it claimed (or, both being
+    // the same owner, follows it to the end). Either way it applies once.
+    let s = spec("t2", vec![posting("alice", "bob", "USD", 5)]);
+    let results = w.exec.submit_many(vec![s.clone(), s]).await;
+    assert!(matches!(&results[0], Ok(Outcome::Finished(r)) if r.state == TransferState::Done));
+    let second_ok = match &results[1] {
+        Ok(Outcome::Left(_)) => true,
+        Ok(Outcome::Finished(r)) => r.state == TransferState::Done,
+        _ => false,
+    };
+    assert!(second_ok, "{:?}", results[1]);
+    w.assert_settled(&[("alice", 65), ("bob", 35)]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn same_id_with_a_different_body_is_rejected() {
+    let w = World::memory();
+    w.bank().await;
+    finished(
+        w.exec
+            .submit(spec("t1", vec![posting("alice", "bob", "USD", 30)]))
+            .await,
+    );
+    let err = w
+        .exec
+        .submit(spec("t1", vec![posting("alice", "bob", "USD", 31)]))
+        .await;
+    let err = err.expect_err("a different body must be refused");
+    assert_eq!(err.code(), Some(Code::IdExistsWithDifferentBody), "{err}");
+    assert!(!err.is_retryable());
+    w.assert_settled(&[("alice", 70), ("bob", 30)]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn invalid_spec_is_rejected_before_any_store_call() {
+    let w = World::memory();
+    let err = w
+        .exec
+        .submit(spec("t1", vec![]))
+        .await
+        .expect_err("no postings");
+    assert_eq!(err.code(), Some(Code::PostingsMustNotBeEmpty));
+    assert!(matches!(
+        w.exec
+            .execute_op(Op::Transfer(tid("t1"), TransferOp::Get))
+            .await,
+        Ok(Reply::NotFound)
+    ));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn hold_then_capture_is_done() {
+    let w = World::memory();
+    w.bank().await;
+    match w
+        .exec
+        .submit(hold("h1", vec![posting("alice", "bob", "USD", 30)]))
+        .await
+    {
+        Ok(Outcome::Held(rec)) => assert_eq!(rec.state, TransferState::Held),
+        other => panic!("expected held: {other:?}"),
+    }
+    let (alice, bob) = (w.account("alice").await, w.account("bob").await);
+    assert_eq!((alice.balance, alice.reserved), (100, 30));
+    assert_eq!((bob.balance, bob.incoming), (0, 30));
+    let rec = finished(w.exec.capture(tid("h1")).await);
+    assert_eq!(rec.state, TransferState::Done);
+    w.assert_settled(&[("alice", 70), ("bob", 30)]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn hold_then_void_is_canceled() {
+    let w = World::memory();
+    w.bank().await;
+    let held = w
+        .exec
+        .submit(hold("h1", vec![posting("alice", "bob", "USD", 30)]))
+        .await;
+    assert!(matches!(held, Ok(Outcome::Held(_))), "{held:?}");
+    let rec = finished(w.exec.void(tid("h1")).await);
+    assert_eq!(
+        (rec.state, rec.reason),
+        (TransferState::Canceled, Some(CancelReason::Voided))
+    );
+    w.assert_settled(&[("alice", 100), ("bob", 0)]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn capture_of_an_unknown_transfer_is_rejected() {
+    let w = World::memory();
+    let err = w
+        .exec
+        .capture(tid("nope"))
+        .await
+        .expect_err("nothing to capture");
+    assert_eq!(err.code(), Some(Code::TransferNotFound));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn expired_hold_is_canceled_by_the_sweeper() {
+    let w = World::memory();
+    w.bank().await;
+    let held = w
+        .exec
+        .submit(hold("h1", vec![posting("alice", "bob", "USD", 30)]))
+        .await;
+    assert!(matches!(held, Ok(Outcome::Held(_))), "{held:?}");
+    let report = w.sweeper.pass().await;
+    assert_eq!(report.due, 0, "a hold is not due before it expires");
+    assert_eq!(w.transfer("h1").await.state, TransferState::Held);
+
+    w.clock.advance_ms(HOLD_TTL_MS);
+    let err = w.exec.capture(tid("h1")).await.expect_err("expired");
+    assert_eq!(err.code(), Some(Code::HoldExpired));
+    let report = w.sweeper.pass().await;
+    assert_eq!((report.due, report.finished), (1, 1), "{report:?}");
+    let rec = w.transfer("h1").await;
+    assert_eq!(
+        (rec.state, rec.reason),
+        (TransferState::Canceled, Some(CancelReason::Expired))
+    );
+    w.assert_settled(&[("alice", 100), ("bob", 0)]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn refund_is_done_once_and_a_second_refund_is_canceled() {
+    let w = World::memory();
+    w.bank().await;
+    let original = spec("t1", vec![posting("alice", "bob", "USD", 30)]);
+    finished(w.exec.submit(original.clone()).await);
+    let refund = |id: &str| TransferSpec {
+        refund_of: Some(tid("t1")),
+        ..spec(id, original.reversed_postings())
+    };
+    let rec = finished(w.exec.submit(refund("r1")).await);
+    assert_eq!(rec.state, TransferState::Done);
+    assert_eq!(w.transfer("t1").await.refunded_by, Some(tid("r1")));
+    w.assert_settled(&[("alice", 100), ("bob", 0)]).await;
+
+    let rec = finished(w.exec.submit(refund("r2")).await);
+    assert_eq!(rec.state, TransferState::Canceled);
+    let reason = CancelReason::RefundRefused {
+        code: Code::OriginalAlreadyRefunded,
+    };
+    assert_eq!(rec.reason, Some(reason));
+    w.assert_settled(&[("alice", 100), ("bob", 0)]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn vanished_executor_is_finished_by_the_sweeper_after_the_lease_lapses() {
+    let w = World::memory();
+    w.bank().await;
+    let s = spec("t1", vec![posting("alice", "bob", "USD", 30)]);
+    let start = Machine::submit(s, owner("crashed"), w.clock.now(), Config::default());
+    let m = run_then_vanish(&w, start.expect("valid"), 3).await; // insert, claim, prepare
+    assert_eq!(m.phase_name(), "deciding");
+    drop(m);
+    assert_eq!(w.transfer("t1").await.state, TransferState::Pending);
+    assert_eq!(w.account("alice").await.reserved, 30);
+
+    assert_eq!(w.sweeper.pass().await.due, 0, "the lease is still live");
+    w.clock.advance_ms(Config::default().lease_ms);
+    let report = w.sweeper.pass().await;
+    assert_eq!((report.due, report.finished), (1, 1), "{report:?}");
+    assert_eq!(w.transfer("t1").await.state, TransferState::Done);
+    w.assert_settled(&[("alice", 70), ("bob", 30)]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn decided_transfer_is_posted_by_the_sweeper_even_past_its_deadline() {
+    let w = World::memory();
+    w.bank().await;
+    let s = spec("t1", vec![posting("alice", "bob", "USD", 30)]);
+    let start = Machine::submit(s, owner("crashed"), w.clock.now(), Config::default());
+    let m = run_then_vanish(&w, start.expect("valid"), 4).await; // ... and decide
+    assert_eq!(m.phase_name(), "posting");
+    drop(m);
+    assert_eq!(w.transfer("t1").await.state, TransferState::Applied);
+    w.clock.advance_ms(TIMEOUT_MS * 2);
+    let report = w.sweeper.pass().await;
+    assert_eq!(report.finished, 1, "{report:?}");
+    assert_eq!(
+        w.transfer("t1").await.state,
+        TransferState::Done,
+        "applied is never undone"
+    );
+    w.assert_settled(&[("alice", 70), ("bob", 30)]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn redrive_finishes_an_abandoned_transfer_without_waiting_for_the_lease() {
+    let w = World::memory();
+    w.bank().await;
+    let s = spec("t1", vec![posting("alice", "bob", "USD", 30)]);
+    let start = Machine::submit(s, owner("crashed"), w.clock.now(), Config::default());
+    drop(run_then_vanish(&w, start.expect("valid"), 3).await);
+    let rec = finished(w.exec.redrive(tid("t1")).await);
+    assert_eq!(rec.state, TransferState::Done);
+    w.assert_settled(&[("alice", 70), ("bob", 30)]).await;
+    let err = w.exec.redrive(tid("nope")).await.expect_err("unknown id");
+    assert_eq!(err.code(), Some(Code::TransferNotFound));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn close_waits_for_transfers_in_flight_then_closes() {
+    let w = World::memory();
+    w.bank().await;
+    let held = w
+        .exec
+        .submit(hold("h1", vec![posting("alice", "bob", "USD", 30)]))
+        .await;
+    assert!(matches!(held, Ok(Outcome::Held(_))), "{held:?}");
+    let before = w.clock.now();
+    let err = w
+        .exec
+        .close_account(acct("alice"))
+        .await
+        .expect_err("a hold is in flight");
+    assert_eq!(err.code(), Some(Code::AccountHasTransfersInFlight));
+    assert!(err.is_retryable());
+    assert!(w.clock.now() > before, "it waited between attempts");
+
+    finished(w.exec.void(tid("h1")).await);
+    let closed = w
+        .exec
+        .close_account(acct("alice"))
+        .await
+        .expect("nothing in flight");
+    assert_eq!(closed.status, xfer_core::AccountStatus::Closed);
+    let rec = finished(
+        w.exec
+            .submit(spec("t2", vec![posting("issuer", "alice", "USD", 1)]))
+            .await,
+    );
+    let reason = CancelReason::Refused {
+        account: acct("alice"),
+        code: Code::AccountClosed,
+    };
+    assert_eq!(
+        (rec.state, rec.reason),
+        (TransferState::Canceled, Some(reason))
+    );
+    let err = w
+        .exec
+        .close_account(acct("nobody"))
+        .await
+        .expect_err("no such account");
+    assert_eq!(err.code(), Some(Code::AccountNotFound));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn sweeper_run_recovers_at_start_up_and_stops_on_shutdown() {
+    let w = World::memory();
+    w.bank().await;
+    let s = spec("t1", vec![posting("alice", "bob", "USD", 30)]);
+    let start = Machine::submit(s, owner("crashed"), w.clock.now(), Config::default());
+    drop(run_then_vanish(&w, start.expect("valid"), 3).await);
+    w.clock.advance_ms(Config::default().lease_ms);
+
+    let interval_ms = SweepConfig::default().interval_ms;
+    let stop_at = w.clock.now().plus_ms(3 * interval_ms);
+    let clock = w.clock.clone();
+    let shutdown = std::future::poll_fn(|_| {
+        if clock.now() >= stop_at {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    });
+    assert_eq!(w.sweeper.run(shutdown).await, 3, "one pass per interval");
+    assert_eq!(w.transfer("t1").await.state, TransferState::Done);
+}
+
+// --- faults ----------------------------------------------------------------------------
+
+fn faulty_world(plan: FaultPlan, seed: u64) -> (World, Vec<Arc<Faulty<MemoryStore>>>) {
+    let clock = Arc::new(ManualClock::at(T0));
+    let faulty: Vec<Arc<Faulty<MemoryStore>>> = (0..SHARDS as u64)
+        .map(|i| Arc::new(Faulty::new(MemoryStore::new(clock.clone()), plan, seed + i)))
+        .collect();
+    let shards = faulty.iter().map(|f| f.clone() as Arc<dyn Store>).collect();
+    (World::over(clock, shards), faulty)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn unreachable_stores_answer_unavailable_and_lost_replies_indeterminate() {
+    let down = FaultPlan {
+        unavailable_per_million: 1_000_000,
+        reply_lost_per_million: 0,
+    };
+    let (w, faulty) = faulty_world(down, 1);
+    let err = w
+        .exec
+        .submit(spec("t1", vec![posting("a", "b", "USD", 1)]))
+        .await
+        .expect_err("down");
+    assert!(matches!(err, ExecError::Unavailable(_)), "{err}");
+    assert!(err.is_retryable());
+    for f in &faulty {
+        assert!(
+            f.inner()
+                .transfers(None, 10)
+                .await
+                .expect("memory")
+                .is_empty(),
+            "nothing applied"
+        );
+    }
+    let lossy = FaultPlan {
+        unavailable_per_million: 0,
+        reply_lost_per_million: 1_000_000,
+    };
+    let (w, _) = faulty_world(lossy, 1);
+    let err = w
+        .exec
+        .submit(spec("t1", vec![posting("a", "b", "USD", 1)]))
+        .await
+        .expect_err("lossy");
+    assert!(matches!(err, ExecError::Indeterminate(_)), "{err}");
+    assert!(err.is_retryable());
+}
+
+const USERS: usize = 16;
+const TRANSFERS: usize = 240;
+const FUNDING: u64 = 1_000;
+const SEEDS: u64 = 8;
+const PASSES_MAX: usize = 20;
+
+/// 240 transfers at once (points-plus-cash pairs, overdrafts, holds) over stores that refuse
+/// calls and lose replies after applying part of a batch, for a few fixed seeds. Whatever
+/// each call answered, after sweeper passes every transfer is terminal and the guarantees
+/// hold.
+#[tokio::test(flavor = "current_thread")]
+async fn many_transfers_over_faulty_stores_keep_every_guarantee() {
+    for seed in 0..SEEDS {
+        faulty_workload(seed).await;
+    }
+}
+
+async fn faulty_workload(seed: u64) {
+    let plan = FaultPlan {
+        unavailable_per_million: 150_000,
+        reply_lost_per_million: 150_000,
+    };
+    let (w, faulty) = faulty_world(plan, seed * 1_000);
+    open_users(&w).await;
+    let funding: Vec<TransferSpec> = (0..USERS)
+        .flat_map(|i| {
+            let cash = posting("issuer-usd", &format!("u{i}"), "USD", FUNDING);
+            let points = posting("issuer-pts", &format!("p{i}"), "POINTS", FUNDING);
+            [
+                spec(&format!("fund-u{i}"), vec![cash]),
+                spec(&format!("fund-p{i}"), vec![points]),
+            ]
+        })
+        .collect();
+    check_results(&w.exec.submit_many(funding).await);
+    let results = w.exec.submit_many(workload(&mut Rng::new(seed))).await;
+    check_results(&results);
+
+    sweep_until_quiet(&w, seed).await;
+    let (accounts, transfers) = contents(&faulty).await;
+    for t in &transfers {
+        assert!(
+            t.state.is_terminal(),
+            "seed {seed}: {} is {}",
+            t.id(),
+            t.state
+        );
+    }
+    for state in [TransferState::Done, TransferState::Canceled] {
+        assert!(
+            transfers.iter().any(|t| t.state == state),
+            "seed {seed}: none {state}"
+        );
+    }
+    check_money(&accounts, &transfers);
+    check_answers(&results, &transfers);
+    let unavailable: u64 = faulty
+        .iter()
+        .map(|f| f.counts.unavailable.load(Relaxed))
+        .sum();
+    let reply_lost: u64 = faulty
+        .iter()
+        .map(|f| f.counts.reply_lost.load(Relaxed))
+        .sum();
+    assert!(
+        unavailable > 0 && reply_lost > 0,
+        "seed {seed}: {unavailable} {reply_lost} faults"
+    );
+}
+
+/// Lets every lease, deadline and hold lapse, and sweeps until a pass finds nothing due.
+async fn sweep_until_quiet(w: &World, seed: u64) {
+    for _ in 0..PASSES_MAX {
+        w.clock.advance_ms(HOLD_TTL_MS + TIMEOUT_MS);
+        let report = w.sweeper.pass().await;
+        assert!(
+            report.failed.iter().all(|(_, e)| e.is_retryable()),
+            "seed {seed}: {report:?}"
+        );
+        if report.due == 0 && report.shard_errors.is_empty() {
+            return;
+        }
+    }
+    panic!("seed {seed}: still due after {PASSES_MAX} passes");
+}
+
+/// What each call answered agrees with what the stores kept: a finished transfer is stored
+/// in that state, and `Unavailable` means nothing was written.
+fn check_answers(results: &[Result<Outcome, ExecError>], transfers: &[TransferRecord]) {
+    for (i, r) in results.iter().enumerate() {
+        let stored = transfers
+            .iter()
+            .find(|t| t.id().as_str() == format!("w{i}"));
+        match (r, stored) {
+            (Ok(Outcome::Finished(rec)), Some(t)) => assert_eq!(rec.state, t.state, "w{i}"),
+            (Err(ExecError::Unavailable(_)), None) => {}
+            (Err(ExecError::Unavailable(e)), Some(_)) => panic!("w{i} written, answered {e}"),
+            (_, None) => panic!("w{i} answered {r:?} but was never written"),
+            (_, Some(_)) => {}
+        }
+    }
+}
+
+async fn open_users(w: &World) {
+    w.open("issuer-usd", "USD", LowerBound::Unbounded).await;
+    w.open("issuer-pts", "POINTS", LowerBound::Unbounded).await;
+    for i in 0..USERS {
+        w.open(&format!("u{i}"), "USD", LowerBound::default()).await;
+        w.open(&format!("p{i}"), "POINTS", LowerBound::default())
+            .await;
+    }
+}
+
+/// Random transfers: cash, points, or both together (seed 001's points + cash payment);
+/// amounts up to half a funding so that some overdraw; one in ten a hold left to expire.
+fn workload(rng: &mut Rng) -> Vec<TransferSpec> {
+    let pick = |rng: &mut Rng, prefix: &str, asset: &str| {
+        let from = rng.below(USERS as u64);
+        let to = (from + 1 + rng.below(USERS as u64 - 1)) % USERS as u64;
+        let amount = if rng.chance(50_000) {
+            2 * FUNDING
+        } else {
+            rng.range(1, FUNDING / 20)
+        };
+        posting(
+            &format!("{prefix}{from}"),
+            &format!("{prefix}{to}"),
+            asset,
+            amount,
+        )
+    };
+    (0..TRANSFERS)
+        .map(|n| {
+            let postings = match rng.below(3) {
+                0 => vec![pick(rng, "u", "USD")],
+                1 => vec![pick(rng, "p", "POINTS")],
+                _ => vec![pick(rng, "u", "USD"), pick(rng, "p", "POINTS")],
+            };
+            let id = format!("w{n}");
+            if rng.chance(100_000) {
+                hold(&id, postings)
+            } else {
+                spec(&id, postings)
+            }
+        })
+        .collect()
+}
+
+/// Faults may leave a call without an outcome, never with a broken one.
+fn check_results(results: &[Result<Outcome, ExecError>]) {
+    for r in results {
+        match r {
+            Ok(Outcome::Finished(_) | Outcome::Held(_) | Outcome::Left(_)) => {}
+            Err(ExecError::Indeterminate(_) | ExecError::Unavailable(_)) => {}
+            other => panic!("under faults: {other:?}"),
+        }
+    }
+}
+
+async fn contents(faulty: &[Arc<Faulty<MemoryStore>>]) -> (Vec<Account>, Vec<TransferRecord>) {
+    let (mut accounts, mut transfers) = (Vec::new(), Vec::new());
+    for f in faulty {
+        accounts.extend(f.inner().accounts(None, usize::MAX).await.expect("memory"));
+        transfers.extend(f.inner().transfers(None, usize::MAX).await.expect("memory"));
+    }
+    (accounts, transfers)
+}
+
+/// Conservation, no leaks, no overdraft, and history: replaying the `done` transfers from
+/// zero gives every balance.
+fn check_money(accounts: &[Account], transfers: &[TransferRecord]) {
+    let mut sums = std::collections::BTreeMap::<AssetCode, i64>::new();
+    let mut replay = std::collections::BTreeMap::<AccountId, i64>::new();
+    for a in accounts {
+        *sums.entry(a.asset.clone()).or_default() += a.balance;
+        assert_eq!((a.reserved, a.incoming), (0, 0), "{} leaks", a.id);
+        assert_eq!(a.open_intents(), 0, "{} has open intents", a.id);
+        assert!(a.intents.values().all(|i| i.state != IntentState::Open));
+        assert!(a.is_within_bound(), "{} overdrawn", a.id);
+    }
+    assert_eq!(sums.len(), 2, "{sums:?}");
+    assert!(
+        sums.values().all(|s| *s == 0),
+        "money created or destroyed: {sums:?}"
+    );
+    for t in transfers.iter().filter(|t| t.state == TransferState::Done) {
+        for p in &t.spec.postings {
+            *replay.entry(p.from.clone()).or_default() -= p.amount.signed();
+            *replay.entry(p.to.clone()).or_default() += p.amount.signed();
+        }
+    }
+    for a in accounts {
+        assert_eq!(
+            replay.get(&a.id).copied().unwrap_or(0),
+            a.balance,
+            "history of {}",
+            a.id
+        );
+    }
+}
