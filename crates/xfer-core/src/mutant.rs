@@ -20,11 +20,21 @@ pub enum Mutant {
     ClaimWithoutCas,
     /// Release marks the intent released but gives back nothing.
     ReleaseIgnoresAmount,
+    /// Release moves an open intent's amounts into the balance, as a post would.
+    ReleasePosts,
+    /// The transfer is finished once any one post is acknowledged, not all of them.
+    FinishAfterFirstPost,
+    /// Recovery leaves `pending` transfers alone.
+    SweeperIgnoresPending,
+    /// Inserting an existing id with another body replaces the body.
+    InsertOverwritesBody,
+    /// A duplicate submission is answered with the stored state as if it were final.
+    DuplicateAnswersStaleState,
 }
 
 impl Mutant {
     /// Every mutant, in a stable order.
-    pub const ALL: [Mutant; 7] = [
+    pub const ALL: [Mutant; 12] = [
         Mutant::CreditAtPrepare,
         Mutant::DebitWithoutBalanceCheck,
         Mutant::DoublePost,
@@ -32,6 +42,11 @@ impl Mutant {
         Mutant::CancelAfterApplied,
         Mutant::ClaimWithoutCas,
         Mutant::ReleaseIgnoresAmount,
+        Mutant::ReleasePosts,
+        Mutant::FinishAfterFirstPost,
+        Mutant::SweeperIgnoresPending,
+        Mutant::InsertOverwritesBody,
+        Mutant::DuplicateAnswersStaleState,
     ];
 
     /// Its command-line name.
@@ -44,6 +59,11 @@ impl Mutant {
             Mutant::CancelAfterApplied => "cancel-after-applied",
             Mutant::ClaimWithoutCas => "claim-without-cas",
             Mutant::ReleaseIgnoresAmount => "release-ignores-amount",
+            Mutant::ReleasePosts => "release-posts",
+            Mutant::FinishAfterFirstPost => "finish-after-first-post",
+            Mutant::SweeperIgnoresPending => "sweeper-ignores-pending",
+            Mutant::InsertOverwritesBody => "insert-overwrites-body",
+            Mutant::DuplicateAnswersStaleState => "duplicate-answers-stale-state",
         }
     }
 
@@ -59,6 +79,13 @@ impl Mutant {
             Mutant::CancelAfterApplied => "cancel allowed after applied",
             Mutant::ClaimWithoutCas => "claim without compare-and-set",
             Mutant::ReleaseIgnoresAmount => "release that ignores the intent's amount",
+            Mutant::ReleasePosts => "release that posts the intent instead of giving it back",
+            Mutant::FinishAfterFirstPost => "finish once the first post is acknowledged",
+            Mutant::SweeperIgnoresPending => "recovery that leaves pending transfers alone",
+            Mutant::InsertOverwritesBody => "insert of an existing id overwrites its body",
+            Mutant::DuplicateAnswersStaleState => {
+                "a duplicate submission is told the stored state as final"
+            }
         }
     }
 

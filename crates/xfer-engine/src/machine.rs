@@ -112,6 +112,8 @@ pub struct Machine {
     /// Requests of the current phase still waiting for a reply: tag -> leg index.
     outstanding: BTreeMap<u32, usize>,
     next_tag: u32,
+    /// Started by [`Machine::recover`] (only mutants care).
+    recovering: bool,
 }
 
 const WHOLE: usize = usize::MAX;
@@ -147,6 +149,7 @@ impl Machine {
         cfg: Config,
     ) -> (Machine, Vec<Request>) {
         let mut m = Machine::blank(id, owner, cfg);
+        m.recovering = true;
         let reqs = m.claim(now);
         (m, reqs)
     }
@@ -201,6 +204,7 @@ impl Machine {
             legs: Vec::new(),
             outstanding: BTreeMap::new(),
             next_tag: 0,
+            recovering: false,
         }
     }
 
@@ -344,6 +348,11 @@ impl Machine {
         }
         let past_deadline = now >= rec.deadline.plus_ms(self.cfg.skew_ms);
         match rec.state {
+            TransferState::Pending
+                if self.recovering && mutant::is(Mutant::SweeperIgnoresPending) =>
+            {
+                self.stop(Outcome::Left(rec))
+            }
             TransferState::Pending if past_deadline => self.decide(
                 TransferState::Canceling,
                 Some(CancelReason::DeadlinePassed),
@@ -479,6 +488,9 @@ impl Machine {
         match reply {
             // Inserted, or the same body was already there: compete for the claim either
             // way; a live claim or a terminal state answers `Unchanged` there.
+            Reply::Unchanged(rec) if mutant::is(Mutant::DuplicateAnswersStaleState) => {
+                self.stop(Outcome::Finished(*rec))
+            }
             Reply::Transfer(rec) | Reply::Unchanged(rec) => {
                 self.adopt(*rec);
                 self.claim(now)
@@ -692,7 +704,9 @@ impl Machine {
                 PostOutcome::Posted | PostOutcome::AlreadyPosted | PostOutcome::Missing,
             ) => {
                 acked[leg] = true;
-                if acked.iter().all(|a| *a) {
+                if acked.iter().all(|a| *a)
+                    || (mutant::is(Mutant::FinishAfterFirstPost) && acked.iter().any(|a| *a))
+                {
                     self.finish(now)
                 } else {
                     self.stay(Phase::Posting { acked })

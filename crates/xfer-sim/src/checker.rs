@@ -12,6 +12,19 @@ use xfer_core::{
 use xfer_engine::Router;
 use xfer_store::MemoryShard;
 
+/// Every guarantee a checker judges, by the name violations carry.
+pub const GUARANTEES: [&str; 9] = [
+    "conservation",
+    "no_overdraft",
+    "atomicity",
+    "stable_decisions",
+    "termination",
+    "idempotency",
+    "no_leaks",
+    "history",
+    "acknowledged",
+];
+
 /// A broken guarantee.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
@@ -34,7 +47,14 @@ pub struct Checker {
 
 impl Checker {
     fn fail(&mut self, guarantee: &'static str, at_ms: u64, detail: String) {
-        if self.violations.len() < 20 {
+        // A few of each kind: enough to read, and every broken guarantee stays visible.
+        if self
+            .violations
+            .iter()
+            .filter(|v| v.guarantee == guarantee)
+            .count()
+            < 5
+        {
             self.violations.push(Violation {
                 guarantee,
                 detail,

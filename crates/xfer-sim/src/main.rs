@@ -33,6 +33,9 @@ struct Args {
     /// Switch on a mutant (needs `--features mutants`); the run must then fail.
     #[arg(long)]
     mutant: Option<String>,
+    /// List the guarantees the checkers judge and exit.
+    #[arg(long)]
+    list_checkers: bool,
     /// Worker threads (default: available cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -62,6 +65,10 @@ fn parse_range(s: &str) -> Result<(u64, u64), String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if args.list_checkers {
+        println!("{}", xfer_sim::checker::GUARANTEES.join(" "));
+        return ExitCode::SUCCESS;
+    }
     if args.list_mutants {
         for m in Mutant::ALL {
             println!("{:<30} {}", m.name(), m.description());
@@ -164,6 +171,7 @@ impl Report {
         let mut digest: u64 = 0xcbf2_9ce4_8422_2325;
         let mut violations = 0;
         let mut first_failure: Option<(u64, &Violation)> = None;
+        let mut tripped: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
         for (seed, (s, v)) in &self.runs {
             transfers += s.transfers;
             submissions += s.submissions;
@@ -176,6 +184,7 @@ impl Report {
             }
             digest = (digest ^ s.digest).wrapping_mul(0x0000_0100_0000_01b3);
             violations += v.len();
+            tripped.extend(v.iter().map(|v| v.guarantee));
             if first_failure.is_none() {
                 first_failure = v.first().map(|v| (*seed, v));
             }
@@ -216,6 +225,8 @@ impl Report {
         if violations == 0 {
             ExitCode::SUCCESS
         } else {
+            let tripped: Vec<&str> = tripped.into_iter().collect();
+            println!("tripped: {}", tripped.join(" "));
             ExitCode::from(1)
         }
     }

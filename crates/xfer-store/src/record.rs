@@ -243,6 +243,12 @@ fn release(a: &mut Account, transfer: &TransferId, horizon: Timestamp) -> Releas
     if mutant::is(Mutant::ReleaseIgnoresAmount) {
         return ReleaseOutcome::Released;
     }
+    if mutant::is(Mutant::ReleasePosts) {
+        a.reserved -= intent.debit as i64;
+        a.incoming -= intent.credit as i64;
+        a.balance += intent.credit as i64 - intent.debit as i64;
+        return ReleaseOutcome::Released;
+    }
     a.reserved -= intent.debit as i64;
     if mutant::is(Mutant::CreditAtPrepare) {
         a.balance -= intent.credit as i64;
@@ -293,6 +299,9 @@ pub fn apply_transfer(slot: &mut Option<TransferRecord>, op: &TransferOp) -> Rep
         TransferOp::Insert(new) => {
             if rec.spec.same_body(&new.spec) {
                 false
+            } else if mutant::is(Mutant::InsertOverwritesBody) {
+                rec.spec = new.spec.clone();
+                true
             } else {
                 return Reply::Refused(Code::IdExistsWithDifferentBody);
             }
