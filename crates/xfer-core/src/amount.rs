@@ -116,9 +116,157 @@ impl fmt::Debug for AssetCode {
     }
 }
 
+/// The most decimal places an asset's minor unit may have (10^18 fits an `i64`).
+pub const ASSET_SCALE_MAX: u8 = 18;
+
+/// An asset: its code and its scale, the number of decimal places of its minor unit (`USD`
+/// has scale 2: 1 unit = 0.01 USD; `POINTS` and `SKU-42` have scale 0). Converts between
+/// decimal text and exact minor units, never through floating point.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Asset {
+    /// Its code.
+    pub code: AssetCode,
+    /// Decimal places of the minor unit, 0..=[`ASSET_SCALE_MAX`].
+    pub scale: u8,
+}
+
+impl Asset {
+    /// Validates `code` and `scale`.
+    pub fn new(code: &str, scale: u8) -> Result<Asset, Rejection> {
+        let code = AssetCode::new(code, "asset.code")?;
+        if scale > ASSET_SCALE_MAX {
+            return Err(Rejection::new(
+                Code::AssetScaleOutOfRange,
+                "asset.scale",
+                format!("{scale} decimal places, at most {ASSET_SCALE_MAX}"),
+            ));
+        }
+        Ok(Asset { code, scale })
+    }
+
+    /// Parses a positive decimal such as `"12.34"` into minor units (1234 at scale 2).
+    /// Refuses signs other than none, exponents, separators, and more decimals than the
+    /// scale, naming `field`.
+    pub fn parse_amount(&self, text: &str, field: &str) -> Result<Amount, Rejection> {
+        let nan = || {
+            Rejection::new(
+                Code::AmountIsNotANumber,
+                field,
+                format!("{text:?} is not a decimal like 12.34"),
+            )
+        };
+        if let Some(rest) = text.strip_prefix('-') {
+            if !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit() || b == b'.') {
+                return Err(Rejection::new(
+                    Code::AmountMustBePositive,
+                    field,
+                    format!("{text} is negative"),
+                ));
+            }
+        }
+        let (int, frac) = text.split_once('.').unwrap_or((text, ""));
+        let digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+        if int.is_empty()
+            || !digits(int)
+            || !digits(frac)
+            || (text.contains('.') && frac.is_empty())
+        {
+            return Err(nan());
+        }
+        if frac.len() > self.scale as usize {
+            return Err(Rejection::new(
+                Code::AmountHasTooManyDecimals,
+                field,
+                format!(
+                    "{text} has {} decimals; {} has {}",
+                    frac.len(),
+                    self.code,
+                    self.scale
+                ),
+            ));
+        }
+        let too_big = || {
+            Rejection::new(
+                Code::AmountExceedsMaximum,
+                field,
+                format!("{text} is too large"),
+            )
+        };
+        let mut units: u128 = 0;
+        for b in int
+            .bytes()
+            .chain(frac.bytes())
+            .chain(std::iter::repeat_n(b'0', self.scale as usize - frac.len()))
+        {
+            units = units
+                .checked_mul(10)
+                .and_then(|u| u.checked_add((b - b'0') as u128))
+                .ok_or_else(too_big)?;
+            if units > AMOUNT_MAX as u128 {
+                return Err(too_big());
+            }
+        }
+        Amount::new(units as u64, field)
+    }
+
+    /// Formats minor units as a decimal: `-5` at scale 2 is `"-0.05"`.
+    pub fn format(&self, units: i128) -> String {
+        let sign = if units < 0 { "-" } else { "" };
+        let digits = units.unsigned_abs().to_string();
+        let scale = self.scale as usize;
+        if scale == 0 {
+            return format!("{sign}{digits}");
+        }
+        let padded = format!("{digits:0>width$}", width = scale + 1);
+        let (int, frac) = padded.split_at(padded.len() - scale);
+        format!("{sign}{int}.{frac}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn decimals_parse_exactly() {
+        let usd = Asset::new("USD", 2).unwrap();
+        assert_eq!(usd.parse_amount("12.34", "a").unwrap().units(), 1234);
+        assert_eq!(usd.parse_amount("12.3", "a").unwrap().units(), 1230);
+        assert_eq!(usd.parse_amount("12", "a").unwrap().units(), 1200);
+        assert_eq!(usd.parse_amount("0.01", "a").unwrap().units(), 1);
+        let code = |t: &str| usd.parse_amount(t, "postings[0].amount").unwrap_err().code;
+        assert_eq!(code("12.345"), Code::AmountHasTooManyDecimals);
+        assert_eq!(code("-1"), Code::AmountMustBePositive);
+        assert_eq!(code("0.00"), Code::AmountMustBePositive);
+        for bad in [
+            "", ".5", "5.", "1e5", "1,000", "+1", " 1", "0x10", "NaN", "1.2.3",
+        ] {
+            assert_eq!(code(bad), Code::AmountIsNotANumber, "{bad:?}");
+        }
+        assert_eq!(code("92233720368547758.08"), Code::AmountExceedsMaximum);
+        assert_eq!(
+            usd.parse_amount("92233720368547758.07", "a")
+                .unwrap()
+                .units(),
+            AMOUNT_MAX
+        );
+        assert_eq!(code(&"9".repeat(60)), Code::AmountExceedsMaximum);
+    }
+
+    #[test]
+    fn decimals_format_exactly() {
+        let usd = Asset::new("USD", 2).unwrap();
+        assert_eq!(usd.format(1234), "12.34");
+        assert_eq!(usd.format(-5), "-0.05");
+        assert_eq!(usd.format(0), "0.00");
+        assert_eq!(Asset::new("POINTS", 0).unwrap().format(-42), "-42");
+        assert_eq!(
+            Asset::new("X", 19).unwrap_err().code,
+            Code::AssetScaleOutOfRange
+        );
+        let wide = Asset::new("X", 18).unwrap();
+        assert_eq!(wide.format(i64::MIN as i128), "-9.223372036854775808");
+    }
 
     #[test]
     fn amounts_are_positive_and_bounded() {

@@ -2,7 +2,8 @@
 //!
 //! - [`time`]: [`Timestamp`], milliseconds on some clock; nothing here reads a clock.
 //! - [`id`]: [`AccountId`], [`TransferId`], [`OwnerId`], validated names.
-//! - [`amount`]: [`AssetCode`], [`Amount`]: exact integers in an asset's minor unit.
+//! - [`amount`]: [`Asset`] (code and scale, exact decimal text), [`AssetCode`], [`Amount`]:
+//!   exact integers in an asset's minor unit.
 //! - [`rejection`]: [`Rejection`], the named reason a request was refused, and its field.
 //! - [`account`]: the [`Account`] record with its [`Intent`]s and [`LowerBound`].
 //! - [`transfer`]: [`TransferSpec`] (what the client asks), [`TransferRecord`] (what the log
@@ -20,7 +21,7 @@ pub mod time;
 pub mod transfer;
 
 pub use account::{Account, AccountStatus, Intent, IntentState, LowerBound};
-pub use amount::{Amount, AssetCode};
+pub use amount::{Amount, Asset, AssetCode};
 pub use id::{AccountId, OwnerId, TransferId};
 pub use mutant::Mutant;
 pub use rejection::{Code, Rejection};
