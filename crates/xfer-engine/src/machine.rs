@@ -161,17 +161,7 @@ impl Machine {
         now: Timestamp,
         cfg: Config,
     ) -> (Machine, Vec<Request>) {
-        let mut m = Machine::blank(id, owner, cfg);
-        let op = TransferOp::Capture {
-            owner: m.owner.clone(),
-            now,
-            lease_until: now.plus_ms(cfg.lease_ms),
-        };
-        let reqs = m.enter(
-            Phase::Capturing,
-            vec![(WHOLE, Op::Transfer(m.id.clone(), op))],
-        );
-        (m, reqs)
+        Machine::settle_hold(id, owner, now, cfg, Phase::Capturing)
     }
 
     /// Voids the hold `id` and releases it.
@@ -181,16 +171,31 @@ impl Machine {
         now: Timestamp,
         cfg: Config,
     ) -> (Machine, Vec<Request>) {
-        let mut m = Machine::blank(id, owner, cfg);
-        let op = TransferOp::Void {
-            owner: m.owner.clone(),
-            now,
-            lease_until: now.plus_ms(cfg.lease_ms),
+        Machine::settle_hold(id, owner, now, cfg, Phase::Voiding)
+    }
+
+    fn settle_hold(
+        id: TransferId,
+        owner: OwnerId,
+        now: Timestamp,
+        cfg: Config,
+        phase: Phase,
+    ) -> (Machine, Vec<Request>) {
+        let mut m = Machine::blank(id, owner.clone(), cfg);
+        let lease_until = now.plus_ms(cfg.lease_ms);
+        let op = match phase {
+            Phase::Capturing => TransferOp::Capture {
+                owner,
+                now,
+                lease_until,
+            },
+            _ => TransferOp::Void {
+                owner,
+                now,
+                lease_until,
+            },
         };
-        let reqs = m.enter(
-            Phase::Voiding,
-            vec![(WHOLE, Op::Transfer(m.id.clone(), op))],
-        );
+        let reqs = m.whole(phase, op);
         (m, reqs)
     }
 
