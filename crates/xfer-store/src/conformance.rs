@@ -23,6 +23,7 @@ pub async fn run_all<S: Store>(new_store: impl Fn() -> S) {
     prepare_reserves_and_repeats_are_no_ops(&new_store()).await;
     prepare_refusals_change_nothing(&new_store()).await;
     incoming_is_not_available(&new_store()).await;
+    counters_never_overflow(&new_store()).await;
     post_moves_money_once(&new_store()).await;
     release_gives_back_once_and_marks_ahead(&new_store()).await;
     release_on_a_missing_account_survives_its_creation(&new_store()).await;
@@ -261,6 +262,40 @@ async fn incoming_is_not_available(s: &dyn Store) {
     );
     let b = get(s, "b").await;
     assert_eq!((b.balance, b.incoming, b.available()), (0, 50, 0));
+}
+
+/// The story: the overflow guard bounded only the balance's range, so an unbounded issuer
+/// (balance 0) could prepare `i64::MAX` and then 1 more: `reserved` wrapped, and after the
+/// posts the issuer held +`i64::MAX` — money created from nothing (found in review).
+async fn counters_never_overflow(s: &dyn Store) {
+    create(s, "issuer", LowerBound::Unbounded).await;
+    let max = i64::MAX as u64;
+    assert_eq!(
+        prepare(s, "issuer", "t1", max, 0).await,
+        Reply::Prepare(PrepareOutcome::Prepared)
+    );
+    let overflow = Reply::Prepare(PrepareOutcome::Refused(Code::BalanceWouldOverflow));
+    assert_eq!(
+        prepare(s, "issuer", "t2", 1, 0).await,
+        overflow,
+        "reserved would pass i64::MAX"
+    );
+    create(s, "sink", LowerBound::Unbounded).await;
+    assert_eq!(
+        prepare(s, "sink", "t3", 0, max).await,
+        Reply::Prepare(PrepareOutcome::Prepared)
+    );
+    assert_eq!(
+        prepare(s, "sink", "t4", 0, 1).await,
+        overflow,
+        "incoming would pass i64::MAX"
+    );
+    let (issuer, sink) = (get(s, "issuer").await, get(s, "sink").await);
+    assert_eq!(
+        (issuer.reserved, sink.incoming),
+        (i64::MAX, i64::MAX),
+        "refusals changed nothing"
+    );
 }
 
 async fn post_moves_money_once(s: &dyn Store) {

@@ -174,18 +174,23 @@ fn prepare(
     if debit as i128 > a.available() && !mutant::is(Mutant::DebitWithoutBalanceCheck) {
         return PrepareOutcome::Refused(Code::ExceedsAvailable);
     }
-    // Both ends of the balance's future range must fit an i64: lowest if every reserved
-    // debit posts, highest if every incoming credit posts.
-    let lowest = a.balance as i128 - a.reserved as i128 - debit as i128;
-    let highest = a.balance as i128 + a.incoming as i128 + credit as i128;
-    if lowest < i64::MIN as i128 || highest > i64::MAX as i128 {
+    // Every number the record will ever hold must fit an i64: the new reserved and
+    // incoming sums themselves, and both ends of the balance's future range (lowest if
+    // every reserved debit posts, highest if every incoming credit posts). Checking only
+    // the balance let an unbounded issuer wrap `reserved` and create money.
+    let reserved = a.reserved as i128 + debit as i128;
+    let incoming = a.incoming as i128 + credit as i128;
+    let lowest = a.balance as i128 - reserved;
+    let highest = a.balance as i128 + incoming;
+    let fits = |v: i128| (i64::MIN as i128..=i64::MAX as i128).contains(&v);
+    if !(fits(reserved) && fits(incoming) && fits(lowest) && fits(highest)) {
         return PrepareOutcome::Refused(Code::BalanceWouldOverflow);
     }
-    a.reserved += debit as i64; // fits: reserved <= balance - lowest bound checked above
+    a.reserved = reserved as i64;
     if mutant::is(Mutant::CreditAtPrepare) {
         a.balance += credit as i64;
     } else {
-        a.incoming += credit as i64;
+        a.incoming = incoming as i64;
     }
     a.intents.insert(
         transfer.clone(),
