@@ -30,11 +30,15 @@ pub enum Mutant {
     InsertOverwritesBody,
     /// A duplicate submission is answered with the stored state as if it were final.
     DuplicateAnswersStaleState,
+    /// Tombstones are never dropped.
+    TombstonesNeverPruned,
+    /// Tombstones are dropped before their horizon.
+    PruneIgnoresHorizon,
 }
 
 impl Mutant {
     /// Every mutant, in a stable order.
-    pub const ALL: [Mutant; 12] = [
+    pub const ALL: [Mutant; 14] = [
         Mutant::CreditAtPrepare,
         Mutant::DebitWithoutBalanceCheck,
         Mutant::DoublePost,
@@ -47,6 +51,8 @@ impl Mutant {
         Mutant::SweeperIgnoresPending,
         Mutant::InsertOverwritesBody,
         Mutant::DuplicateAnswersStaleState,
+        Mutant::TombstonesNeverPruned,
+        Mutant::PruneIgnoresHorizon,
     ];
 
     /// Its command-line name.
@@ -64,6 +70,8 @@ impl Mutant {
             Mutant::SweeperIgnoresPending => "sweeper-ignores-pending",
             Mutant::InsertOverwritesBody => "insert-overwrites-body",
             Mutant::DuplicateAnswersStaleState => "duplicate-answers-stale-state",
+            Mutant::TombstonesNeverPruned => "tombstones-never-pruned",
+            Mutant::PruneIgnoresHorizon => "prune-ignores-horizon",
         }
     }
 
@@ -83,6 +91,8 @@ impl Mutant {
             Mutant::FinishAfterFirstPost => "finish once the first post is acknowledged",
             Mutant::SweeperIgnoresPending => "recovery that leaves pending transfers alone",
             Mutant::InsertOverwritesBody => "insert of an existing id overwrites its body",
+            Mutant::TombstonesNeverPruned => "tombstones are never dropped",
+            Mutant::PruneIgnoresHorizon => "tombstones dropped before their horizon",
             Mutant::DuplicateAnswersStaleState => {
                 "a duplicate submission is told the stored state as final"
             }

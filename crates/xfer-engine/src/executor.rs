@@ -165,7 +165,11 @@ impl Executor {
             }
         }
         let start = Machine::recover(id, self.owner.clone(), self.clock.now(), self.cfg);
-        self.drive_one(start).await
+        // The lease change above was applied: from here on "nothing applied" is untrue.
+        match self.drive_one(start).await {
+            Err(ExecError::Unavailable(why)) => Err(ExecError::Indeterminate(why)),
+            other => other,
+        }
     }
 
     /// Closes the account `id`, waiting (with backoff) while it has transfers in flight, at

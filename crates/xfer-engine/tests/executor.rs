@@ -755,3 +755,88 @@ fn check_money(accounts: &[Account], transfers: &[TransferRecord]) {
         );
     }
 }
+
+/// A shard that answers `budget` more calls, then refuses every call (nothing applied).
+struct GoesDown {
+    inner: MemoryStore,
+    budget: std::sync::atomic::AtomicUsize,
+}
+
+impl Store for GoesDown {
+    fn execute(
+        &self,
+        ops: Vec<Op>,
+    ) -> xfer_store::BoxFuture<'_, Result<Vec<Reply>, xfer_store::StoreError>> {
+        let left = self.budget.load(Relaxed);
+        if left == 0 {
+            let down = xfer_store::StoreError::Unavailable("down".into());
+            return Box::pin(std::future::ready(Err(down)));
+        }
+        self.budget.store(left - 1, Relaxed);
+        self.inner.execute(ops)
+    }
+    fn scan_due(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> xfer_store::BoxFuture<'_, Result<Vec<TransferRecord>, xfer_store::StoreError>> {
+        self.inner.scan_due(now, limit)
+    }
+    fn history<'a>(
+        &'a self,
+        a: &'a AccountId,
+        before: Option<u64>,
+        limit: usize,
+    ) -> xfer_store::BoxFuture<'a, Result<xfer_store::HistoryPage, xfer_store::StoreError>> {
+        self.inner.history(a, before, limit)
+    }
+    fn prune(
+        &self,
+        limit: usize,
+    ) -> xfer_store::BoxFuture<'_, Result<usize, xfer_store::StoreError>> {
+        self.inner.prune(limit)
+    }
+    fn accounts<'a>(
+        &'a self,
+        after: Option<&'a AccountId>,
+        limit: usize,
+    ) -> xfer_store::BoxFuture<'a, Result<Vec<Account>, xfer_store::StoreError>> {
+        self.inner.accounts(after, limit)
+    }
+    fn transfers<'a>(
+        &'a self,
+        after: Option<&'a TransferId>,
+        limit: usize,
+    ) -> xfer_store::BoxFuture<'a, Result<Vec<TransferRecord>, xfer_store::StoreError>> {
+        self.inner.transfers(after, limit)
+    }
+}
+
+/// The story: `redrive` applies a `Redrive` (the lease lapses now), then drives recovery;
+/// when every recovery round found the stores down it answered `Unavailable`, which
+/// promises that nothing was applied, though the lease change was (found in review).
+#[tokio::test(flavor = "current_thread")]
+async fn redrive_that_changed_the_lease_never_claims_nothing_was_applied() {
+    let clock = Arc::new(ManualClock::at(T0));
+    let shards: Vec<Arc<GoesDown>> = (0..SHARDS)
+        .map(|_| {
+            Arc::new(GoesDown {
+                inner: MemoryStore::new(clock.clone()),
+                budget: usize::MAX.into(),
+            })
+        })
+        .collect();
+    let w = World::over(
+        clock,
+        shards.iter().map(|s| s.clone() as Arc<dyn Store>).collect(),
+    );
+    w.bank().await;
+    let s = spec("t1", vec![posting("alice", "bob", "USD", 30)]);
+    let start = Machine::submit(s, owner("crashed"), w.clock.now(), Config::default());
+    drop(run_then_vanish(&w, start.expect("valid"), 3).await);
+    for s in &shards {
+        s.budget.store(1, Relaxed); // the Redrive goes through; everything after fails
+    }
+    let err = w.exec.redrive(tid("t1")).await.expect_err("stores down");
+    assert!(matches!(err, ExecError::Indeterminate(_)), "{err}");
+}

@@ -46,6 +46,11 @@ pub struct Checker {
 }
 
 impl Checker {
+    /// Records a violation of `guarantee`.
+    pub fn record(&mut self, guarantee: &'static str, at_ms: u64, detail: String) {
+        self.fail(guarantee, at_ms, detail);
+    }
+
     fn fail(&mut self, guarantee: &'static str, at_ms: u64, detail: String) {
         // A few of each kind: enough to read, and every broken guarantee stays visible.
         if self
@@ -80,6 +85,9 @@ impl Checker {
                 at_ms,
                 format!("{}: reserved {} incoming {}", a.id, a.reserved, a.incoming),
             );
+        }
+        if let Err(e) = a.check_sums() {
+            self.fail("no_leaks", at_ms, e);
         }
     }
 
@@ -143,7 +151,7 @@ impl Checker {
     /// termination deadline in simulated time.
     pub fn settled(
         &mut self,
-        shards: &[MemoryShard],
+        shards: &[&MemoryShard],
         router: &Router,
         workload: &Workload,
         due_ms: &dyn Fn(&TransferRecord) -> u64,
@@ -164,8 +172,7 @@ impl Checker {
         self.history(&transfers, &accounts, at_ms);
         self.idempotency(&transfers, workload, at_ms);
         self.refunds(&transfers, at_ms);
-        let views: Vec<&MemoryShard> = shards.iter().collect();
-        self.conservation(&views, router, at_ms);
+        self.conservation(shards, router, at_ms);
     }
 
     fn termination(

@@ -55,7 +55,10 @@ struct Msg {
     attempt: u32,
     op: Op,
     send_seq: u64,
+    /// The reply-lost fault fired: apply, then send no reply.
     lose_reply: bool,
+    /// A duplicate copy: apply, reply to nobody (its original carries the reply).
+    silent: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -271,22 +274,34 @@ impl World {
 
     /// Runs to the end and returns the statistics; violations are in [`World::checker`].
     pub fn run(mut self) -> (RunStats, Checker) {
+        let mut drain_until = None;
         while let Some(((at, _), ev)) = self.queue.pop_first() {
             self.now = at;
             self.stats.events += 1;
             self.mix(at);
             self.handle(ev);
-            if self.settled() {
-                break;
+            match drain_until {
+                // Settled: judge, then let only the sweepers run past every horizon.
+                None if self.settled() => {
+                    self.judge();
+                    drain_until = Some(self.now + self.horizon_wait_ms());
+                }
+                Some(until) if self.now >= until => break,
+                _ => {}
             }
             if self.heal_at.is_some_and(|h| self.now > h + HEAL_LIMIT_MS) {
                 break;
             }
         }
+        if drain_until.is_none() {
+            self.judge(); // never settled: termination reports what is stuck
+        }
         self.finish()
     }
 
-    fn finish(mut self) -> (RunStats, Checker) {
+    /// Judges the settled run: termination, atomicity, history, idempotency, and every
+    /// outcome a client was told.
+    fn judge(&mut self) {
         let bound = self.cfg.termination_bound_ms();
         let heal = self.heal_at.unwrap_or(self.now);
         let skew = self.cfg.protocol.skew_ms;
@@ -298,27 +313,37 @@ impl World {
             }
             due + bound
         };
-        let stores: Vec<MemoryShard> = self.shards.drain(..).map(|s| s.store).collect();
+        let stores: Vec<&MemoryShard> = self.shards.iter().map(|s| &s.store).collect();
         self.checker
             .settled(&stores, &self.router, &self.workload, &due, self.now);
         for (id, state) in &self.acks {
-            let shard = &stores[self.router.shard_of_transfer(id)];
+            let shard = stores[self.router.shard_of_transfer(id)];
             let actual = shard.transfer(id).map(|r| r.state);
             if actual != Some(*state) {
                 let detail = format!("{id}: acknowledged {state}, record says {actual:?}");
-                self.checker.violations.push(crate::checker::Violation {
-                    guarantee: "acknowledged",
-                    detail,
-                    at_ms: self.now,
-                });
+                self.checker.record("acknowledged", self.now, detail);
             }
         }
-        // Past every horizon: the sweeper's pruning must leave nothing behind.
-        let mut stores = stores;
-        let later = Timestamp(self.now + 60_000);
-        for s in stores.iter_mut() {
-            while s.prune(later, 256) > 0 {}
+    }
+
+    /// How long the sweepers need, from now, to pass every tombstone's horizon on every
+    /// shard's clock and prune the backlog 256 a pass.
+    fn horizon_wait_ms(&self) -> u64 {
+        let mut wait = 0;
+        for (i, s) in self.shards.iter().enumerate() {
+            let tombstones = s.store.accounts().flat_map(|a| a.intents.values());
+            let (count, latest) =
+                tombstones.fold((0u64, 0u64), |(n, h), t| (n + 1, h.max(t.horizon.as_ms())));
+            let passes = count / 256 + 2;
+            let until_horizon = latest.saturating_sub(self.shard_clock(i).as_ms());
+            wait = wait.max(until_horizon + passes * self.cfg.sweep_interval_ms);
         }
+        wait + self.cfg.protocol.skew_ms + self.cfg.sweep_interval_ms
+    }
+
+    fn finish(mut self) -> (RunStats, Checker) {
+        // The stores as the sweepers left them, past every horizon: nothing may remain.
+        let stores: Vec<MemoryShard> = self.shards.drain(..).map(|s| s.store).collect();
         self.checker.no_leaks(&stores, self.now);
         if std::env::var_os("XFER_SIM_REASONS").is_some() {
             let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
@@ -598,12 +623,13 @@ impl World {
             op,
             send_seq: self.send_seq,
             lose_reply,
+            silent: false,
         };
         if self.faulty(FaultKind::Duplicate, 25_000) {
             self.count(FaultKind::Duplicate);
             let later = self.rng.range(self.cfg.latency_ms.0, self.cfg.delay_ms.1);
             let mut copy = msg.clone();
-            copy.lose_reply = true;
+            copy.silent = true;
             self.messages_in_flight += 1;
             self.schedule(later, Event::Deliver(shard, Box::new(copy)));
         }
@@ -622,7 +648,10 @@ impl World {
         } else {
             Some(Box::new(self.apply(s, &msg.op)))
         };
-        if msg.lose_reply {
+        if msg.silent {
+            return;
+        }
+        if msg.lose_reply && reply.is_some() {
             self.count(FaultKind::ReplyLost);
             return;
         }
@@ -658,7 +687,7 @@ impl World {
                 self.checker
                     .after_account_write(self.shards[s].store.account(id), self.now);
                 self.account_writes += 1;
-                if self.account_writes.is_multiple_of(64) {
+                if self.account_writes.is_multiple_of(16) {
                     let views: Vec<&MemoryShard> = self.shards.iter().map(|s| &s.store).collect();
                     self.checker.conservation(&views, &self.router, self.now);
                 }

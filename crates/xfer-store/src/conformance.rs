@@ -527,25 +527,26 @@ async fn claims_and_decisions_compare_and_set(s: &dyn Store) {
     );
 }
 
+/// Times far past any store clock, so that only the callers' clocks judge expiry here.
+fn at(ms: u64) -> Timestamp {
+    Timestamp(FUTURE.as_ms() / 2 + ms)
+}
+
 async fn holds_capture_void_and_expire(s: &dyn Store) {
     for id in ["h1", "h2", "h3"] {
-        let r = TransferRecord::accept(
-            spec(id, TransferKind::Hold { ttl_ms: 5_000 }),
-            Timestamp(0),
-            100,
-        );
+        let r = TransferRecord::accept(spec(id, TransferKind::Hold { ttl_ms: 5_000 }), at(0), 100);
         transfer_op(s, id, TransferOp::Insert(Box::new(r))).await;
         let op = TransferOp::Claim {
             owner: owner("x"),
-            now: Timestamp(1),
-            lease_until: Timestamp(101),
+            now: at(1),
+            lease_until: at(101),
         };
         transfer_op(s, id, op).await;
         let op = TransferOp::Decide {
             epoch: 1,
             to: TransferState::Held,
             reason: None,
-            now: Timestamp(2),
+            now: at(2),
         };
         assert_eq!(
             state_of(&transfer_op(s, id, op).await).0,
@@ -554,8 +555,8 @@ async fn holds_capture_void_and_expire(s: &dyn Store) {
     }
     let capture = |now| TransferOp::Capture {
         owner: owner("c"),
-        now: Timestamp(now),
-        lease_until: Timestamp(now + 100),
+        now: at(now),
+        lease_until: at(now + 100),
     };
     assert_eq!(
         state_of(&transfer_op(s, "h1", capture(10)).await),
@@ -568,8 +569,8 @@ async fn holds_capture_void_and_expire(s: &dyn Store) {
     );
     let void = TransferOp::Void {
         owner: owner("v"),
-        now: Timestamp(10),
-        lease_until: Timestamp(110),
+        now: at(10),
+        lease_until: at(110),
     };
     assert_eq!(
         state_of(&transfer_op(s, "h1", void.clone()).await).0,
@@ -582,8 +583,8 @@ async fn holds_capture_void_and_expire(s: &dyn Store) {
     );
     let early = TransferOp::Claim {
         owner: owner("s"),
-        now: Timestamp(4_000),
-        lease_until: Timestamp(4_100),
+        now: at(4_000),
+        lease_until: at(4_100),
     };
     assert!(
         !state_of(&transfer_op(s, "h3", early).await).2,
@@ -595,12 +596,42 @@ async fn holds_capture_void_and_expire(s: &dyn Store) {
     );
     let late = TransferOp::Claim {
         owner: owner("s"),
-        now: Timestamp(5_000),
-        lease_until: Timestamp(5_100),
+        now: at(5_000),
+        lease_until: at(5_100),
     };
     assert_eq!(
         state_of(&transfer_op(s, "h3", late).await),
         (TransferState::Canceling, 2, true)
+    );
+    // A capture resent with a stale clock is judged by the store's clock too: this hold
+    // expired at t3, long before any store's now.
+    let r = TransferRecord::accept(
+        spec("h4", TransferKind::Hold { ttl_ms: 2 }),
+        Timestamp(1),
+        0,
+    );
+    transfer_op(s, "h4", TransferOp::Insert(Box::new(r))).await;
+    let claim = TransferOp::Claim {
+        owner: owner("x"),
+        now: Timestamp(1),
+        lease_until: Timestamp(2),
+    };
+    transfer_op(s, "h4", claim).await;
+    let held = TransferOp::Decide {
+        epoch: 1,
+        to: TransferState::Held,
+        reason: None,
+        now: Timestamp(1),
+    };
+    transfer_op(s, "h4", held).await;
+    let stale = TransferOp::Capture {
+        owner: owner("c"),
+        now: Timestamp(2),
+        lease_until: Timestamp(3),
+    };
+    assert_eq!(
+        transfer_op(s, "h4", stale).await,
+        Reply::Refused(Code::HoldExpired)
     );
 }
 

@@ -10,6 +10,7 @@ use crate::record::{apply_account, apply_transfer, IndexEffect};
 use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
+use xfer_core::mutant::{self, Mutant};
 use xfer_core::{Account, AccountId, Clock, IntentState, Timestamp, TransferId, TransferRecord};
 
 /// One shard's records and indexes, in memory.
@@ -59,7 +60,7 @@ impl MemoryShard {
             Op::Transfer(id, op) => {
                 let mut slot = self.transfers.remove(id);
                 let before = slot.as_ref().and_then(|r| r.wake_at());
-                let reply = apply_transfer(&mut slot, op);
+                let reply = apply_transfer(&mut slot, op, now);
                 if let Some(r) = slot {
                     let after = r.wake_at();
                     if before != after {
@@ -110,6 +111,14 @@ impl MemoryShard {
 
     /// See [`Store::prune`]: drops tombstones with horizon `<= now`.
     pub fn prune(&mut self, now: Timestamp, limit: usize) -> usize {
+        if mutant::is(Mutant::TombstonesNeverPruned) {
+            return 0;
+        }
+        let now = if mutant::is(Mutant::PruneIgnoresHorizon) {
+            Timestamp::NEVER
+        } else {
+            now
+        };
         let due: Vec<_> = self
             .tombstones
             .iter()

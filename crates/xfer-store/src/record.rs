@@ -290,7 +290,13 @@ fn set_lower_bound(a: &mut Account, lower_bound: LowerBound) -> Reply {
 }
 
 /// Applies `op` to the transfer record, which may not exist (`slot` is `None`).
-pub fn apply_transfer(slot: &mut Option<TransferRecord>, op: &TransferOp) -> Reply {
+/// `store_now` is the store's own clock: it judges a hold's expiry at capture together with
+/// the caller's clock, so a capture resent long after it was made cannot beat the expiry.
+pub fn apply_transfer(
+    slot: &mut Option<TransferRecord>,
+    op: &TransferOp,
+    store_now: Timestamp,
+) -> Reply {
     let rec = match (slot.as_mut(), op) {
         (None, TransferOp::Insert(new)) => {
             *slot = Some((**new).clone());
@@ -361,7 +367,10 @@ pub fn apply_transfer(slot: &mut Option<TransferRecord>, op: &TransferOp) -> Rep
             now,
             lease_until,
         } => match rec.state {
-            Held if rec.hold_expires_at.is_some_and(|e| e <= *now) => {
+            Held if rec
+                .hold_expires_at
+                .is_some_and(|e| e <= (*now).max(store_now)) =>
+            {
                 return Reply::Refused(Code::HoldExpired)
             }
             Held => {
