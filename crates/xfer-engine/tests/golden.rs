@@ -436,13 +436,18 @@ fn zombie_executor_is_harmless() {
 /// Runs alice->bob 30 with the executor dying after `k` operations, then sweeps: once
 /// before the deadline (`late` false) or after it (`late` true). Returns the final state.
 fn crash_at(k: usize, late: bool) -> (TransferState, Bench) {
+    crash_paying(30, k, late)
+}
+
+/// As [`crash_at`], for a transfer of `amount` (500 is more than alice has: the cancel path).
+fn crash_paying(amount: u64, k: usize, late: bool) -> (TransferState, Bench) {
     let mut b = Bench::new();
     b.note(&format!(
-        "crash after operation {k}; sweep {} the deadline",
+        "alice pays bob {amount}; crash after operation {k}; sweep {} the deadline",
         if late { "after" } else { "before" }
     ));
     b.submit(
-        spec("t1", &[("alice", "bob", 30)], TransferKind::Transfer),
+        spec("t1", &[("alice", "bob", amount)], TransferKind::Transfer),
         Some(k),
     );
     b.now += if late {
@@ -502,3 +507,28 @@ crash_point!(after_decide, 5, Done, Done);
 crash_point!(after_first_post, 6, Done, Done);
 crash_point!(after_second_post, 7, Done, Done);
 crash_point!(after_finish, 8, Done, Done);
+
+macro_rules! crash_point_cancel {
+    ($name:ident, $k:expr) => {
+        #[test]
+        fn $name() {
+            let (early, mut b) = crash_paying(500, $k, false);
+            assert_eq!(early, Canceled, "recovered before the deadline");
+            let (late, b2) = crash_paying(500, $k, true);
+            assert_eq!(late, Canceled, "recovered after the deadline");
+            b.log.push_str(&b2.log);
+            b.check(concat!("crash_", stringify!($name)));
+        }
+    };
+}
+
+// Operations of alice->bob 500 (refused): 1 insert, 2 claim, 3 prepare alice (refused),
+// 4 prepare bob, 5 decide canceling, 6-7 release, 8 finish.
+crash_point_cancel!(cancel_after_insert, 1);
+crash_point_cancel!(cancel_after_claim, 2);
+crash_point_cancel!(cancel_after_refused_prepare, 3);
+crash_point_cancel!(cancel_after_other_prepare, 4);
+crash_point_cancel!(cancel_after_decide, 5);
+crash_point_cancel!(cancel_after_first_release, 6);
+crash_point_cancel!(cancel_after_second_release, 7);
+crash_point_cancel!(cancel_after_finish, 8);
