@@ -1,0 +1,263 @@
+//! The log under crashes. Every test states what the log promises: after any crash, what
+//! is read back is a prefix of what was appended, nothing invented, and every record whose
+//! `sync` returned Ok is in it.
+
+use std::sync::Arc;
+use xfer_store_embedded::fs::{Fs, Torn};
+use xfer_store_embedded::log::HEADER_LEN;
+use xfer_store_embedded::{Log, LogConfig, LogError, RealFs, SimFs};
+
+fn payload(i: u64) -> Vec<u8> {
+    // Varied sizes so that cuts land in headers, lengths, checksums and payloads.
+    let len = 1 + (i * 37 % 90) as usize;
+    (0..len)
+        .map(|j| (i as u8).wrapping_mul(31).wrapping_add(j as u8))
+        .collect()
+}
+
+fn small() -> LogConfig {
+    LogConfig { segment_bytes: 600 }
+}
+
+/// Checks `records` is payloads 1..=n in order and returns n.
+fn prefix_len(records: &[(u64, Vec<u8>)]) -> u64 {
+    for (k, (lsn, p)) in records.iter().enumerate() {
+        let want = k as u64 + 1;
+        assert_eq!(*lsn, want, "LSNs are consecutive from 1");
+        assert_eq!(*p, payload(want), "record {want} is what was appended");
+    }
+    records.len() as u64
+}
+
+#[test]
+fn records_survive_reopen_across_segments() {
+    let fs = SimFs::new();
+    let (log, rec) = Log::open(fs.clone(), small()).unwrap();
+    assert!(rec.records.is_empty());
+    for i in 1..=100 {
+        assert_eq!(log.append_sync(&payload(i)).unwrap(), i);
+    }
+    drop(log);
+    let segments = fs.list().unwrap().len();
+    assert!(segments > 5, "small segments rotate: {segments}");
+    let (log, rec) = Log::open(fs.clone(), small()).unwrap();
+    assert_eq!(prefix_len(&rec.records), 100);
+    assert_eq!(
+        log.append_sync(&payload(101)).unwrap(),
+        101,
+        "appends continue the sequence"
+    );
+}
+
+#[test]
+fn a_log_cut_at_every_byte_recovers_the_records_before_the_cut() {
+    let fs = SimFs::new();
+    let (log, _) = Log::open(fs.clone(), LogConfig::default()).unwrap();
+    let mut ends = vec![HEADER_LEN];
+    for i in 1..=30 {
+        log.append_sync(&payload(i)).unwrap();
+        ends.push(ends.last().unwrap() + 16 + payload(i).len());
+    }
+    drop(log);
+    let name = fs.list().unwrap().pop().unwrap();
+    let full = fs.read(&name).unwrap();
+    assert_eq!(full.len(), *ends.last().unwrap());
+    for cut in 0..=full.len() {
+        let disk = SimFs::new();
+        disk.put(&name, full[..cut].to_vec());
+        let (log, rec) = Log::open(disk.clone(), LogConfig::default()).unwrap();
+        // ends[0] is the header's end; ends[k] the end of record k.
+        let whole = ends[1..].iter().filter(|e| **e <= cut).count() as u64;
+        assert_eq!(prefix_len(&rec.records), whole, "cut at {cut}");
+        assert_eq!(
+            log.append_sync(&payload(whole + 1)).unwrap(),
+            whole + 1,
+            "cut at {cut}: appends go on"
+        );
+        drop(log);
+        let (_, again) = Log::open(disk, LogConfig::default()).unwrap();
+        assert_eq!(
+            prefix_len(&again.records),
+            whole + 1,
+            "cut at {cut}: the repaired log reopens"
+        );
+    }
+}
+
+/// Appends 60 records, syncing after every 1 to 4, on a disk whose `fail_at`-th sync (and
+/// every later one) fails; stops at the first error. Returns the highest LSN acknowledged.
+fn run_until_failure(fs: &SimFs, fail_at: u64) -> u64 {
+    fs.fail_from_sync(fail_at);
+    let Ok((log, _)) = Log::open(fs.clone(), small()) else {
+        return 0;
+    };
+    let mut acked = 0;
+    let mut i = 0;
+    while i < 60 {
+        let group = 1 + (i % 4);
+        let mut last = 0;
+        for _ in 0..group {
+            i += 1;
+            match log.append(&payload(i)) {
+                Ok(lsn) => last = lsn,
+                Err(_) => return acked,
+            }
+        }
+        match log.sync(last) {
+            Ok(()) => acked = last,
+            Err(_) => {
+                assert!(
+                    matches!(log.append(b"x"), Err(LogError::Poisoned(_))),
+                    "a failed sync poisons"
+                );
+                return acked;
+            }
+        }
+    }
+    acked
+}
+
+#[test]
+fn power_loss_at_every_sync_keeps_a_prefix_with_everything_acknowledged() {
+    let total_syncs = {
+        let fs = SimFs::new();
+        run_until_failure(&fs, u64::MAX);
+        fs.syncs()
+    };
+    assert!(total_syncs > 20, "{total_syncs} syncs");
+    let torn = [
+        Torn::DropUnsynced,
+        Torn::KeepPrefix(5),
+        Torn::KeepPrefix(usize::MAX),
+        Torn::KeepGarbled(23),
+        Torn::KeepGarbled(usize::MAX),
+    ];
+    for fail_at in 1..=total_syncs + 1 {
+        let fs = SimFs::new();
+        let acked = run_until_failure(&fs, fail_at);
+        for mode in torn {
+            let disk = fs.after_power_loss(mode);
+            let (log, rec) = Log::open(disk.clone(), small())
+                .unwrap_or_else(|e| panic!("sync {fail_at}, {mode:?}: recovery failed: {e}"));
+            let n = prefix_len(&rec.records);
+            assert!(
+                n >= acked,
+                "sync {fail_at}, {mode:?}: {n} recovered < {acked} acknowledged"
+            );
+            assert_eq!(log.append_sync(&payload(n + 1)).unwrap(), n + 1);
+        }
+    }
+}
+
+#[test]
+fn corruption_before_synced_records_is_an_error_naming_file_and_offset() {
+    let fs = SimFs::new();
+    let (log, _) = Log::open(fs.clone(), LogConfig::default()).unwrap();
+    for i in 1..=10 {
+        log.append_sync(&payload(i)).unwrap();
+    }
+    drop(log);
+    let name = fs.list().unwrap().pop().unwrap();
+    let mut bytes = fs.read(&name).unwrap();
+    let third = HEADER_LEN + (1..=2).map(|i| 16 + payload(i).len()).sum::<usize>();
+    bytes[third + 20] ^= 1;
+    fs.put(&name, bytes);
+    match Log::open(fs, LogConfig::default()) {
+        Err(LogError::Corrupted { file, offset, .. }) => {
+            assert_eq!((file, offset), (name, third as u64))
+        }
+        other => panic!(
+            "expected corruption, got {:?}",
+            other.map(|(_, r)| r.records.len())
+        ),
+    }
+}
+
+#[test]
+fn corruption_in_an_earlier_segment_is_an_error_even_at_its_end() {
+    let fs = SimFs::new();
+    let (log, _) = Log::open(fs.clone(), small()).unwrap();
+    for i in 1..=40 {
+        log.append_sync(&payload(i)).unwrap();
+    }
+    drop(log);
+    let mut names = fs.list().unwrap();
+    names.sort();
+    let first = &names[0];
+    let mut bytes = fs.read(first).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1; // the tail of a segment that was synced whole
+    fs.put(first, bytes);
+    assert!(
+        matches!(Log::open(fs, small()), Err(LogError::Corrupted { ref file, .. }) if file == first)
+    );
+}
+
+#[test]
+fn concurrent_syncs_share_fsyncs() {
+    let fs = SimFs::new();
+    let (log, _) = Log::open(fs.clone(), LogConfig::default()).unwrap();
+    let log = Arc::new(log);
+    fs.set_sync_delay(std::time::Duration::from_micros(200)); // a disk, not a memcpy
+    let before = fs.syncs();
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    log.append_sync(b"transfer step").unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let syncs = fs.syncs() - before;
+    assert!(
+        syncs < 800,
+        "{syncs} syncs for 1,600 durable appends: no group commit"
+    );
+    drop(log);
+    let (_, rec) = Log::open(fs, LogConfig::default()).unwrap();
+    assert_eq!(rec.records.len(), 1_600);
+}
+
+#[test]
+fn segments_before_a_snapshot_can_be_removed() {
+    let fs = SimFs::new();
+    let (log, _) = Log::open(fs.clone(), small()).unwrap();
+    for i in 1..=60 {
+        log.append_sync(&payload(i)).unwrap();
+    }
+    let removed = log.remove_before(40).unwrap();
+    assert!(removed > 0);
+    drop(log);
+    let (_, rec) = Log::open(fs, small()).unwrap();
+    let first = rec.records[0].0;
+    assert!(
+        first <= 40,
+        "nothing at or after the snapshot point is lost (first {first})"
+    );
+    assert_eq!(rec.records.last().unwrap().0, 60);
+}
+
+#[test]
+fn a_real_directory_round_trips_and_refuses_a_second_opener() {
+    let dir = std::env::temp_dir().join(format!("xfer-log-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    {
+        let (log, _) = Log::open(RealFs::open(&dir).unwrap(), LogConfig::default()).unwrap();
+        for i in 1..=50 {
+            log.append_sync(&payload(i)).unwrap();
+        }
+        let second = RealFs::open(&dir).err().expect("the directory is locked");
+        assert!(
+            second.to_string().contains("in use by another process"),
+            "{second}"
+        );
+    }
+    let (_, rec) = Log::open(RealFs::open(&dir).unwrap(), LogConfig::default()).unwrap();
+    assert_eq!(prefix_len(&rec.records), 50);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
