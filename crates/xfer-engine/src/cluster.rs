@@ -122,67 +122,23 @@ impl std::fmt::Debug for Cluster {
 mod tests {
     use super::*;
     use std::sync::Mutex;
-    use xfer_core::{
-        Account, AccountId, AssetCode, LowerBound, ManualClock, Timestamp, TransferId,
-        TransferRecord,
-    };
-    use xfer_store::{AccountOp, BoxFuture, HistoryPage, MemoryStore};
-
-    /// A MemoryStore that records the size of every batch it gets.
-    struct Counting {
-        inner: MemoryStore,
-        batches: Mutex<Vec<usize>>,
-    }
-
-    impl Store for Counting {
-        fn execute(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Reply>, StoreError>> {
-            self.batches.lock().expect("test lock").push(ops.len());
-            self.inner.execute(ops)
-        }
-        fn scan_due(
-            &self,
-            now: Timestamp,
-            limit: usize,
-        ) -> BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>> {
-            self.inner.scan_due(now, limit)
-        }
-        fn history<'a>(
-            &'a self,
-            account: &'a AccountId,
-            before: Option<u64>,
-            limit: usize,
-        ) -> BoxFuture<'a, Result<HistoryPage, StoreError>> {
-            self.inner.history(account, before, limit)
-        }
-        fn prune(&self, limit: usize) -> BoxFuture<'_, Result<usize, StoreError>> {
-            self.inner.prune(limit)
-        }
-        fn accounts<'a>(
-            &'a self,
-            after: Option<&'a AccountId>,
-            limit: usize,
-        ) -> BoxFuture<'a, Result<Vec<Account>, StoreError>> {
-            self.inner.accounts(after, limit)
-        }
-        fn transfers<'a>(
-            &'a self,
-            after: Option<&'a TransferId>,
-            limit: usize,
-        ) -> BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>> {
-            self.inner.transfers(after, limit)
-        }
-    }
+    use xfer_core::{AccountId, AssetCode, LowerBound, ManualClock, Timestamp};
+    use xfer_store::{AccountOp, ExecuteHook, Intercept, MemoryStore};
 
     #[tokio::test(flavor = "current_thread")]
     async fn one_batch_per_shard_and_results_in_request_order() {
         let clock = Arc::new(ManualClock::at(Timestamp(1)));
-        let stores: Vec<Arc<Counting>> = (0..3)
-            .map(|_| {
-                let inner = MemoryStore::new(clock.clone());
-                Arc::new(Counting {
-                    inner,
-                    batches: Mutex::new(Vec::new()),
-                })
+        // Each shard records the size of every batch it gets.
+        let sizes: Vec<Arc<Mutex<Vec<usize>>>> = (0..3).map(|_| Arc::default()).collect();
+        let stores: Vec<Arc<Intercept<MemoryStore>>> = sizes
+            .iter()
+            .map(|seen| {
+                let seen = seen.clone();
+                let hook: ExecuteHook<MemoryStore> = Box::new(move |inner, ops| {
+                    seen.lock().expect("test lock").push(ops.len());
+                    inner.execute(ops)
+                });
+                Arc::new(Intercept::new(MemoryStore::new(clock.clone()), hook))
             })
             .collect();
         let shards = stores.iter().map(|s| s.clone() as Arc<dyn Store>).collect();
@@ -208,9 +164,9 @@ mod tests {
                 other => panic!("request {i}: {other:?}"),
             }
         }
-        let batches: Vec<Vec<usize>> = stores
+        let batches: Vec<Vec<usize>> = sizes
             .iter()
-            .map(|s| s.batches.lock().expect("test lock").clone())
+            .map(|s| s.lock().expect("test lock").clone())
             .collect();
         assert!(
             batches.iter().all(|b| b.len() == 1),

@@ -2,6 +2,7 @@
 //! clock: every retry's backoff moves the clock instead of waiting, so these tests take no
 //! real time and replay exactly.
 
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use xfer_core::{
@@ -13,7 +14,9 @@ use xfer_engine::{
     Cluster, Config, ExecError, Executor, Machine, ManualSleeper, Outcome, Request, Retry,
     RetryPolicy, Router, SweepConfig, Sweeper,
 };
-use xfer_store::{AccountOp, FaultPlan, Faulty, MemoryStore, Op, Reply, Store, TransferOp};
+use xfer_store::{
+    AccountOp, ExecuteHook, FaultPlan, Faulty, Intercept, MemoryStore, Op, Reply, Store, TransferOp,
+};
 
 const SHARDS: usize = 3;
 const T0: Timestamp = Timestamp(1_000_000);
@@ -757,59 +760,17 @@ fn check_money(accounts: &[Account], transfers: &[TransferRecord]) {
 }
 
 /// A shard that answers `budget` more calls, then refuses every call (nothing applied).
-struct GoesDown {
-    inner: MemoryStore,
-    budget: std::sync::atomic::AtomicUsize,
-}
-
-impl Store for GoesDown {
-    fn execute(
-        &self,
-        ops: Vec<Op>,
-    ) -> xfer_store::BoxFuture<'_, Result<Vec<Reply>, xfer_store::StoreError>> {
-        let left = self.budget.load(Relaxed);
+fn goes_down(clock: Arc<ManualClock>, budget: Arc<AtomicUsize>) -> Intercept<MemoryStore> {
+    let hook: ExecuteHook<MemoryStore> = Box::new(move |inner, ops| {
+        let left = budget.load(Relaxed);
         if left == 0 {
             let down = xfer_store::StoreError::Unavailable("down".into());
             return Box::pin(std::future::ready(Err(down)));
         }
-        self.budget.store(left - 1, Relaxed);
-        self.inner.execute(ops)
-    }
-    fn scan_due(
-        &self,
-        now: Timestamp,
-        limit: usize,
-    ) -> xfer_store::BoxFuture<'_, Result<Vec<TransferRecord>, xfer_store::StoreError>> {
-        self.inner.scan_due(now, limit)
-    }
-    fn history<'a>(
-        &'a self,
-        a: &'a AccountId,
-        before: Option<u64>,
-        limit: usize,
-    ) -> xfer_store::BoxFuture<'a, Result<xfer_store::HistoryPage, xfer_store::StoreError>> {
-        self.inner.history(a, before, limit)
-    }
-    fn prune(
-        &self,
-        limit: usize,
-    ) -> xfer_store::BoxFuture<'_, Result<usize, xfer_store::StoreError>> {
-        self.inner.prune(limit)
-    }
-    fn accounts<'a>(
-        &'a self,
-        after: Option<&'a AccountId>,
-        limit: usize,
-    ) -> xfer_store::BoxFuture<'a, Result<Vec<Account>, xfer_store::StoreError>> {
-        self.inner.accounts(after, limit)
-    }
-    fn transfers<'a>(
-        &'a self,
-        after: Option<&'a TransferId>,
-        limit: usize,
-    ) -> xfer_store::BoxFuture<'a, Result<Vec<TransferRecord>, xfer_store::StoreError>> {
-        self.inner.transfers(after, limit)
-    }
+        budget.store(left - 1, Relaxed);
+        inner.execute(ops)
+    });
+    Intercept::new(MemoryStore::new(clock), hook)
 }
 
 /// The story: `redrive` applies a `Redrive` (the lease lapses now), then drives recovery;
@@ -818,24 +779,18 @@ impl Store for GoesDown {
 #[tokio::test(flavor = "current_thread")]
 async fn redrive_that_changed_the_lease_never_claims_nothing_was_applied() {
     let clock = Arc::new(ManualClock::at(T0));
-    let shards: Vec<Arc<GoesDown>> = (0..SHARDS)
-        .map(|_| {
-            Arc::new(GoesDown {
-                inner: MemoryStore::new(clock.clone()),
-                budget: usize::MAX.into(),
-            })
-        })
+    let budgets: Vec<Arc<AtomicUsize>> = (0..SHARDS).map(|_| Arc::new(usize::MAX.into())).collect();
+    let shards = budgets
+        .iter()
+        .map(|b| Arc::new(goes_down(clock.clone(), b.clone())) as Arc<dyn Store>)
         .collect();
-    let w = World::over(
-        clock,
-        shards.iter().map(|s| s.clone() as Arc<dyn Store>).collect(),
-    );
+    let w = World::over(clock, shards);
     w.bank().await;
     let s = spec("t1", vec![posting("alice", "bob", "USD", 30)]);
     let start = Machine::submit(s, owner("crashed"), w.clock.now(), Config::default());
     drop(run_then_vanish(&w, start.expect("valid"), 3).await);
-    for s in &shards {
-        s.budget.store(1, Relaxed); // the Redrive goes through; everything after fails
+    for b in &budgets {
+        b.store(1, Relaxed); // the Redrive goes through; everything after fails
     }
     let err = w.exec.redrive(tid("t1")).await.expect_err("stores down");
     assert!(matches!(err, ExecError::Indeterminate(_)), "{err}");

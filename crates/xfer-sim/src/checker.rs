@@ -48,10 +48,6 @@ pub struct Checker {
 impl Checker {
     /// Records a violation of `guarantee`.
     pub fn record(&mut self, guarantee: &'static str, at_ms: u64, detail: String) {
-        self.fail(guarantee, at_ms, detail);
-    }
-
-    fn fail(&mut self, guarantee: &'static str, at_ms: u64, detail: String) {
         // A few of each kind: enough to read, and every broken guarantee stays visible.
         if self
             .violations
@@ -77,17 +73,17 @@ impl Checker {
                 "{}: balance {} - reserved {} below {:?}",
                 a.id, a.balance, a.reserved, a.lower_bound
             );
-            self.fail("no_overdraft", at_ms, detail);
+            self.record("no_overdraft", at_ms, detail);
         }
         if a.reserved < 0 || a.incoming < 0 {
-            self.fail(
+            self.record(
                 "no_leaks",
                 at_ms,
                 format!("{}: reserved {} incoming {}", a.id, a.reserved, a.incoming),
             );
         }
         if let Err(e) = a.check_sums() {
-            self.fail("no_leaks", at_ms, e);
+            self.record("no_leaks", at_ms, e);
         }
     }
 
@@ -102,7 +98,7 @@ impl Checker {
         if let Some(before) = before {
             if before != after.state && !before.can_become(after.state) {
                 let detail = format!("{}: {} became {}", after.id(), before, after.state);
-                self.fail("stable_decisions", at_ms, detail);
+                self.record("stable_decisions", at_ms, detail);
             }
         }
         if after.state.is_terminal() {
@@ -112,7 +108,7 @@ impl Checker {
 
     /// A machine reported something the protocol forbids.
     pub fn machine_violation(&mut self, detail: String, at_ms: u64) {
-        self.fail("atomicity", at_ms, detail);
+        self.record("atomicity", at_ms, detail);
     }
 
     /// Guarantee 1: per asset, balances plus the open intents of transfers decided
@@ -138,7 +134,7 @@ impl Checker {
         }
         for (asset, total) in totals {
             if total != 0 {
-                self.fail(
+                self.record(
                     "conservation",
                     at_ms,
                     format!("{asset}: balances sum to {total}, not 0"),
@@ -183,7 +179,7 @@ impl Checker {
     ) {
         for (id, r) in transfers {
             if !r.state.is_terminal() {
-                self.fail(
+                self.record(
                     "termination",
                     at_ms,
                     format!("{id} still {} (owner {:?})", r.state, r.owner),
@@ -192,7 +188,7 @@ impl Checker {
             }
             let (done_at, due) = (self.terminal_at.get(*id).copied().unwrap_or(0), due_ms(r));
             if done_at > due {
-                self.fail(
+                self.record(
                     "termination",
                     at_ms,
                     format!("{id} terminal at {done_at} ms, due by {due} ms"),
@@ -225,7 +221,7 @@ impl Checker {
                         "{id} is {} but its intent on {} is {intent:?}",
                         r.state, leg.account
                     );
-                    self.fail("atomicity", at_ms, detail);
+                    self.record("atomicity", at_ms, detail);
                 }
             }
         }
@@ -251,7 +247,7 @@ impl Checker {
         for (id, a) in accounts {
             let expected = replay.get(id).copied().unwrap_or(0);
             if a.balance as i128 != expected {
-                self.fail(
+                self.record(
                     "history",
                     at_ms,
                     format!("{id}: balance {} but replay gives {expected}", a.balance),
@@ -271,7 +267,7 @@ impl Checker {
     ) {
         for (id, r) in transfers {
             let Some(subs) = workload.submissions.get(*id) else {
-                self.fail(
+                self.record(
                     "idempotency",
                     at_ms,
                     format!("{id} exists but was never submitted"),
@@ -279,7 +275,7 @@ impl Checker {
                 continue;
             };
             if !subs.iter().any(|s| s.spec.same_body(&r.spec)) {
-                self.fail(
+                self.record(
                     "idempotency",
                     at_ms,
                     format!("{id} holds a body nobody submitted"),
@@ -289,21 +285,21 @@ impl Checker {
                 let same = s.spec.same_body(&r.spec);
                 match &s.told {
                     Some(Told::Rejected(Code::IdExistsWithDifferentBody)) if same => {
-                        self.fail(
+                        self.record(
                             "idempotency",
                             at_ms,
                             format!("{id}: same body told it differs"),
                         );
                     }
                     Some(Told::State(st)) if !same => {
-                        self.fail(
+                        self.record(
                             "idempotency",
                             at_ms,
                             format!("{id}: a different body was told {st}"),
                         );
                     }
                     Some(Told::State(st)) if st.is_terminal() && *st != r.state => {
-                        self.fail(
+                        self.record(
                             "acknowledged",
                             at_ms,
                             format!("{id}: client told {st}, record says {}", r.state),
@@ -316,7 +312,7 @@ impl Checker {
         for (id, subs) in &workload.submissions {
             if !transfers.contains_key(id) {
                 if let Some(s) = subs.iter().find(|s| matches!(s.told, Some(Told::State(_)))) {
-                    self.fail(
+                    self.record(
                         "acknowledged",
                         at_ms,
                         format!("{id}: client told {:?}, record is gone", s.told),
@@ -340,7 +336,7 @@ impl Checker {
         for (orig, refunds) in done_refunds {
             let linked = transfers.get(orig).and_then(|o| o.refunded_by.as_ref());
             if refunds.len() > 1 || linked != Some(refunds[0]) {
-                self.fail(
+                self.record(
                     "idempotency",
                     at_ms,
                     format!("{orig} refunded by {refunds:?}, linked to {linked:?}"),
@@ -367,7 +363,7 @@ impl Checker {
                     a.intents.len(),
                     a.status
                 );
-                self.fail("no_leaks", at_ms, detail);
+                self.record("no_leaks", at_ms, detail);
             }
         }
     }

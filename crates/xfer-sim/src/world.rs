@@ -392,6 +392,20 @@ impl World {
         self.queue.insert((self.now + after_ms, self.seq), ev);
     }
 
+    /// Schedules the resend timer of request `tag` of machine `mid` on process `p`.
+    fn timer(&mut self, after_ms: u64, p: usize, inc: u32, mid: u64, tag: u32, attempt: u32) {
+        self.schedule(
+            after_ms,
+            Event::Timeout {
+                proc: p,
+                inc,
+                mid,
+                tag,
+                attempt,
+            },
+        );
+    }
+
     fn mix(&mut self, v: u64) {
         self.stats.digest = mix(self.stats.digest, v);
     }
@@ -594,16 +608,7 @@ impl World {
 
     fn transmit(&mut self, p: usize, mid: u64, tag: u32, attempt: u32, op: Op) {
         let inc = self.procs[p].inc;
-        self.schedule(
-            self.cfg.op_timeout_ms,
-            Event::Timeout {
-                proc: p,
-                inc,
-                mid,
-                tag,
-                attempt,
-            },
-        );
+        self.timer(self.cfg.op_timeout_ms, p, inc, mid, tag, attempt);
         if self.faulty(FaultKind::Drop, 15_000) {
             self.count(FaultKind::Drop);
             return;
@@ -714,16 +719,7 @@ impl World {
         let Some(reply) = reply.clone() else {
             // Unavailable: retry after a short backoff, as the timeout would.
             let backoff = self.rng.range(10, 40);
-            self.schedule(
-                backoff,
-                Event::Timeout {
-                    proc: p,
-                    inc,
-                    mid,
-                    tag,
-                    attempt,
-                },
-            );
+            self.timer(backoff, p, inc, mid, tag, attempt);
             return;
         };
         if !self.procs[p].slots.contains_key(&mid) {

@@ -6,16 +6,19 @@
 //! - [`store`]: the async, batchable [`Store`] trait and [`StoreError`].
 //! - [`memory`]: [`MemoryStore`], the reference implementation, and [`MemoryShard`].
 //! - [`faulty`]: [`Faulty`], a wrapper that injects unavailability and lost replies.
+//! - [`intercept`]: [`Intercept`], a wrapper that changes only how batches are executed.
 //! - [`conformance`]: the suite every backend must pass.
 
 pub mod conformance;
 pub mod faulty;
+pub mod intercept;
 pub mod memory;
 pub mod op;
 pub mod record;
 pub mod store;
 
 pub use faulty::{FaultPlan, Faulty};
+pub use intercept::{ExecuteHook, Intercept};
 pub use memory::{MemoryShard, MemoryStore};
 pub use op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
 pub use store::{BoxFuture, HistoryPage, Store, StoreError};
