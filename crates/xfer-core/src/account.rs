@@ -18,7 +18,8 @@ use crate::time::Timestamp;
 use std::collections::BTreeMap;
 
 /// The least `balance - reserved` an account may reach.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum LowerBound {
     /// `balance - reserved >= n` at all times (0 by default; negative allows credit).
     Bounded(i64),
@@ -33,7 +34,8 @@ impl Default for LowerBound {
 }
 
 /// Whether an account takes part in transfers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum AccountStatus {
     /// Usable.
     Open,
@@ -45,7 +47,8 @@ pub enum AccountStatus {
 }
 
 /// What became of an intent.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum IntentState {
     /// Prepared; its amounts are in `reserved` / `incoming`.
     Open,
@@ -56,7 +59,7 @@ pub enum IntentState {
 }
 
 /// One transfer's entry on one account.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Intent {
     /// Total debited from this account by the transfer.
     pub debit: u64,
@@ -70,7 +73,7 @@ pub struct Intent {
 }
 
 /// An account record.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Account {
     /// Its id.
     pub id: AccountId,

@@ -15,8 +15,24 @@ pub const AMOUNT_MAX: u64 = i64::MAX as u64;
 pub const ASSET_CODE_LEN_MAX: usize = 16;
 
 /// A positive amount in minor units, at most [`AMOUNT_MAX`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(try_from = "u64", into = "u64")]
 pub struct Amount(u64);
+
+impl TryFrom<u64> for Amount {
+    type Error = Rejection;
+    fn try_from(units: u64) -> Result<Amount, Rejection> {
+        Amount::new(units, "amount")
+    }
+}
+
+impl From<Amount> for u64 {
+    fn from(a: Amount) -> u64 {
+        a.0
+    }
+}
 
 impl Amount {
     /// Validates `units`; the rejection names `field`.
@@ -103,6 +119,8 @@ impl AssetCode {
         &self.0
     }
 }
+
+crate::id::serde_as_validated_str!(AssetCode, |s| AssetCode::new(s, "asset"));
 
 impl fmt::Display for AssetCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -36,6 +36,36 @@ fn validate(field: &'static str, s: &str) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// Serde for a string newtype that must be validated when read: written as its text, read
+/// through `$parse` so that a decoded value is as valid as a constructed one.
+macro_rules! serde_as_validated_str {
+    ($name:ident, $parse:expr) => {
+        impl serde::Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> serde::Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct Visit;
+                impl serde::de::Visitor<'_> for Visit {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str(concat!("a valid ", stringify!($name)))
+                    }
+                    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<$name, E> {
+                        let parse: fn(&str) -> Result<$name, crate::Rejection> = $parse;
+                        parse(v).map_err(E::custom)
+                    }
+                }
+                d.deserialize_str(Visit)
+            }
+        }
+    };
+}
+pub(crate) use serde_as_validated_str;
+
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $field:literal) => {
         $(#[$doc])*
@@ -67,6 +97,8 @@ macro_rules! id_type {
                 f.write_str(&self.0)
             }
         }
+
+        serde_as_validated_str!($name, $name::new);
 
         impl fmt::Debug for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -5,7 +5,8 @@
 use std::fmt;
 
 /// Why a request was refused. The text form ([`Code::as_str`]) is part of the API.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[allow(missing_docs)] // each variant's doc is its snake_case sentence, listed in `as_str`.
 pub enum Code {
     IdMustNotBeEmpty,

@@ -5,7 +5,19 @@
 use std::fmt;
 
 /// Milliseconds since an epoch chosen by the clock that produced it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct Timestamp(pub u64);
 
 impl Timestamp {

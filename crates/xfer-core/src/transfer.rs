@@ -25,7 +25,7 @@ pub const TIMEOUT_MS_MAX: u64 = 3_600_000;
 pub const HOLD_TTL_MS_MAX: u64 = 30 * 24 * 3_600_000;
 
 /// Move `amount` of `asset` from `from` to `to`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Posting {
     /// Debited account.
     pub from: AccountId,
@@ -38,7 +38,8 @@ pub struct Posting {
 }
 
 /// A plain transfer, or a hold that waits for capture.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TransferKind {
     /// Posts as soon as every leg is prepared.
     Transfer,
@@ -52,7 +53,7 @@ pub enum TransferKind {
 /// What a client submits. Its body (everything but `timeout_ms`) is what the idempotency
 /// rule compares: same id and body returns the existing transfer, a different body is
 /// `id_exists_with_different_body`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TransferSpec {
     /// The idempotency key.
     pub id: TransferId,
@@ -199,7 +200,10 @@ impl TransferSpec {
 }
 
 /// Where a transfer is in the protocol.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum TransferState {
     /// Accepted, nobody runs it yet.
     Initial,
@@ -270,7 +274,8 @@ impl fmt::Display for TransferState {
 }
 
 /// Why a transfer was canceled.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum CancelReason {
     /// A prepare on `account` was refused for a business reason.
     Refused {
@@ -305,7 +310,7 @@ impl fmt::Display for CancelReason {
 }
 
 /// The transfer log's record of one transfer.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TransferRecord {
     /// What was asked.
     pub spec: TransferSpec,

@@ -42,37 +42,50 @@ pub trait Fs: Send + Sync + 'static {
 /// a second process opening the same directory gets a clear error.
 pub struct RealFs {
     dir: PathBuf,
-    _lock: File,
+    _lock: Option<File>,
 }
 
 /// The lock file's name inside a data directory.
 pub const LOCK_FILE: &str = "LOCK";
 
+/// Creates `dir` if needed and takes an exclusive lock on `dir/LOCK`, held until the
+/// returned file is dropped (or the process dies). A second process gets a clear error.
+pub fn lock_dir(dir: &Path) -> io::Result<File> {
+    std::fs::create_dir_all(dir)?;
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LOCK_FILE))?;
+    match lock.try_lock() {
+        Ok(()) => Ok(lock),
+        Err(std::fs::TryLockError::WouldBlock) => Err(io::Error::new(
+            io::ErrorKind::WouldBlock,
+            format!(
+                "data directory {} is in use by another process",
+                dir.display()
+            ),
+        )),
+        Err(std::fs::TryLockError::Error(e)) => Err(e),
+    }
+}
+
 impl RealFs {
     /// Opens (creating if needed) `dir` and locks it.
     pub fn open(dir: &Path) -> io::Result<RealFs> {
-        std::fs::create_dir_all(dir)?;
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join(LOCK_FILE))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(io::Error::new(
-                    io::ErrorKind::WouldBlock,
-                    format!(
-                        "data directory {} is in use by another process",
-                        dir.display()
-                    ),
-                ))
-            }
-            Err(std::fs::TryLockError::Error(e)) => return Err(e),
-        }
         Ok(RealFs {
             dir: dir.to_path_buf(),
-            _lock: lock,
+            _lock: Some(lock_dir(dir)?),
+        })
+    }
+
+    /// Opens (creating if needed) `dir` without locking it: for a directory inside one the
+    /// caller has locked with [`lock_dir`].
+    pub fn open_unlocked(dir: &Path) -> io::Result<RealFs> {
+        std::fs::create_dir_all(dir)?;
+        Ok(RealFs {
+            dir: dir.to_path_buf(),
+            _lock: None,
         })
     }
 

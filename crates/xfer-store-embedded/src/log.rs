@@ -97,6 +97,8 @@ pub struct Recovered {
     pub records: Vec<(u64, Vec<u8>)>,
     /// A torn tail that was cut off: the segment, the offset cut at, the bytes dropped.
     pub torn_tail: Option<(String, u64, u64)>,
+    /// The LSN of the first record the log still holds (the next LSN if it holds none).
+    pub first_lsn: u64,
 }
 
 struct State<F: Fs> {
@@ -113,6 +115,8 @@ struct State<F: Fs> {
     /// A leader is writing and syncing.
     syncing: bool,
     poisoned: Option<String>,
+    /// Bytes framed since the log was opened (to pace checkpoints).
+    appended: u64,
 }
 
 /// The write-ahead log. See the module docs.
@@ -192,7 +196,9 @@ impl<F: Fs> Log<F> {
             durable_lsn: next_lsn,
             syncing: false,
             poisoned: None,
+            appended: 0,
         };
+        recovered.first_lsn = recovered.records.first().map_or(next_lsn, |(lsn, _)| *lsn);
         let log = Log {
             fs,
             cfg,
@@ -218,6 +224,7 @@ impl<F: Fs> Log<F> {
         let before = st.buffer.len();
         frame::encode(&mut st.buffer, lsn, payload);
         st.segment_len += (st.buffer.len() - before) as u64;
+        st.appended += (st.buffer.len() - before) as u64;
         st.next_lsn += 1;
         Ok(lsn)
     }
@@ -297,6 +304,11 @@ impl<F: Fs> Log<F> {
     /// The LSN the next append will get.
     pub fn next_lsn(&self) -> u64 {
         self.lock().next_lsn
+    }
+
+    /// Bytes appended (framed) since the log was opened.
+    pub fn appended_bytes(&self) -> u64 {
+        self.lock().appended
     }
 
     /// Every LSN below this is durable.

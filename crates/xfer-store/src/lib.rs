@@ -19,6 +19,6 @@ pub mod store;
 
 pub use faulty::{FaultPlan, Faulty};
 pub use intercept::{ExecuteHook, Intercept};
-pub use memory::{MemoryShard, MemoryStore};
+pub use memory::{Changes, MemoryShard, MemoryStore};
 pub use op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
 pub use store::{BoxFuture, HistoryPage, Store, StoreError};

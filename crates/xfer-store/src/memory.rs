@@ -5,10 +5,10 @@
 //! All maps are ordered (`BTreeMap`/`BTreeSet`) so iteration is deterministic: a simulator
 //! seed must replay exactly.
 
-use crate::op::{Op, Reply};
+use crate::op::{AccountOp, Op, Reply, TransferOp};
 use crate::record::{apply_account, apply_transfer, IndexEffect};
 use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{Account, AccountId, Clock, IntentState, Timestamp, TransferId, TransferRecord};
@@ -25,6 +25,20 @@ pub struct MemoryShard {
     /// account -> (sequence, transfer), sequence increasing: the history index.
     history: BTreeMap<AccountId, BTreeMap<u64, TransferId>>,
     sequence: u64,
+    /// What changed since the last [`MemoryShard::take_changes`], when tracked.
+    changes: Option<Changes>,
+}
+
+/// The records and history entries a shard changed: what a store that keeps the shard's
+/// state elsewhere too (the embedded store's checkpoints) must write out.
+#[derive(Debug, Default)]
+pub struct Changes {
+    /// Accounts written, created or dropped (look each up: absent means dropped).
+    pub accounts: HashSet<AccountId>,
+    /// Transfers written or created.
+    pub transfers: HashSet<TransferId>,
+    /// History entries added: `(sequence, account, transfer)`.
+    pub history: Vec<(u64, AccountId, TransferId)>,
 }
 
 impl MemoryShard {
@@ -33,8 +47,42 @@ impl MemoryShard {
         MemoryShard::default()
     }
 
+    /// An empty shard that records what changes (see [`MemoryShard::take_changes`]).
+    pub fn tracking() -> MemoryShard {
+        MemoryShard {
+            changes: Some(Changes::default()),
+            ..MemoryShard::default()
+        }
+    }
+
+    /// What changed since the last call (empty if the shard does not track changes).
+    pub fn take_changes(&mut self) -> Changes {
+        match &mut self.changes {
+            Some(c) => std::mem::take(c),
+            None => Changes::default(),
+        }
+    }
+
+    /// True if `id` changed since the last [`MemoryShard::take_changes`].
+    pub fn transfer_changed(&self, id: &TransferId) -> bool {
+        self.changes
+            .as_ref()
+            .is_some_and(|c| c.transfers.contains(id))
+    }
+
     /// Applies one op with the store's clock at `now`.
     pub fn apply(&mut self, op: &Op, now: Timestamp) -> Reply {
+        if let Some(c) = &mut self.changes {
+            match op {
+                Op::Account(_, AccountOp::Get) | Op::Transfer(_, TransferOp::Get) => {}
+                Op::Account(id, _) => {
+                    c.accounts.insert(id.clone());
+                }
+                Op::Transfer(id, _) => {
+                    c.transfers.insert(id.clone());
+                }
+            }
+        }
         match op {
             Op::Account(id, op) => {
                 let mut slot = self.accounts.remove(id);
@@ -45,6 +93,9 @@ impl MemoryShard {
                 match effect {
                     Some(IndexEffect::History(t)) => {
                         self.sequence += 1;
+                        if let Some(c) = &mut self.changes {
+                            c.history.push((self.sequence, id.clone(), t.clone()));
+                        }
                         self.history
                             .entry(id.clone())
                             .or_default()
@@ -90,23 +141,92 @@ impl MemoryShard {
 
     /// See [`Store::history`].
     pub fn history(&self, account: &AccountId, before: Option<u64>, limit: usize) -> HistoryPage {
+        let mut entries = self.history_entries(account, before, limit.saturating_add(1));
+        HistoryPage::from_one_extra(&mut entries, limit)
+    }
+
+    /// At most `limit` history entries of `account` held in memory, newest first, strictly
+    /// older than `before`.
+    pub fn history_entries(
+        &self,
+        account: &AccountId,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Vec<(u64, TransferId)> {
         let Some(h) = self.history.get(account) else {
-            return HistoryPage {
-                entries: vec![],
-                next: None,
-            };
+            return vec![];
         };
-        let entries: Vec<(u64, TransferId)> = h
-            .range(..before.unwrap_or(u64::MAX))
+        h.range(..before.unwrap_or(u64::MAX))
             .rev()
             .take(limit)
             .map(|(s, t)| (*s, t.clone()))
-            .collect();
-        let next = match entries.last() {
-            Some((s, _)) if entries.len() == limit && h.range(..*s).next().is_some() => Some(*s),
-            _ => None,
-        };
-        HistoryPage { entries, next }
+            .collect()
+    }
+
+    /// The last history sequence number handed out.
+    pub fn sequence(&self) -> u64 {
+        self.sequence
+    }
+
+    /// Restores a shard's state saved elsewhere (the embedded store's checkpoint): the
+    /// history counter.
+    pub fn restore_sequence(&mut self, sequence: u64) {
+        self.sequence = sequence;
+    }
+
+    /// Restores an account saved elsewhere, with its index entries. Not a change.
+    pub fn restore_account(&mut self, account: Account) {
+        for (t, i) in &account.intents {
+            if i.state != IntentState::Open {
+                self.tombstones
+                    .insert((i.horizon, account.id.clone(), t.clone()));
+            }
+        }
+        self.accounts.insert(account.id.clone(), account);
+    }
+
+    /// Restores a transfer saved elsewhere, with its index entry. Not a change.
+    pub fn restore_transfer(&mut self, record: TransferRecord) {
+        let id = record.spec.id.clone();
+        if let Some(w) = record.wake_at() {
+            self.wake.insert((w, id.clone()));
+        }
+        if let Some(old) = self.transfers.insert(id.clone(), record) {
+            if let Some(w) = old.wake_at() {
+                self.wake.remove(&(w, id));
+            }
+        }
+    }
+
+    /// Drops a terminal transfer from memory (it was saved elsewhere and has not changed
+    /// since). Answers whether it was dropped.
+    pub fn evict_transfer(&mut self, id: &TransferId) -> bool {
+        let evictable = !self.transfer_changed(id)
+            && self
+                .transfers
+                .get(id)
+                .is_some_and(|r| r.state.is_terminal());
+        if evictable {
+            self.transfers.remove(id);
+        }
+        evictable
+    }
+
+    /// Drops history entries from memory (they were saved elsewhere).
+    pub fn evict_history(&mut self, entries: &[(u64, AccountId, TransferId)]) {
+        for (seq, account, _) in entries {
+            if let Some(h) = self.history.get_mut(account) {
+                h.remove(seq);
+                if h.is_empty() {
+                    self.history.remove(account);
+                }
+            }
+        }
+    }
+
+    /// True if the transfer is in memory.
+    pub fn has_transfer(&self, id: &TransferId) -> bool {
+        self.transfers.contains_key(id)
     }
 
     /// See [`Store::prune`]: drops tombstones with horizon `<= now`.
@@ -130,6 +250,9 @@ impl MemoryShard {
         for key in due {
             self.tombstones.remove(&key);
             let (_, account, transfer) = key;
+            if let Some(c) = &mut self.changes {
+                c.accounts.insert(account.clone());
+            }
             let Some(a) = self.accounts.get_mut(&account) else {
                 continue;
             };
@@ -156,6 +279,27 @@ impl MemoryShard {
     /// Every transfer, in id order.
     pub fn transfers(&self) -> impl Iterator<Item = &TransferRecord> {
         self.transfers.values()
+    }
+
+    /// Accounts in id order strictly after `after` (including placeholders).
+    pub fn accounts_after(&self, after: Option<&AccountId>) -> impl Iterator<Item = &Account> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let from = after.map_or(Unbounded, Excluded);
+        self.accounts
+            .range::<AccountId, _>((from, Unbounded))
+            .map(|(_, a)| a)
+    }
+
+    /// Transfers in id order strictly after `after`.
+    pub fn transfers_after(
+        &self,
+        after: Option<&TransferId>,
+    ) -> impl Iterator<Item = &TransferRecord> {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let from = after.map_or(Unbounded, Excluded);
+        self.transfers
+            .range::<TransferId, _>((from, Unbounded))
+            .map(|(_, r)| r)
     }
 
     /// One account, if present.
@@ -227,17 +371,13 @@ impl Store for MemoryStore {
         after: Option<&'a AccountId>,
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<Account>, StoreError>> {
-        let shard = self.shard();
-        let out = match after {
-            Some(a) => shard
-                .accounts
-                .range::<AccountId, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
-            None => shard.accounts.range::<AccountId, _>(..),
-        }
-        .filter(|(_, a)| a.status != xfer_core::AccountStatus::Unopened)
-        .take(limit)
-        .map(|(_, a)| a.clone())
-        .collect();
+        let out = self
+            .shard()
+            .accounts_after(after)
+            .filter(|a| a.status != xfer_core::AccountStatus::Unopened)
+            .take(limit)
+            .cloned()
+            .collect();
         Box::pin(std::future::ready(Ok(out)))
     }
 
@@ -246,16 +386,12 @@ impl Store for MemoryStore {
         after: Option<&'a TransferId>,
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>> {
-        let shard = self.shard();
-        let out = match after {
-            Some(a) => shard
-                .transfers
-                .range::<TransferId, _>((std::ops::Bound::Excluded(a), std::ops::Bound::Unbounded)),
-            None => shard.transfers.range::<TransferId, _>(..),
-        }
-        .take(limit)
-        .map(|(_, r)| r.clone())
-        .collect();
+        let out = self
+            .shard()
+            .transfers_after(after)
+            .take(limit)
+            .cloned()
+            .collect();
         Box::pin(std::future::ready(Ok(out)))
     }
 }

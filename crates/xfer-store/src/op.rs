@@ -10,7 +10,7 @@ use xfer_core::{
 };
 
 /// One single-record operation, addressed to its record.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Op {
     /// An operation on one account record.
     Account(AccountId, AccountOp),
@@ -19,7 +19,7 @@ pub enum Op {
 }
 
 /// Operations on an account record.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum AccountOp {
     /// Create it open with a zero balance, if absent (or only a tombstone placeholder).
     /// The same asset and bound again answers with the record; different ones are refused.
@@ -74,7 +74,7 @@ pub enum AccountOp {
 }
 
 /// Operations on a transfer record.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum TransferOp {
     /// Step 1: insert if absent. The same body again answers `Unchanged` with the record; a
     /// different body is refused with `id_exists_with_different_body`.

@@ -76,6 +76,23 @@ pub struct HistoryPage {
     pub next: Option<u64>,
 }
 
+impl HistoryPage {
+    /// The page of `limit` entries out of `entries`, which holds up to one more than the
+    /// page (asked for `limit + 1`): the extra one only tells whether a next page exists.
+    pub fn from_one_extra(entries: &mut Vec<(u64, TransferId)>, limit: usize) -> HistoryPage {
+        let more = entries.len() > limit;
+        entries.truncate(limit);
+        let next = match entries.last() {
+            Some((s, _)) if more => Some(*s),
+            _ => None,
+        };
+        HistoryPage {
+            entries: std::mem::take(entries),
+            next,
+        }
+    }
+}
+
 /// One shard of records with single-record atomic operations. See the module docs.
 pub trait Store: Send + Sync {
     /// Applies `ops` in order, each atomically on its own record, and answers one reply per

@@ -1,0 +1,698 @@
+//! [`Embedded`]: several shards in one data directory, each a [`Store`].
+//!
+//! ```text
+//! execute(ops) on shard s:
+//!   lock s ─▶ fetch evicted finished transfers the ops name from the tables
+//!          ─▶ apply every op to the in-memory shard (MemoryShard's rules, store clock `now`)
+//!          ─▶ append one log entry {s, now, the writes} ─▶ unlock
+//!   wait until the committer's fdatasync covers the entry (group commit) ─▶ replies
+//! checkpointer (every `checkpoint_bytes` of log): per shard, under its lock, note the
+//!   log position and take what changed ─▶ one atomic synced batch into the tables ─▶
+//!   evict finished transfers and history from memory ─▶ delete log segments before the
+//!   oldest shard position
+//! open: lock the directory ─▶ load accounts and live transfers from the tables ─▶ replay
+//!   each shard's log entries from its checkpoint position
+//! ```
+//!
+//! Replies are sent only after the log record holding the ops — and every record before it,
+//! so everything the replies could have seen — is durable. Reads wait too: a read may show
+//! another caller's write that is applied in memory but not yet durable.
+
+use crate::codec::{self, Entry, EntryRef};
+use crate::fs::{lock_dir, Fs, RealFs};
+use crate::log::{Log, LogConfig, LogError};
+use crate::tables::{ShardCut, ShardMeta, Tables};
+use futures_channel::oneshot;
+use std::fmt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+use xfer_core::{Account, AccountId, AccountStatus, Clock, Timestamp, TransferId, TransferRecord};
+use xfer_store::{BoxFuture, HistoryPage, MemoryShard, Op, Reply, Store, StoreError, TransferOp};
+
+/// Settings of an embedded store.
+#[derive(Clone, Copy, Debug)]
+pub struct EmbeddedConfig {
+    /// How many shards (fixed when the directory is created).
+    pub shards: u16,
+    /// Log segment size.
+    pub log: LogConfig,
+    /// Checkpoint after this many bytes of log: bounds replay at start-up.
+    pub checkpoint_bytes: u64,
+    /// Run the checkpointer thread (tests turn it off and call [`Embedded::checkpoint`]).
+    pub background_checkpoints: bool,
+}
+
+impl Default for EmbeddedConfig {
+    fn default() -> Self {
+        EmbeddedConfig {
+            shards: 4,
+            log: LogConfig::default(),
+            checkpoint_bytes: 32 << 20,
+            background_checkpoints: true,
+        }
+    }
+}
+
+/// Why a data directory could not be opened.
+#[derive(Debug)]
+pub enum OpenError {
+    /// The directory is locked by another process, or could not be created or read.
+    Io(std::io::Error),
+    /// The log failed or is corrupted (the message names the file and offset).
+    Log(LogError),
+    /// The tables failed or are corrupted.
+    Store(StoreError),
+    /// The directory does not fit the configuration (e.g. another shard count).
+    Config(String),
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpenError::Io(e) => write!(f, "{e}"),
+            OpenError::Log(e) => write!(f, "{e}"),
+            OpenError::Store(e) => write!(f, "{e}"),
+            OpenError::Config(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// Group commit: callers wait for their LSN; one thread syncs for all of them.
+#[derive(Default)]
+struct CommitState {
+    waiters: Vec<(u64, oneshot::Sender<Result<(), String>>)>,
+    /// The committer has stopped: wait inline instead.
+    stopped: bool,
+    shutdown: bool,
+}
+
+/// One shard: its records in memory, and which finished transfers were brought back from
+/// the tables only to be read (dropped again at the next checkpoint).
+struct ShardState {
+    mem: MemoryShard,
+    fetched: Vec<TransferId>,
+}
+
+struct Inner<F: Fs> {
+    log: Log<F>,
+    tables: Tables,
+    shards: Vec<Mutex<ShardState>>,
+    clock: Arc<dyn Clock>,
+    commit: Mutex<CommitState>,
+    commit_wake: Condvar,
+    /// A sync failed: everything is refused until the store is reopened.
+    failed: Mutex<Option<String>>,
+    checkpointing: Mutex<()>,
+    /// `appended_bytes` of the log at the last checkpoint.
+    checkpointed_at: Mutex<u64>,
+    closing: AtomicBool,
+    cfg: EmbeddedConfig,
+}
+
+/// An embedded store: a data directory of shards. See the module docs.
+pub struct Embedded<F: Fs = RealFs> {
+    inner: Arc<Inner<F>>,
+    threads: Vec<JoinHandle<()>>,
+    _lock: Option<std::fs::File>,
+}
+
+/// One shard of an [`Embedded`] store.
+pub struct EmbeddedShard<F: Fs = RealFs> {
+    inner: Arc<Inner<F>>,
+    index: u16,
+}
+
+/// What opening found and did, for the operator.
+#[derive(Clone, Debug, Default)]
+pub struct OpenReport {
+    /// Accounts loaded.
+    pub accounts: usize,
+    /// Log records replayed (records before a shard's checkpoint are skipped).
+    pub replayed: usize,
+    /// A torn tail cut from the log: file, offset, bytes.
+    pub torn_tail: Option<(String, u64, u64)>,
+}
+
+impl Embedded<RealFs> {
+    /// Opens (creating if needed) the data directory `dir`: takes its lock, recovers, and
+    /// starts the committer and checkpointer threads.
+    pub fn open(
+        dir: &Path,
+        cfg: EmbeddedConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<(Embedded<RealFs>, OpenReport), OpenError> {
+        let lock = lock_dir(dir).map_err(OpenError::Io)?;
+        let wal = RealFs::open_unlocked(&dir.join("wal")).map_err(OpenError::Io)?;
+        let (mut e, report) = Embedded::open_with(wal, &dir.join("tables"), cfg, clock)?;
+        e._lock = Some(lock);
+        Ok((e, report))
+    }
+}
+
+impl<F: Fs> Embedded<F> {
+    /// Opens a store whose log lives in `wal` and tables in `tables_dir` (tests use a
+    /// simulated disk for the log). The caller is responsible for exclusive access.
+    pub fn open_with(
+        wal: F,
+        tables_dir: &Path,
+        cfg: EmbeddedConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<(Embedded<F>, OpenReport), OpenError> {
+        if cfg.shards == 0 || cfg.shards > 1024 {
+            return Err(OpenError::Config(format!(
+                "shards must be 1..=1024, got {}",
+                cfg.shards
+            )));
+        }
+        let tables = Tables::open(tables_dir).map_err(OpenError::Store)?;
+        if let Some(n) = tables.shard_count().map_err(OpenError::Store)? {
+            if n != cfg.shards {
+                return Err(OpenError::Config(format!(
+                    "the data directory holds {n} shards, the configuration asks for {}; \
+                     records are placed by shard, so the count cannot change",
+                    cfg.shards
+                )));
+            }
+        }
+        let mut report = OpenReport::default();
+        let mut shards = Vec::new();
+        let mut metas = Vec::new();
+        for s in 0..cfg.shards {
+            let meta = tables.shard_meta(s).map_err(OpenError::Store)?;
+            let mut mem = MemoryShard::tracking();
+            tables.load(s, &mut mem).map_err(OpenError::Store)?;
+            mem.restore_sequence(meta.sequence);
+            report.accounts += mem.accounts().count();
+            shards.push(ShardState {
+                mem,
+                fetched: Vec::new(),
+            });
+            metas.push(meta);
+        }
+        let (log, recovered) = Log::open(wal, cfg.log).map_err(OpenError::Log)?;
+        report.torn_tail = recovered.torn_tail.clone();
+        let oldest = metas.iter().map(|m| m.checkpoint_lsn).min().unwrap_or(0);
+        let newest = metas.iter().map(|m| m.checkpoint_lsn).max().unwrap_or(0);
+        if recovered.first_lsn > oldest.max(1) || log.next_lsn() < newest {
+            return Err(OpenError::Log(LogError::Corrupted {
+                file: "wal".into(),
+                offset: 0,
+                why: format!(
+                    "the log holds LSNs {}..{} but the checkpoints need {oldest}..{newest}: \
+                     log segments are missing",
+                    recovered.first_lsn,
+                    log.next_lsn()
+                ),
+            }));
+        }
+        for (lsn, payload) in &recovered.records {
+            let entry: Entry = codec::decode(payload).map_err(|why| {
+                OpenError::Log(LogError::Corrupted {
+                    file: "wal".into(),
+                    offset: 0,
+                    why: format!("record at LSN {lsn} does not decode: {why}"),
+                })
+            })?;
+            let s = entry.shard();
+            let Some(shard) = shards.get_mut(usize::from(s)) else {
+                return Err(OpenError::Config(format!(
+                    "log record at LSN {lsn} is for shard {s}, but there are {}",
+                    cfg.shards
+                )));
+            };
+            if *lsn < metas[usize::from(s)].checkpoint_lsn {
+                continue;
+            }
+            report.replayed += 1;
+            match entry {
+                Entry::Ops { now, ops, .. } => {
+                    fetch_finished(&tables, s, shard, &ops).map_err(OpenError::Store)?;
+                    for op in &ops {
+                        shard.mem.apply(op, now);
+                    }
+                }
+                Entry::Prune { now, limit, .. } => {
+                    shard.mem.prune(now, limit as usize);
+                }
+            }
+        }
+        drop(recovered);
+        let inner = Arc::new(Inner {
+            log,
+            tables,
+            shards: shards.into_iter().map(Mutex::new).collect(),
+            clock,
+            commit: Mutex::new(CommitState::default()),
+            commit_wake: Condvar::new(),
+            failed: Mutex::new(None),
+            checkpointing: Mutex::new(()),
+            checkpointed_at: Mutex::new(0),
+            closing: AtomicBool::new(false),
+            cfg,
+        });
+        let mut threads = Vec::new();
+        let committer = inner.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("xfer-commit".into())
+                .spawn(move || committer.run_committer())
+                .map_err(OpenError::Io)?,
+        );
+        if cfg.background_checkpoints {
+            let checkpointer = inner.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name("xfer-checkpoint".into())
+                    .spawn(move || checkpointer.run_checkpointer())
+                    .map_err(OpenError::Io)?,
+            );
+        }
+        Ok((
+            Embedded {
+                inner,
+                threads,
+                _lock: None,
+            },
+            report,
+        ))
+    }
+
+    /// The shards, each a [`Store`], in index order (route to them with one router).
+    pub fn shards(&self) -> Vec<Arc<EmbeddedShard<F>>> {
+        (0..self.inner.cfg.shards)
+            .map(|index| {
+                Arc::new(EmbeddedShard {
+                    inner: self.inner.clone(),
+                    index,
+                })
+            })
+            .collect()
+    }
+
+    /// Writes a checkpoint now (also done in the background every `checkpoint_bytes`).
+    pub fn checkpoint(&self) -> Result<(), StoreError> {
+        self.inner.checkpoint()
+    }
+
+    /// Stops the background threads after a last checkpoint (so the next open replays
+    /// little) and releases the directory.
+    pub fn close(mut self) -> Result<(), StoreError> {
+        self.stop();
+        let result = if self.inner.failure().is_none() {
+            self.inner.checkpoint()
+        } else {
+            Ok(())
+        };
+        drop(self);
+        result
+    }
+
+    fn stop(&mut self) {
+        self.inner.closing.store(true, Ordering::SeqCst);
+        self.inner.lock_commit().shutdown = true;
+        self.inner.commit_wake.notify_all();
+        for t in self.threads.drain(..) {
+            t.thread().unpark();
+            // A panicked background thread already reported itself; nothing to add.
+            let _ = t.join();
+        }
+    }
+}
+
+impl<F: Fs> Drop for Embedded<F> {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Brings back from the tables the finished transfers `ops` name that are not in memory.
+fn fetch_finished(
+    tables: &Tables,
+    s: u16,
+    shard: &mut ShardState,
+    ops: &[Op],
+) -> Result<(), StoreError> {
+    for op in ops {
+        if let Op::Transfer(id, _) = op {
+            if !shard.mem.has_transfer(id) {
+                if let Some(r) = tables.done(s, id)? {
+                    shard.mem.restore_transfer(r);
+                    shard.fetched.push(id.clone());
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+impl<F: Fs> Inner<F> {
+    fn lock_commit(&self) -> MutexGuard<'_, CommitState> {
+        self.commit
+            .lock()
+            .expect("commit state poisoned by a panic")
+    }
+
+    fn shard(&self, s: u16) -> MutexGuard<'_, ShardState> {
+        // A panic while applying leaves a record half-written: refuse to go on.
+        self.shards[usize::from(s)]
+            .lock()
+            .expect("shard poisoned by a panic")
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.failed.lock().expect("failure flag poisoned").clone()
+    }
+
+    fn fail(&self, why: String) {
+        self.failed
+            .lock()
+            .expect("failure flag poisoned")
+            .get_or_insert(why);
+    }
+
+    /// Refuses calls once a sync failed or the store is closing (nothing applied).
+    fn check_open(&self) -> Result<(), StoreError> {
+        if let Some(why) = self.failure() {
+            return Err(StoreError::Unavailable(format!(
+                "embedded store failed ({why}); reopen it"
+            )));
+        }
+        if self.closing.load(Ordering::SeqCst) {
+            return Err(StoreError::Unavailable("embedded store is closing".into()));
+        }
+        Ok(())
+    }
+
+    /// Appends an entry for `shard` (called with its lock held, so the log's order of a
+    /// shard's entries is the order they were applied in).
+    fn append(&self, entry: &EntryRef<'_>) -> Result<(), StoreError> {
+        self.log
+            .append(&codec::encode(entry))
+            .map(|_| ())
+            .map_err(|e| {
+                self.fail(e.to_string());
+                StoreError::Indeterminate(format!("embedded log: {e}"))
+            })
+    }
+
+    /// The LSN every reply given now must wait for: the last one appended.
+    fn horizon(&self) -> u64 {
+        self.log.next_lsn() - 1
+    }
+
+    /// Waits until `lsn` is durable.
+    async fn durable(&self, lsn: u64) -> Result<(), StoreError> {
+        if lsn < self.log.durable_lsn() {
+            return Ok(());
+        }
+        let rx = {
+            let mut st = self.lock_commit();
+            if st.stopped {
+                drop(st);
+                return self.log.sync(lsn).map_err(|e| {
+                    self.fail(e.to_string());
+                    StoreError::Indeterminate(format!("embedded log: {e}"))
+                });
+            }
+            let (tx, rx) = oneshot::channel();
+            st.waiters.push((lsn, tx));
+            rx
+        };
+        self.commit_wake.notify_one();
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(why)) => Err(StoreError::Indeterminate(format!("embedded log: {why}"))),
+            Err(_) => Err(StoreError::Indeterminate(
+                "embedded store closed while waiting for the log".into(),
+            )),
+        }
+    }
+
+    /// The committer: syncs the log up to the highest LSN anyone waits for, then answers
+    /// every waiter it covered. Waiters arriving during a sync share the next one.
+    fn run_committer(&self) {
+        loop {
+            let waiters = {
+                let mut st = self.lock_commit();
+                while st.waiters.is_empty() && !st.shutdown {
+                    st = self
+                        .commit_wake
+                        .wait(st)
+                        .expect("commit state poisoned by a panic");
+                }
+                if st.waiters.is_empty() {
+                    st.stopped = true;
+                    return;
+                }
+                std::mem::take(&mut st.waiters)
+            };
+            let target = waiters.iter().map(|(l, _)| *l).max().unwrap_or(0);
+            let result = self.log.sync(target).map_err(|e| e.to_string());
+            if let Err(why) = &result {
+                self.fail(why.clone());
+            }
+            for (_, tx) in waiters {
+                // A waiter that gave up (its future dropped) needs no answer.
+                let _ = tx.send(result.clone());
+            }
+        }
+    }
+
+    fn run_checkpointer(&self) {
+        loop {
+            // Woken early by `stop`.
+            std::thread::park_timeout(Duration::from_millis(50));
+            if self.closing.load(Ordering::SeqCst) {
+                return;
+            }
+            let due = {
+                let at = *self
+                    .checkpointed_at
+                    .lock()
+                    .expect("checkpoint mark poisoned");
+                self.log.appended_bytes().saturating_sub(at) >= self.cfg.checkpoint_bytes
+            };
+            if due && self.failure().is_none() {
+                if let Err(e) = self.checkpoint() {
+                    self.fail(format!("checkpoint: {e}"));
+                }
+            }
+        }
+    }
+
+    /// See [`Embedded::checkpoint`].
+    fn checkpoint(&self) -> Result<(), StoreError> {
+        let _one_at_a_time = self.checkpointing.lock().expect("checkpoint lock poisoned");
+        let appended = self.log.appended_bytes();
+        let mut cuts = Vec::new();
+        for s in 0..self.cfg.shards {
+            let mut shard = self.shard(s);
+            let meta = ShardMeta {
+                checkpoint_lsn: self.log.next_lsn(),
+                sequence: shard.mem.sequence(),
+            };
+            let changes = shard.mem.take_changes();
+            let mut cut = ShardCut {
+                shard: s,
+                meta,
+                history: changes.history,
+                ..ShardCut::default()
+            };
+            for id in changes.accounts {
+                let a = shard.mem.account(&id).cloned();
+                cut.accounts.push((id, a));
+            }
+            for id in changes.transfers {
+                if let Some(r) = shard.mem.transfer(&id) {
+                    cut.transfers.push(r.clone());
+                }
+            }
+            cuts.push(cut);
+        }
+        // Everything cut is in the log at an LSN below its shard's checkpoint LSN; the
+        // tables must not get ahead of what is durable there.
+        let newest = cuts
+            .iter()
+            .map(|c| c.meta.checkpoint_lsn)
+            .max()
+            .unwrap_or(1);
+        if newest > 1 {
+            self.log.sync(newest - 1).map_err(|e| {
+                self.fail(e.to_string());
+                StoreError::Unavailable(format!("embedded log: {e}"))
+            })?;
+        }
+        self.tables.write(self.cfg.shards, &cuts)?;
+        for cut in &cuts {
+            let mut shard = self.shard(cut.shard);
+            for r in &cut.transfers {
+                if r.state.is_terminal() {
+                    shard.mem.evict_transfer(&r.spec.id);
+                }
+            }
+            let fetched = std::mem::take(&mut shard.fetched);
+            for id in &fetched {
+                shard.mem.evict_transfer(id);
+            }
+            shard.mem.evict_history(&cut.history);
+        }
+        *self
+            .checkpointed_at
+            .lock()
+            .expect("checkpoint mark poisoned") = appended;
+        let oldest = cuts
+            .iter()
+            .map(|c| c.meta.checkpoint_lsn)
+            .min()
+            .unwrap_or(1);
+        self.log.remove_before(oldest).map_err(|e| {
+            StoreError::Unavailable(format!("embedded log: removing old segments: {e}"))
+        })?;
+        Ok(())
+    }
+}
+
+impl<F: Fs> EmbeddedShard<F> {
+    fn execute_now(&self, ops: &[Op]) -> Result<(Vec<Reply>, u64), StoreError> {
+        self.inner.check_open()?;
+        let now = self.inner.clock.now();
+        let mut shard = self.inner.shard(self.index);
+        fetch_finished(&self.inner.tables, self.index, &mut shard, ops)?;
+        let replies = ops.iter().map(|op| shard.mem.apply(op, now)).collect();
+        let writes: Vec<&Op> = ops.iter().filter(|op| !is_read(op)).collect();
+        if !writes.is_empty() {
+            self.inner.append(&EntryRef::Ops {
+                shard: self.index,
+                now,
+                ops: writes,
+            })?;
+        }
+        Ok((replies, self.inner.horizon()))
+    }
+
+    /// Runs `read` on the shard and answers once everything it could have seen is durable.
+    fn read<T: Send + 'static>(
+        &self,
+        read: impl FnOnce(&Tables, &MemoryShard) -> Result<T, StoreError>,
+    ) -> BoxFuture<'_, Result<T, StoreError>> {
+        let result = self.inner.check_open().and_then(|()| {
+            let shard = self.inner.shard(self.index);
+            Ok((read(&self.inner.tables, &shard.mem)?, self.inner.horizon()))
+        });
+        Box::pin(async move {
+            let (value, lsn) = result?;
+            self.inner.durable(lsn).await?;
+            Ok(value)
+        })
+    }
+}
+
+fn is_read(op: &Op) -> bool {
+    matches!(
+        op,
+        Op::Account(_, xfer_store::AccountOp::Get) | Op::Transfer(_, TransferOp::Get)
+    )
+}
+
+impl<F: Fs> Store for EmbeddedShard<F> {
+    fn execute(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Reply>, StoreError>> {
+        let result = self.execute_now(&ops);
+        Box::pin(async move {
+            let (replies, lsn) = result?;
+            self.inner.durable(lsn).await?;
+            Ok(replies)
+        })
+    }
+
+    fn scan_due(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>> {
+        self.read(move |_, mem| Ok(mem.scan_due(now, limit)))
+    }
+
+    fn history<'a>(
+        &'a self,
+        account: &'a AccountId,
+        before: Option<u64>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<HistoryPage, StoreError>> {
+        let index = self.index;
+        let account = account.clone();
+        self.read(move |tables, mem| {
+            let want = limit.saturating_add(1);
+            let mut entries = mem.history_entries(&account, before, want);
+            if entries.len() < want {
+                // Every entry in the tables is older than every entry in memory.
+                let older = entries.last().map(|(s, _)| *s).or(before);
+                entries.extend(tables.history(index, &account, older, want - entries.len())?);
+            }
+            Ok(HistoryPage::from_one_extra(&mut entries, limit))
+        })
+    }
+
+    fn prune(&self, limit: usize) -> BoxFuture<'_, Result<usize, StoreError>> {
+        let result = self.inner.check_open().and_then(|()| {
+            let now = self.inner.clock.now();
+            let mut shard = self.inner.shard(self.index);
+            let dropped = shard.mem.prune(now, limit);
+            self.inner.append(&EntryRef::Prune {
+                shard: self.index,
+                now,
+                limit: u32::try_from(limit).unwrap_or(u32::MAX),
+            })?;
+            Ok((dropped, self.inner.horizon()))
+        });
+        Box::pin(async move {
+            let (dropped, lsn) = result?;
+            self.inner.durable(lsn).await?;
+            Ok(dropped)
+        })
+    }
+
+    fn accounts<'a>(
+        &'a self,
+        after: Option<&'a AccountId>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Account>, StoreError>> {
+        let after = after.cloned();
+        self.read(move |_, mem| {
+            Ok(mem
+                .accounts_after(after.as_ref())
+                .filter(|a| a.status != AccountStatus::Unopened)
+                .take(limit)
+                .cloned()
+                .collect())
+        })
+    }
+
+    fn transfers<'a>(
+        &'a self,
+        after: Option<&'a TransferId>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>> {
+        let index = self.index;
+        let after = after.cloned();
+        self.read(move |tables, mem| {
+            // Memory holds the newest version of everything it has; the tables hold the
+            // rest. Merge the two id-ordered runs, memory winning ties.
+            let hot: Vec<TransferRecord> = mem
+                .transfers_after(after.as_ref())
+                .take(limit)
+                .cloned()
+                .collect();
+            let cold = tables.done_after(index, after.as_ref(), limit)?;
+            let mut merged: std::collections::BTreeMap<TransferId, TransferRecord> =
+                cold.into_iter().map(|r| (r.spec.id.clone(), r)).collect();
+            merged.extend(hot.into_iter().map(|r| (r.spec.id.clone(), r)));
+            let out: Vec<TransferRecord> = merged.into_values().take(limit).collect();
+            Ok(out)
+        })
+    }
+}

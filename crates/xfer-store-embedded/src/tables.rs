@@ -1,0 +1,217 @@
+//! The checkpoint tables: the shards' state as of their last checkpoint, in
+//! [fjall](https://docs.rs/fjall) (an LSM tree with its own journal), so that recovery reads
+//! only what is live and finished transfers stay on disk, indexed, out of memory.
+//!
+//! | table | key | value |
+//! |---|---|---|
+//! | `accounts` | shard ‖ account id | the account with its intents (all loaded at start) |
+//! | `live` | shard ‖ transfer id | a non-terminal transfer (all loaded at start) |
+//! | `done` | shard ‖ transfer id | a terminal transfer (read on demand) |
+//! | `history` | shard ‖ account ‖ 0 ‖ sequence | transfer id (read on demand) |
+//! | `meta` | `shards`, `shard` ‖ n | shard count; per shard the checkpoint LSN and history sequence |
+//!
+//! A checkpoint is one atomic fjall batch, synced before it returns: the tables always hold
+//! every shard's state exactly as of that shard's checkpoint LSN, never a mix.
+
+use crate::codec::{self, decode, encode, record_key};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+use xfer_core::{Account, AccountId, TransferId, TransferRecord};
+use xfer_store::{MemoryShard, StoreError};
+
+/// Where a shard's checkpoint stands.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardMeta {
+    /// Every log record of this shard with an LSN below this is in the tables.
+    pub checkpoint_lsn: u64,
+    /// The shard's history sequence at that point.
+    pub sequence: u64,
+}
+
+/// One shard's part of a checkpoint: what changed since the previous one.
+#[derive(Debug, Default)]
+pub struct ShardCut {
+    /// The shard.
+    pub shard: u16,
+    /// Its new checkpoint position.
+    pub meta: ShardMeta,
+    /// Accounts changed (`None`: dropped by the pruner).
+    pub accounts: Vec<(AccountId, Option<Account>)>,
+    /// Transfers changed.
+    pub transfers: Vec<TransferRecord>,
+    /// History entries added.
+    pub history: Vec<(u64, AccountId, TransferId)>,
+}
+
+/// The tables. See the module docs.
+pub struct Tables {
+    db: Database,
+    accounts: Keyspace,
+    live: Keyspace,
+    done: Keyspace,
+    history: Keyspace,
+    meta: Keyspace,
+}
+
+fn unavailable(what: &str) -> impl FnOnce(fjall::Error) -> StoreError + '_ {
+    move |e| StoreError::Unavailable(format!("checkpoint tables: {what}: {e}"))
+}
+
+fn corrupted(what: &str, key: &[u8], why: String) -> StoreError {
+    StoreError::Corrupted(format!(
+        "checkpoint table {what}, key {:?}: {why}",
+        String::from_utf8_lossy(key)
+    ))
+}
+
+const SHARDS_KEY: &[u8] = b"shards";
+
+fn meta_key(shard: u16) -> Vec<u8> {
+    let mut k = b"shard".to_vec();
+    k.extend_from_slice(&shard.to_be_bytes());
+    k
+}
+
+impl Tables {
+    /// Opens (creating if needed) the tables in `dir`.
+    pub fn open(dir: &Path) -> Result<Tables, StoreError> {
+        let db = Database::builder(dir)
+            // The log is our journal's source of truth; fjall's own journal only needs to
+            // hold checkpoints until they are flushed.
+            .worker_threads(1)
+            .open()
+            .map_err(unavailable("open"))?;
+        let ks = |name: &str| {
+            db.keyspace(name, KeyspaceCreateOptions::default)
+                .map_err(unavailable(name))
+        };
+        Ok(Tables {
+            accounts: ks("accounts")?,
+            live: ks("live")?,
+            done: ks("done")?,
+            history: ks("history")?,
+            meta: ks("meta")?,
+            db,
+        })
+    }
+
+    /// The shard count recorded by the first checkpoint, if any.
+    pub fn shard_count(&self) -> Result<Option<u16>, StoreError> {
+        match self.meta.get(SHARDS_KEY).map_err(unavailable("meta"))? {
+            None => Ok(None),
+            Some(v) => decode(&v)
+                .map(Some)
+                .map_err(|e| corrupted("meta", SHARDS_KEY, e)),
+        }
+    }
+
+    /// Where `shard`'s checkpoint stands (all zero before the first).
+    pub fn shard_meta(&self, shard: u16) -> Result<ShardMeta, StoreError> {
+        let key = meta_key(shard);
+        match self.meta.get(&key).map_err(unavailable("meta"))? {
+            None => Ok(ShardMeta::default()),
+            Some(v) => decode(&v).map_err(|e| corrupted("meta", &key, e)),
+        }
+    }
+
+    /// Loads `shard`'s accounts and live transfers into `into`.
+    pub fn load(&self, shard: u16, into: &mut MemoryShard) -> Result<(), StoreError> {
+        let prefix = shard.to_be_bytes();
+        for item in self.accounts.prefix(prefix) {
+            let (k, v) = item.into_inner().map_err(unavailable("accounts"))?;
+            let a: Account = decode(&v).map_err(|e| corrupted("accounts", &k, e))?;
+            into.restore_account(a);
+        }
+        for item in self.live.prefix(prefix) {
+            let (k, v) = item.into_inner().map_err(unavailable("live"))?;
+            let r: TransferRecord = decode(&v).map_err(|e| corrupted("live", &k, e))?;
+            into.restore_transfer(r);
+        }
+        Ok(())
+    }
+
+    /// A finished transfer of `shard`, if the tables hold it.
+    pub fn done(&self, shard: u16, id: &TransferId) -> Result<Option<TransferRecord>, StoreError> {
+        let key = record_key(shard, id.as_str());
+        match self.done.get(&key).map_err(unavailable("done"))? {
+            None => Ok(None),
+            Some(v) => decode(&v).map(Some).map_err(|e| corrupted("done", &key, e)),
+        }
+    }
+
+    /// Finished transfers of `shard` in id order strictly after `after`, at most `limit`.
+    pub fn done_after(
+        &self,
+        shard: u16,
+        after: Option<&TransferId>,
+        limit: usize,
+    ) -> Result<Vec<TransferRecord>, StoreError> {
+        let start = record_key(shard, after.map_or("", |a| a.as_str()));
+        let end = record_key(shard + 1, "");
+        let mut out = Vec::new();
+        for item in self.done.range(start..end) {
+            if out.len() == limit {
+                break;
+            }
+            let (k, v) = item.into_inner().map_err(unavailable("done"))?;
+            let r: TransferRecord = decode(&v).map_err(|e| corrupted("done", &k, e))?;
+            if Some(&r.spec.id) != after {
+                out.push(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `account`'s history entries in the tables, newest first, older than `before`.
+    pub fn history(
+        &self,
+        shard: u16,
+        account: &AccountId,
+        before: Option<u64>,
+        limit: usize,
+    ) -> Result<Vec<(u64, TransferId)>, StoreError> {
+        let start = codec::history_key(shard, account, 0);
+        let end = codec::history_key(shard, account, before.unwrap_or(u64::MAX));
+        let mut out = Vec::new();
+        for item in self.history.range(start..end).rev().take(limit) {
+            let (k, v) = item.into_inner().map_err(unavailable("history"))?;
+            out.push(codec::history_entry(&k, &v).map_err(|e| corrupted("history", &k, e))?);
+        }
+        Ok(out)
+    }
+
+    /// Writes one checkpoint atomically and durably.
+    pub fn write(&self, shards: u16, cuts: &[ShardCut]) -> Result<(), StoreError> {
+        let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));
+        batch.insert(&self.meta, SHARDS_KEY, encode(&shards));
+        for cut in cuts {
+            let s = cut.shard;
+            batch.insert(&self.meta, meta_key(s), encode(&cut.meta));
+            for (id, account) in &cut.accounts {
+                let key = record_key(s, id.as_str());
+                match account {
+                    Some(a) => batch.insert(&self.accounts, key, encode(a)),
+                    None => batch.remove(&self.accounts, key),
+                }
+            }
+            for r in &cut.transfers {
+                let key = record_key(s, r.spec.id.as_str());
+                if r.state.is_terminal() {
+                    batch.remove(&self.live, key.clone());
+                    batch.insert(&self.done, key, encode(r));
+                } else {
+                    batch.insert(&self.live, key, encode(r));
+                }
+            }
+            for (seq, account, transfer) in &cut.history {
+                batch.insert(
+                    &self.history,
+                    codec::history_key(s, account, *seq),
+                    transfer.as_str().as_bytes(),
+                );
+            }
+        }
+        batch.commit().map_err(unavailable("checkpoint"))
+    }
+}
