@@ -153,6 +153,24 @@ impl Checker {
         due_ms: &dyn Fn(&TransferRecord) -> u64,
         at_ms: u64,
     ) {
+        self.judge(shards, router, Some(workload), due_ms, at_ms);
+    }
+
+    /// The end-of-run checks that need only the records (no simulated clients): every
+    /// transfer terminal, atomicity, history, refunds, conservation. For real processes
+    /// (`xfer-sim crash`), where the caller checks the acknowledged outcomes.
+    pub fn settled_state(&mut self, shards: &[&MemoryShard], router: &Router, at_ms: u64) {
+        self.judge(shards, router, None, &|_| u64::MAX, at_ms);
+    }
+
+    fn judge(
+        &mut self,
+        shards: &[&MemoryShard],
+        router: &Router,
+        workload: Option<&Workload>,
+        due_ms: &dyn Fn(&TransferRecord) -> u64,
+        at_ms: u64,
+    ) {
         let transfers: BTreeMap<&TransferId, &TransferRecord> = shards
             .iter()
             .flat_map(|s| s.transfers())
@@ -166,7 +184,9 @@ impl Checker {
         self.termination(&transfers, due_ms, at_ms);
         self.atomicity(&transfers, &accounts, at_ms);
         self.history(&transfers, &accounts, at_ms);
-        self.idempotency(&transfers, workload, at_ms);
+        if let Some(w) = workload {
+            self.idempotency(&transfers, w, at_ms);
+        }
         self.refunds(&transfers, at_ms);
         self.conservation(shards, router, at_ms);
     }

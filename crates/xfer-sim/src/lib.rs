@@ -5,9 +5,11 @@
 //! - [`workload`]: the simulated clients and what they were told.
 //! - [`world`]: processes, shards and network as a discrete-event simulation ([`World`]).
 //! - [`checker`]: the guarantees ([`Checker`], [`Violation`]).
+//! - [`crash`]: `xfer-sim crash`, real processes on the embedded store killed with SIGKILL.
 
 pub mod checker;
 pub mod config;
+pub mod crash;
 pub mod workload;
 pub mod world;
 

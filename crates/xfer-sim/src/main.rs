@@ -5,6 +5,9 @@
 //! xfer-sim --seeds 1..=1000          many seeds on every core
 //! xfer-sim --list-mutants            the known-bad protocol variants
 //! xfer-sim --mutant NAME --seeds …   (built with --features mutants) must fail
+//! xfer-sim crash --store embedded --cycles 30
+//!                                    real processes on a data directory, killed with
+//!                                    SIGKILL at random moments, then every guarantee checked
 //! ```
 
 use clap::Parser;
@@ -18,9 +21,12 @@ use xfer_sim::{run_seed, FaultKind, RunStats, SimConfig, Violation};
 #[derive(Parser, Debug)]
 #[command(
     name = "xfer-sim",
-    about = "Deterministic simulation of the xfer protocol under faults"
+    about = "Deterministic simulation of the xfer protocol under faults",
+    args_conflicts_with_subcommands = true
 )]
 struct Args {
+    #[command(subcommand)]
+    command: Option<Cmd>,
     /// Run one seed and print its digest.
     #[arg(long, conflicts_with = "seeds")]
     seed: Option<u64>,
@@ -39,6 +45,98 @@ struct Args {
     /// Worker threads (default: available cores).
     #[arg(long)]
     threads: Option<usize>,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum Cmd {
+    /// Kill a process running transfers on a real store with SIGKILL, again and again;
+    /// then recover and check every guarantee and every acknowledged outcome.
+    Crash {
+        /// The store under test (only `embedded` so far).
+        #[arg(long, default_value = "embedded")]
+        store: String,
+        /// How many times to start and kill the child.
+        #[arg(long, default_value_t = 30)]
+        cycles: u64,
+        /// Seeds the kill times and the clients' choices.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Concurrent clients in the child.
+        #[arg(long, default_value_t = 64)]
+        clients: usize,
+        /// The data directory (default: a fresh one under the temp dir, removed at the end).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
+    /// The child process of `crash` (not for direct use).
+    #[command(hide = true)]
+    CrashChild {
+        #[arg(long)]
+        dir: std::path::PathBuf,
+        #[arg(long)]
+        cycle: u64,
+        #[arg(long)]
+        seed: u64,
+        #[arg(long)]
+        clients: usize,
+    },
+}
+
+fn run_command(cmd: Cmd) -> ExitCode {
+    match cmd {
+        Cmd::Crash {
+            store,
+            cycles,
+            seed,
+            clients,
+            dir,
+        } => {
+            if store != "embedded" {
+                eprintln!("--store {store:?}: only \"embedded\" is supported");
+                return ExitCode::from(2);
+            }
+            let (dir, scratch) = match dir {
+                Some(d) => (d, false),
+                None => (xfer_sim::crash::scratch_dir(seed), true),
+            };
+            let result = xfer_sim::crash::parent(&dir, cycles, seed, clients);
+            if scratch {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            match result {
+                Err(e) => {
+                    eprintln!("crash run failed: {e}");
+                    ExitCode::FAILURE
+                }
+                Ok(r) => {
+                    for v in &r.violations {
+                        println!("VIOLATION {v}");
+                    }
+                    println!(
+                        "store={store} cycles={} seed={seed} acknowledged={} transfers={} done={} canceled={} recovery_ms={} replayed={} violations={}",
+                        r.cycles, r.acknowledged, r.transfers, r.done, r.canceled, r.recovery_ms, r.replayed, r.violations.len()
+                    );
+                    if r.violations.is_empty() {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+            }
+        }
+        Cmd::CrashChild {
+            dir,
+            cycle,
+            seed,
+            clients,
+        } => match xfer_sim::crash::child(&dir, cycle, seed, clients) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("crash child: {e}");
+                ExitCode::from(3)
+            }
+        },
+    }
 }
 
 fn parse_range(s: &str) -> Result<(u64, u64), String> {
@@ -65,6 +163,9 @@ fn parse_range(s: &str) -> Result<(u64, u64), String> {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(cmd) = args.command {
+        return run_command(cmd);
+    }
     if args.list_checkers {
         println!("{}", xfer_sim::checker::GUARANTEES.join(" "));
         return ExitCode::SUCCESS;

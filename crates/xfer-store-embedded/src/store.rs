@@ -108,7 +108,11 @@ struct Inner<F: Fs> {
     /// A sync failed: everything is refused until the store is reopened.
     failed: Mutex<Option<String>>,
     checkpointing: Mutex<()>,
-    /// `appended_bytes` of the log at the last checkpoint.
+    /// Log bytes replayed at open: they count towards the next checkpoint, so that a
+    /// process killed again and again before writing `checkpoint_bytes` of its own still
+    /// checkpoints, and replay stays bounded.
+    backlog: u64,
+    /// Log bytes (backlog plus appended) covered by the last checkpoint.
     checkpointed_at: Mutex<u64>,
     closing: AtomicBool,
     cfg: EmbeddedConfig,
@@ -210,6 +214,7 @@ impl<F: Fs> Embedded<F> {
                 ),
             }));
         }
+        let mut backlog = 0;
         for (lsn, payload) in &recovered.records {
             let entry: Entry = codec::decode(payload).map_err(|why| {
                 OpenError::Log(LogError::Corrupted {
@@ -229,6 +234,7 @@ impl<F: Fs> Embedded<F> {
                 continue;
             }
             report.replayed += 1;
+            backlog += payload.len() as u64;
             match entry {
                 Entry::Ops { now, ops, .. } => {
                     fetch_finished(&tables, s, shard, &ops).map_err(OpenError::Store)?;
@@ -251,6 +257,7 @@ impl<F: Fs> Embedded<F> {
             commit_wake: Condvar::new(),
             failed: Mutex::new(None),
             checkpointing: Mutex::new(()),
+            backlog,
             checkpointed_at: Mutex::new(0),
             closing: AtomicBool::new(false),
             cfg,
@@ -475,7 +482,7 @@ impl<F: Fs> Inner<F> {
                     .checkpointed_at
                     .lock()
                     .expect("checkpoint mark poisoned");
-                self.log.appended_bytes().saturating_sub(at) >= self.cfg.checkpoint_bytes
+                self.log_bytes().saturating_sub(at) >= self.cfg.checkpoint_bytes
             };
             if due && self.failure().is_none() {
                 if let Err(e) = self.checkpoint() {
@@ -485,10 +492,16 @@ impl<F: Fs> Inner<F> {
         }
     }
 
+    /// Log bytes that a checkpoint would make unnecessary to replay (replayed at open plus
+    /// appended since).
+    fn log_bytes(&self) -> u64 {
+        self.backlog + self.log.appended_bytes()
+    }
+
     /// See [`Embedded::checkpoint`].
     fn checkpoint(&self) -> Result<(), StoreError> {
         let _one_at_a_time = self.checkpointing.lock().expect("checkpoint lock poisoned");
-        let appended = self.log.appended_bytes();
+        let covered = self.log_bytes();
         let mut cuts = Vec::new();
         for s in 0..self.cfg.shards {
             let mut shard = self.shard(s);
@@ -544,7 +557,7 @@ impl<F: Fs> Inner<F> {
         *self
             .checkpointed_at
             .lock()
-            .expect("checkpoint mark poisoned") = appended;
+            .expect("checkpoint mark poisoned") = covered;
         let oldest = cuts
             .iter()
             .map(|c| c.meta.checkpoint_lsn)

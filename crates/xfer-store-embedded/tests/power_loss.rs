@@ -77,7 +77,13 @@ fn ops(seed: u64) -> Vec<Op> {
                     horizon: Timestamp(NOW.0 - 1),
                 },
             ),
-            2 => Op::Account(a, AccountOp::Post { transfer: t, asset: usd() }),
+            2 => Op::Account(
+                a,
+                AccountOp::Post {
+                    transfer: t,
+                    asset: usd(),
+                },
+            ),
             3 => Op::Account(
                 a,
                 AccountOp::Release {
