@@ -5,8 +5,10 @@
 //! - [`workload`]: the simulated clients and what they were told.
 //! - [`world`]: processes, shards and network as a discrete-event simulation ([`World`]).
 //! - [`checker`]: the guarantees ([`Checker`], [`Violation`]).
+//! - [`bench`]: `xfer-sim bench`, the protocol on the embedded store with fsync, measured.
 //! - [`crash`]: `xfer-sim crash`, real processes on the embedded store killed with SIGKILL.
 
+pub mod bench;
 pub mod checker;
 pub mod config;
 pub mod crash;

@@ -68,6 +68,30 @@ enum Cmd {
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
+    /// Transfers per second on the embedded store with fsync on (a measurement, not a test).
+    Bench {
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 1024)]
+        clients: usize,
+        /// Transfers per client request (`submit_many`).
+        #[arg(long, default_value_t = 1)]
+        batch: usize,
+        /// Accounts.
+        #[arg(long, default_value_t = 10_000)]
+        accounts: u64,
+        /// Store shards.
+        #[arg(long, default_value_t = 4)]
+        shards: u16,
+        /// Measured seconds.
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// Tokio worker threads.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// The data directory (recreated; default under the temp dir, on disk).
+        #[arg(long)]
+        dir: Option<std::path::PathBuf>,
+    },
     /// The child process of `crash` (not for direct use).
     #[command(hide = true)]
     CrashChild {
@@ -121,6 +145,42 @@ fn run_command(cmd: Cmd) -> ExitCode {
                     } else {
                         ExitCode::FAILURE
                     }
+                }
+            }
+        }
+        Cmd::Bench {
+            clients,
+            batch,
+            accounts,
+            shards,
+            seconds,
+            threads,
+            dir,
+        } => {
+            let args = xfer_sim::bench::BenchArgs {
+                clients,
+                batch,
+                accounts,
+                shards,
+                seconds,
+                threads,
+            };
+            let dir = dir.unwrap_or_else(|| {
+                std::env::temp_dir().join(format!("xfer-bench-{}", std::process::id()))
+            });
+            let result = xfer_sim::bench::run(&dir, &args);
+            let _ = std::fs::remove_dir_all(&dir);
+            match result {
+                Err(e) => {
+                    eprintln!("bench failed: {e}");
+                    ExitCode::FAILURE
+                }
+                Ok(r) => {
+                    println!(
+                        "store=embedded fsync=on clients={clients} batch={batch} in_flight={} accounts={accounts} shards={shards} threads={threads} seconds={seconds} finished={} canceled={} errors={} transfers_per_s={:.0}",
+                        clients * batch, r.finished, r.canceled, r.errors, r.per_second()
+                    );
+                    ExitCode::SUCCESS
                 }
             }
         }

@@ -88,6 +88,8 @@ struct CommitState {
     waiters: Vec<(u64, oneshot::Sender<Result<(), String>>)>,
     /// The committer has stopped: wait inline instead.
     stopped: bool,
+    /// The committer sleeps on the condvar (only then is a wake-up worth a syscall).
+    idle: bool,
     shutdown: bool,
 }
 
@@ -428,9 +430,12 @@ impl<F: Fs> Inner<F> {
             }
             let (tx, rx) = oneshot::channel();
             st.waiters.push((lsn, tx));
+            if st.idle {
+                st.idle = false;
+                self.commit_wake.notify_one();
+            }
             rx
         };
-        self.commit_wake.notify_one();
         match rx.await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(why)) => Err(StoreError::Indeterminate(format!("embedded log: {why}"))),
@@ -447,11 +452,13 @@ impl<F: Fs> Inner<F> {
             let waiters = {
                 let mut st = self.lock_commit();
                 while st.waiters.is_empty() && !st.shutdown {
+                    st.idle = true;
                     st = self
                         .commit_wake
                         .wait(st)
                         .expect("commit state poisoned by a panic");
                 }
+                st.idle = false;
                 if st.waiters.is_empty() {
                     st.stopped = true;
                     return;

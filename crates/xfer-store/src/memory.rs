@@ -6,7 +6,9 @@
 //! seed must replay exactly.
 
 use crate::op::{AccountOp, Op, Reply, TransferOp};
-use crate::record::{apply_account, apply_transfer, IndexEffect};
+use crate::record::{
+    apply_account_absent, apply_account_to, apply_transfer, apply_transfer_to, IndexEffect,
+};
 use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
@@ -85,11 +87,17 @@ impl MemoryShard {
         }
         match op {
             Op::Account(id, op) => {
-                let mut slot = self.accounts.remove(id);
-                let (reply, effect) = apply_account(&mut slot, id, op, now);
-                if let Some(a) = slot {
-                    self.accounts.insert(id.clone(), a);
-                }
+                // In place when present (one lookup); the rules never remove a record.
+                let (reply, effect) = match self.accounts.get_mut(id) {
+                    Some(a) => apply_account_to(a, id, op, now),
+                    None => {
+                        let (reply, created, effect) = apply_account_absent(id, op);
+                        if let Some(a) = created {
+                            self.accounts.insert(id.clone(), a);
+                        }
+                        (reply, effect)
+                    }
+                };
                 match effect {
                     Some(IndexEffect::History(t)) => {
                         self.sequence += 1;
@@ -108,11 +116,10 @@ impl MemoryShard {
                 }
                 reply
             }
-            Op::Transfer(id, op) => {
-                let mut slot = self.transfers.remove(id);
-                let before = slot.as_ref().and_then(|r| r.wake_at());
-                let reply = apply_transfer(&mut slot, op, now);
-                if let Some(r) = slot {
+            Op::Transfer(id, op) => match self.transfers.get_mut(id) {
+                Some(r) => {
+                    let before = r.wake_at();
+                    let reply = apply_transfer_to(r, op, now);
                     let after = r.wake_at();
                     if before != after {
                         if let Some(w) = before {
@@ -122,10 +129,20 @@ impl MemoryShard {
                             self.wake.insert((w, id.clone()));
                         }
                     }
-                    self.transfers.insert(id.clone(), r);
+                    reply
                 }
-                reply
-            }
+                None => {
+                    let mut slot = None;
+                    let reply = apply_transfer(&mut slot, op, now);
+                    if let Some(r) = slot {
+                        if let Some(w) = r.wake_at() {
+                            self.wake.insert((w, id.clone()));
+                        }
+                        self.transfers.insert(id.clone(), r);
+                    }
+                    reply
+                }
+            },
         }
     }
 

@@ -28,52 +28,75 @@ pub fn apply_account(
     op: &AccountOp,
     now: Timestamp,
 ) -> (Reply, Option<IndexEffect>) {
-    match (slot.as_mut(), op) {
-        (None, AccountOp::Create { asset, lower_bound }) => {
+    match slot {
+        Some(a) => apply_account_to(a, id, op, now),
+        None => {
+            let (reply, created, effect) = apply_account_absent(id, op);
+            *slot = created;
+            (reply, effect)
+        }
+    }
+}
+
+/// [`apply_account`] on a record that is absent: answers the reply, the record the op
+/// creates (if any) and its index effect.
+pub fn apply_account_absent(
+    id: &AccountId,
+    op: &AccountOp,
+) -> (Reply, Option<Account>, Option<IndexEffect>) {
+    let mut slot = None;
+    let (reply, effect) = match op {
+        AccountOp::Create { asset, lower_bound } => {
             let account = Account::open(id.clone(), asset.clone(), *lower_bound);
-            *slot = Some(account.clone());
+            slot = Some(account.clone());
             (Reply::Account(Box::new(account)), None)
         }
-        (Some(a), AccountOp::Create { asset, lower_bound }) => {
-            (create_over(a, asset, *lower_bound), None)
-        }
-        (
-            None,
-            AccountOp::Release {
-                transfer,
-                asset,
-                horizon,
-            },
-        ) => {
+        AccountOp::Release {
+            transfer,
+            asset,
+            horizon,
+        } => {
             if mutant::is(Mutant::NoLatePrepareDefence) {
-                return (Reply::Release(ReleaseOutcome::Marked), None);
+                return (Reply::Release(ReleaseOutcome::Marked), None, None);
             }
             let mut placeholder = Account::open(id.clone(), asset.clone(), LowerBound::default());
             placeholder.status = AccountStatus::Unopened;
             placeholder
                 .intents
                 .insert(transfer.clone(), tombstone(IntentState::Released, *horizon));
-            *slot = Some(placeholder);
+            slot = Some(placeholder);
             let effect = IndexEffect::Tombstone(transfer.clone(), *horizon);
             (Reply::Release(ReleaseOutcome::Marked), Some(effect))
         }
-        (None, AccountOp::Prepare { .. }) => (
+        AccountOp::Prepare { .. } => (
             Reply::Prepare(PrepareOutcome::Refused(Code::AccountNotFound)),
             None,
         ),
-        (None, AccountOp::Post { .. }) => (Reply::Post(PostOutcome::Missing), None),
-        (None, _) => (Reply::NotFound, None),
-        (
-            Some(a),
-            AccountOp::Prepare {
-                transfer,
-                asset,
-                debit,
-                credit,
-                deadline,
-                horizon,
-            },
-        ) => {
+        AccountOp::Post { .. } => (Reply::Post(PostOutcome::Missing), None),
+        _ => (Reply::NotFound, None),
+    };
+    (reply, slot, effect)
+}
+
+/// [`apply_account`] on a record that exists (changed in place; the rules never remove
+/// one).
+pub fn apply_account_to(
+    a: &mut Account,
+    id: &AccountId,
+    op: &AccountOp,
+    now: Timestamp,
+) -> (Reply, Option<IndexEffect>) {
+    debug_assert_eq!(&a.id, id, "the record is the op's");
+    match op {
+        AccountOp::Create { asset, lower_bound } => (create_over(a, asset, *lower_bound), None),
+        AccountOp::Prepare {
+            transfer,
+            asset,
+            debit,
+            credit,
+            deadline,
+            horizon,
+        } => {
             let outcome = prepare(
                 a, transfer, asset, *debit, *credit, *deadline, *horizon, now,
             );
@@ -81,18 +104,15 @@ pub fn apply_account(
                 .then(|| IndexEffect::History(transfer.clone()));
             (Reply::Prepare(outcome), effect)
         }
-        (Some(a), AccountOp::Post { transfer, .. }) => {
+        AccountOp::Post { transfer, .. } => {
             let outcome = post(a, transfer);
             let effect = (outcome == PostOutcome::Posted)
                 .then(|| IndexEffect::Tombstone(transfer.clone(), a.intents[transfer].horizon));
             (Reply::Post(outcome), effect)
         }
-        (
-            Some(a),
-            AccountOp::Release {
-                transfer, horizon, ..
-            },
-        ) => {
+        AccountOp::Release {
+            transfer, horizon, ..
+        } => {
             let outcome = release(a, transfer, *horizon);
             let effect = matches!(outcome, ReleaseOutcome::Released | ReleaseOutcome::Marked)
                 .then(|| {
@@ -103,11 +123,9 @@ pub fn apply_account(
                 .flatten();
             (Reply::Release(outcome), effect)
         }
-        (Some(a), AccountOp::Close) => (close(a), None),
-        (Some(a), AccountOp::SetLowerBound { lower_bound }) => {
-            (set_lower_bound(a, *lower_bound), None)
-        }
-        (Some(a), AccountOp::Get) => {
+        AccountOp::Close => (close(a), None),
+        AccountOp::SetLowerBound { lower_bound } => (set_lower_bound(a, *lower_bound), None),
+        AccountOp::Get => {
             if a.status == AccountStatus::Unopened {
                 (Reply::NotFound, None)
             } else {
@@ -297,14 +315,18 @@ pub fn apply_transfer(
     op: &TransferOp,
     store_now: Timestamp,
 ) -> Reply {
-    let rec = match (slot.as_mut(), op) {
+    match (slot.as_mut(), op) {
         (None, TransferOp::Insert(new)) => {
             *slot = Some((**new).clone());
-            return Reply::Transfer(new.clone());
+            Reply::Transfer(new.clone())
         }
-        (None, _) => return Reply::NotFound,
-        (Some(rec), _) => rec,
-    };
+        (None, _) => Reply::NotFound,
+        (Some(rec), _) => apply_transfer_to(rec, op, store_now),
+    }
+}
+
+/// [`apply_transfer`] on a record that exists (changed in place).
+pub fn apply_transfer_to(rec: &mut TransferRecord, op: &TransferOp, store_now: Timestamp) -> Reply {
     use TransferState::*;
     let changed = match op {
         TransferOp::Insert(new) => {
