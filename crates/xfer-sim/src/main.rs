@@ -92,6 +92,22 @@ enum Cmd {
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
     },
+    /// Time from start to serving after SIGKILL, on a directory with many accounts and
+    /// finished transfers (populated once, then loaded and killed).
+    Recovery {
+        /// The data directory (populated if it holds no tables yet).
+        #[arg(long)]
+        dir: std::path::PathBuf,
+        /// Accounts to populate.
+        #[arg(long, default_value_t = 1_000_000)]
+        accounts: u64,
+        /// Finished transfers to populate.
+        #[arg(long, default_value_t = 10_000_000)]
+        finished: u64,
+        /// Seconds of load before the kill.
+        #[arg(long, default_value_t = 10)]
+        load_seconds: u64,
+    },
     /// The child process of `crash` (not for direct use).
     #[command(hide = true)]
     CrashChild {
@@ -179,6 +195,32 @@ fn run_command(cmd: Cmd) -> ExitCode {
                     println!(
                         "store=embedded fsync=on clients={clients} batch={batch} in_flight={} accounts={accounts} shards={shards} threads={threads} seconds={seconds} finished={} canceled={} errors={} transfers_per_s={:.0}",
                         clients * batch, r.finished, r.canceled, r.errors, r.per_second()
+                    );
+                    ExitCode::SUCCESS
+                }
+            }
+        }
+        Cmd::Recovery {
+            dir,
+            accounts,
+            finished,
+            load_seconds,
+        } => {
+            if !dir.join("tables").exists() {
+                if let Err(e) = xfer_sim::recovery::populate(&dir, accounts, finished) {
+                    eprintln!("populate: {e}");
+                    return ExitCode::FAILURE;
+                }
+            }
+            match xfer_sim::recovery::measure(&dir, load_seconds) {
+                Err(e) => {
+                    eprintln!("recovery: {e}");
+                    ExitCode::FAILURE
+                }
+                Ok(r) => {
+                    println!(
+                        "store=embedded accounts_loaded={} replayed={} log_bytes={} table_bytes={} journal_bytes={} tables_ms={} load_ms={} replay_ms={} open_to_serving_ms={}",
+                        r.accounts, r.replayed, r.log_bytes, r.table_bytes, r.journal_bytes, r.open.tables_ms, r.open.load_ms, r.open.replay_ms, r.open_ms
                     );
                     ExitCode::SUCCESS
                 }

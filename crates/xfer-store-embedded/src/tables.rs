@@ -80,6 +80,8 @@ impl Tables {
             // The log is our journal's source of truth; fjall's own journal only needs to
             // hold checkpoints until they are flushed.
             .worker_threads(1)
+            // Bounds fjall's own journal replay at open (default 512 MiB).
+            .max_journaling_size(64 << 20)
             .open()
             .map_err(unavailable("open"))?;
         let ks = |name: &str| {
@@ -118,11 +120,12 @@ impl Tables {
     /// Loads `shard`'s accounts and live transfers into `into`.
     pub fn load(&self, shard: u16, into: &mut MemoryShard) -> Result<(), StoreError> {
         let prefix = shard.to_be_bytes();
+        let mut accounts = Vec::new();
         for item in self.accounts.prefix(prefix) {
             let (k, v) = item.into_inner().map_err(unavailable("accounts"))?;
-            let a: Account = decode(&v).map_err(|e| corrupted("accounts", &k, e))?;
-            into.restore_account(a);
+            accounts.push(decode::<Account>(&v).map_err(|e| corrupted("accounts", &k, e))?);
         }
+        into.restore_accounts(accounts);
         for item in self.live.prefix(prefix) {
             let (k, v) = item.into_inner().map_err(unavailable("live"))?;
             let r: TransferRecord = decode(&v).map_err(|e| corrupted("live", &k, e))?;
@@ -212,6 +215,20 @@ impl Tables {
                 );
             }
         }
-        batch.commit().map_err(unavailable("checkpoint"))
+        batch.commit().map_err(unavailable("checkpoint"))?;
+        // Flush what the checkpoint wrote into fjall's tables and wait (we are on the
+        // checkpointer's thread, off the hot path), so that fjall's journal, which fjall
+        // replays at open after a crash, holds at most about one checkpoint.
+        for ks in [
+            &self.accounts,
+            &self.live,
+            &self.done,
+            &self.history,
+            &self.meta,
+        ] {
+            ks.rotate_memtable_and_wait()
+                .map_err(unavailable("flush"))?;
+        }
+        Ok(())
     }
 }
