@@ -9,16 +9,15 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 use xfer_core::{
     AccountId, Amount, AssetCode, Clock, LowerBound, OwnerId, Posting, Rng, SystemClock,
     TransferId, TransferKind, TransferSpec,
 };
 use xfer_engine::{
-    Cluster, Config, Executor, Outcome, Retry, RetryPolicy, Router, SweepConfig, Sweeper,
+    Cluster, Config, Executor, Outcome, Retry, RetryPolicy, Router, Sleeper, SweepConfig, Sweeper,
     TokioSleeper,
 };
-use xfer_store::{AccountOp, Op, Reply, Store};
+use xfer_store::{AccountOp, Coalesce, Op, Reply, Store};
 use xfer_store_embedded::{Embedded, EmbeddedConfig};
 
 /// What to run.
@@ -36,6 +35,9 @@ pub struct BenchArgs {
     pub seconds: u64,
     /// Tokio worker threads.
     pub threads: usize,
+    /// Merge concurrent calls per shard ([`xfer_store::Coalesce`]) with at most this many
+    /// calls in flight per shard; 0: off.
+    pub coalesce: usize,
 }
 
 /// What was measured.
@@ -87,7 +89,10 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<BenchReport, String> {
         let shards: Vec<Arc<dyn Store>> = store
             .shards()
             .into_iter()
-            .map(|s| s as Arc<dyn Store>)
+            .map(|s| match args.coalesce {
+                0 => s as Arc<dyn Store>,
+                n => Arc::new(Coalesce::new(s, n)) as Arc<dyn Store>,
+            })
             .collect();
         let router = Router::hash(usize::from(args.shards));
         create_accounts(&shards, &router, args.accounts).await?;
@@ -147,7 +152,7 @@ pub fn run(dir: &Path, args: &BenchArgs) -> Result<BenchReport, String> {
                 }
             }));
         }
-        tokio::time::sleep(Duration::from_secs(args.seconds)).await;
+        TokioSleeper.sleep(args.seconds * 1000).await;
         let counted = finished.load(Ordering::Relaxed);
         let elapsed_ms = clock.now().0.saturating_sub(started.0);
         stop.store(true, Ordering::Relaxed);

@@ -21,10 +21,10 @@ use xfer_core::{
     Posting, Rng, SystemClock, TransferId, TransferKind, TransferRecord, TransferSpec,
 };
 use xfer_engine::{
-    Cluster, Config, Executor, Outcome, Retry, RetryPolicy, Router, SweepConfig, Sweeper,
+    Cluster, Config, Executor, Outcome, Retry, RetryPolicy, Router, Sleeper, SweepConfig, Sweeper,
     TokioSleeper,
 };
-use xfer_store::{AccountOp, MemoryShard, Op, Reply, Store};
+use xfer_store::{AccountOp, Coalesce, MemoryShard, Op, Reply, Store};
 use xfer_store_embedded::{Embedded, EmbeddedConfig};
 
 /// Shards of the crash test's store.
@@ -70,10 +70,11 @@ fn open_store(dir: &Path) -> Result<(Embedded, Arc<Cluster>), String> {
     };
     let (store, _) =
         Embedded::open(dir, cfg, Arc::new(SystemClock)).map_err(|e| format!("open: {e}"))?;
+    // Concurrent clients' calls merged per shard, as a service runs them.
     let shards: Vec<Arc<dyn Store>> = store
         .shards()
         .into_iter()
-        .map(|s| s as Arc<dyn Store>)
+        .map(|s| Arc::new(Coalesce::new(s, 1)) as Arc<dyn Store>)
         .collect();
     let cluster = Arc::new(Cluster::new(shards, Router::hash(usize::from(SHARDS))));
     Ok((store, cluster))
@@ -392,7 +393,7 @@ fn settle_and_check(
                 break;
             }
             sweeper.pass().await;
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            TokioSleeper.sleep(100).await;
             state = read_all(&shards).await?;
         }
         check(&state, &router, acked, report);

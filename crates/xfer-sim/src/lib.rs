@@ -5,7 +5,7 @@
 //! - [`workload`]: the simulated clients and what they were told.
 //! - [`world`]: processes, shards and network as a discrete-event simulation ([`World`]).
 //! - [`checker`]: the guarantees ([`Checker`], [`Violation`]).
-//! - [`bench`]: `xfer-sim bench`, the protocol on the embedded store with fsync, measured.
+//! - [`bench`](mod@bench): `xfer-sim bench`, the protocol on the embedded store with fsync, measured.
 //! - [`recovery`]: `xfer-sim recovery`, time to serve after `kill -9` on a big directory.
 //! - [`crash`]: `xfer-sim crash`, real processes on the embedded store killed with SIGKILL.
 

@@ -88,6 +88,9 @@ enum Cmd {
         /// Tokio worker threads.
         #[arg(long, default_value_t = 2)]
         threads: usize,
+        /// Merge concurrent store calls per shard, at most this many in flight (0: off).
+        #[arg(long, default_value_t = 1)]
+        coalesce: usize,
         /// The data directory (recreated; default under the temp dir, on disk).
         #[arg(long)]
         dir: Option<std::path::PathBuf>,
@@ -171,9 +174,11 @@ fn run_command(cmd: Cmd) -> ExitCode {
             shards,
             seconds,
             threads,
+            coalesce,
             dir,
         } => {
             let args = xfer_sim::bench::BenchArgs {
+                coalesce,
                 clients,
                 batch,
                 accounts,
@@ -193,7 +198,7 @@ fn run_command(cmd: Cmd) -> ExitCode {
                 }
                 Ok(r) => {
                     println!(
-                        "store=embedded fsync=on clients={clients} batch={batch} in_flight={} accounts={accounts} shards={shards} threads={threads} seconds={seconds} finished={} canceled={} errors={} transfers_per_s={:.0}",
+                        "store=embedded fsync=on clients={clients} batch={batch} coalesce={coalesce} in_flight={} accounts={accounts} shards={shards} threads={threads} seconds={seconds} finished={} canceled={} errors={} transfers_per_s={:.0}",
                         clients * batch, r.finished, r.canceled, r.errors, r.per_second()
                     );
                     ExitCode::SUCCESS

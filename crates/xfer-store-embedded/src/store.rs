@@ -263,8 +263,7 @@ impl<F: Fs> Embedded<F> {
                 .collect();
             replays
                 .into_iter()
-                .map(|h| h.join().expect("replay panicked"))
-                .collect::<Result<(), StoreError>>()
+                .try_for_each(|h| h.join().expect("replay panicked"))
         })
         .map_err(OpenError::Store)?;
         drop(recovered);

@@ -9,6 +9,7 @@
 //! - [`intercept`]: [`Intercept`], a wrapper that changes only how batches are executed.
 //! - [`conformance`]: the suite every backend must pass.
 
+pub mod coalesce;
 pub mod conformance;
 pub mod faulty;
 pub mod intercept;
@@ -17,6 +18,7 @@ pub mod op;
 pub mod record;
 pub mod store;
 
+pub use coalesce::Coalesce;
 pub use faulty::{FaultPlan, Faulty};
 pub use intercept::{ExecuteHook, Intercept};
 pub use memory::{Changes, MemoryShard, MemoryStore};

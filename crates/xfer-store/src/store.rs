@@ -134,3 +134,47 @@ pub trait Store: Send + Sync {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>>;
 }
+
+/// A shared store is a store (so wrappers like [`Coalesce`](crate::Coalesce) take an `Arc`).
+impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
+    fn execute(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Reply>, StoreError>> {
+        (**self).execute(ops)
+    }
+
+    fn scan_due(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>> {
+        (**self).scan_due(now, limit)
+    }
+
+    fn history<'a>(
+        &'a self,
+        account: &'a AccountId,
+        before: Option<u64>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<HistoryPage, StoreError>> {
+        (**self).history(account, before, limit)
+    }
+
+    fn prune(&self, limit: usize) -> BoxFuture<'_, Result<usize, StoreError>> {
+        (**self).prune(limit)
+    }
+
+    fn accounts<'a>(
+        &'a self,
+        after: Option<&'a AccountId>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Account>, StoreError>> {
+        (**self).accounts(after, limit)
+    }
+
+    fn transfers<'a>(
+        &'a self,
+        after: Option<&'a TransferId>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>> {
+        (**self).transfers(after, limit)
+    }
+}
