@@ -25,7 +25,7 @@ use xfer_engine::{
     TokioSleeper,
 };
 use xfer_store::{AccountOp, Coalesce, MemoryShard, Op, Reply, Store};
-use xfer_store_embedded::{Embedded, EmbeddedConfig};
+use xfer_store_embedded::{Embedded, EmbeddedConfig, OpenReport};
 
 /// Shards of the crash test's store.
 pub const SHARDS: u16 = 4;
@@ -63,13 +63,17 @@ pub fn signature(spec: &TransferSpec) -> String {
     parts.join(";")
 }
 
-fn open_store(dir: &Path) -> Result<(Embedded, Arc<Cluster>), String> {
+/// Opens the crash test's data directory ([`SHARDS`] shards, the wall clock).
+pub fn open_embedded(dir: &Path) -> Result<(Embedded, OpenReport), String> {
     let cfg = EmbeddedConfig {
         shards: SHARDS,
         ..EmbeddedConfig::default()
     };
-    let (store, _) =
-        Embedded::open(dir, cfg, Arc::new(SystemClock)).map_err(|e| format!("open: {e}"))?;
+    Embedded::open(dir, cfg, Arc::new(SystemClock)).map_err(|e| format!("open: {e}"))
+}
+
+fn open_store(dir: &Path) -> Result<(Embedded, Arc<Cluster>), String> {
+    let (store, _) = open_embedded(dir)?;
     // Concurrent clients' calls merged per shard, as a service runs them.
     let shards: Vec<Arc<dyn Store>> = store
         .shards()
@@ -369,12 +373,7 @@ fn settle_and_check(
     rt.block_on(async {
         let clock = SystemClock;
         let started = clock.now();
-        let cfg = EmbeddedConfig {
-            shards: SHARDS,
-            ..EmbeddedConfig::default()
-        };
-        let (store, open) =
-            Embedded::open(dir, cfg, Arc::new(SystemClock)).map_err(|e| format!("open: {e}"))?;
+        let (store, open) = open_embedded(dir)?;
         report.recovery_ms = clock.now().0.saturating_sub(started.0);
         report.replayed = open.replayed;
         let shards = store.shards();
@@ -409,13 +408,11 @@ async fn read_all(
     let mut out = Vec::new();
     for s in shards {
         let mut mem = MemoryShard::new();
-        for a in s
-            .accounts(None, usize::MAX)
-            .await
-            .map_err(|e| e.to_string())?
-        {
-            mem.restore_account(a);
-        }
+        mem.restore_accounts(
+            s.accounts(None, usize::MAX)
+                .await
+                .map_err(|e| e.to_string())?,
+        );
         for r in s
             .transfers(None, usize::MAX)
             .await

@@ -12,7 +12,6 @@
 use crate::crash::SHARDS;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::time::Duration;
 use xfer_core::{
     Account, AccountId, Amount, AssetCode, Clock, LowerBound, OwnerId, Posting, SystemClock,
@@ -21,7 +20,6 @@ use xfer_core::{
 use xfer_engine::Router;
 use xfer_store::Store;
 use xfer_store_embedded::tables::{ShardCut, Tables};
-use xfer_store_embedded::{Embedded, EmbeddedConfig};
 
 /// What was measured.
 #[derive(Debug, Default)]
@@ -154,12 +152,7 @@ pub fn measure(dir: &Path, load_seconds: u64) -> Result<RecoveryReport, String> 
         .map_err(|e| e.to_string())?;
     let clock = SystemClock;
     let started = clock.now();
-    let cfg = EmbeddedConfig {
-        shards: SHARDS,
-        ..EmbeddedConfig::default()
-    };
-    let (store, open) =
-        Embedded::open(dir, cfg, Arc::new(SystemClock)).map_err(|e| format!("open: {e}"))?;
+    let (store, open) = crate::crash::open_embedded(dir)?;
     let shard = store.shards().remove(0);
     // Serving: a read answered (it waits for the log like any call).
     rt.block_on(shard.scan_due(Timestamp(0), 1))

@@ -12,10 +12,9 @@
 //! the same error (`Unavailable`: none applied; `Indeterminate`: any of them may have been).
 
 use crate::op::{Op, Reply};
-use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
+use crate::store::{BoxFuture, Store, StoreError};
 use futures_channel::oneshot;
 use std::sync::{Arc, Mutex};
-use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
 
 type Answer = Result<Vec<Reply>, StoreError>;
 
@@ -211,42 +210,7 @@ impl<S: Store> Store for Coalesce<S> {
         })
     }
 
-    fn scan_due(
-        &self,
-        now: Timestamp,
-        limit: usize,
-    ) -> BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>> {
-        self.inner.scan_due(now, limit)
-    }
-
-    fn history<'a>(
-        &'a self,
-        account: &'a AccountId,
-        before: Option<u64>,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<HistoryPage, StoreError>> {
-        self.inner.history(account, before, limit)
-    }
-
-    fn prune(&self, limit: usize) -> BoxFuture<'_, Result<usize, StoreError>> {
-        self.inner.prune(limit)
-    }
-
-    fn accounts<'a>(
-        &'a self,
-        after: Option<&'a AccountId>,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<Account>, StoreError>> {
-        self.inner.accounts(after, limit)
-    }
-
-    fn transfers<'a>(
-        &'a self,
-        after: Option<&'a TransferId>,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>> {
-        self.inner.transfers(after, limit)
-    }
+    crate::store::forward_to_inner!(inner: scan_due, history, prune, accounts, transfers);
 }
 
 #[cfg(test)]
@@ -255,7 +219,7 @@ mod tests {
     use crate::memory::MemoryStore;
     use crate::op::AccountOp;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use xfer_core::{AssetCode, LowerBound, ManualClock};
+    use xfer_core::{AccountId, AssetCode, LowerBound, ManualClock, Timestamp};
 
     /// Counts calls and holds each one until released, so that callers pile up.
     struct Slow {
@@ -274,38 +238,7 @@ mod tests {
                 self.inner.execute(ops).await
             })
         }
-        fn scan_due(
-            &self,
-            n: Timestamp,
-            l: usize,
-        ) -> BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>> {
-            self.inner.scan_due(n, l)
-        }
-        fn history<'a>(
-            &'a self,
-            a: &'a AccountId,
-            b: Option<u64>,
-            l: usize,
-        ) -> BoxFuture<'a, Result<HistoryPage, StoreError>> {
-            self.inner.history(a, b, l)
-        }
-        fn prune(&self, l: usize) -> BoxFuture<'_, Result<usize, StoreError>> {
-            self.inner.prune(l)
-        }
-        fn accounts<'a>(
-            &'a self,
-            a: Option<&'a AccountId>,
-            l: usize,
-        ) -> BoxFuture<'a, Result<Vec<Account>, StoreError>> {
-            self.inner.accounts(a, l)
-        }
-        fn transfers<'a>(
-            &'a self,
-            a: Option<&'a TransferId>,
-            l: usize,
-        ) -> BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>> {
-            self.inner.transfers(a, l)
-        }
+        crate::store::forward_to_inner!(inner: scan_due, history, prune, accounts, transfers);
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -4,10 +4,10 @@
 //! Deterministic: the same seed fails the same calls.
 
 use crate::op::{Op, Reply};
-use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
+use crate::store::{BoxFuture, Store, StoreError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
-use xfer_core::{Account, AccountId, Rng, Timestamp, TransferId, TransferRecord};
+use xfer_core::{Rng, Timestamp, TransferRecord};
 
 /// How often to fail, in calls per million.
 #[derive(Clone, Copy, Debug, Default)]
@@ -96,32 +96,5 @@ impl<S: Store> Store for Faulty<S> {
         self.inner.scan_due(now, limit)
     }
 
-    fn history<'a>(
-        &'a self,
-        account: &'a AccountId,
-        before: Option<u64>,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<HistoryPage, StoreError>> {
-        self.inner.history(account, before, limit)
-    }
-
-    fn prune(&self, limit: usize) -> BoxFuture<'_, Result<usize, StoreError>> {
-        self.inner.prune(limit)
-    }
-
-    fn accounts<'a>(
-        &'a self,
-        after: Option<&'a AccountId>,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<Account>, StoreError>> {
-        self.inner.accounts(after, limit)
-    }
-
-    fn transfers<'a>(
-        &'a self,
-        after: Option<&'a TransferId>,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>> {
-        self.inner.transfers(after, limit)
-    }
+    crate::store::forward_to_inner!(inner: history, prune, accounts, transfers);
 }

@@ -3,8 +3,7 @@
 //! (counting them, refusing them), so they need not restate the whole trait.
 
 use crate::op::{Op, Reply};
-use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
-use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
+use crate::store::{BoxFuture, Store, StoreError};
 
 /// The hook: sees each batch and the inner store, and answers for it.
 pub type ExecuteHook<S> = Box<
@@ -34,40 +33,5 @@ impl<S: Store> Store for Intercept<S> {
         (self.hook)(&self.inner, ops)
     }
 
-    fn scan_due(
-        &self,
-        now: Timestamp,
-        limit: usize,
-    ) -> BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>> {
-        self.inner.scan_due(now, limit)
-    }
-
-    fn history<'a>(
-        &'a self,
-        account: &'a AccountId,
-        before: Option<u64>,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<HistoryPage, StoreError>> {
-        self.inner.history(account, before, limit)
-    }
-
-    fn prune(&self, limit: usize) -> BoxFuture<'_, Result<usize, StoreError>> {
-        self.inner.prune(limit)
-    }
-
-    fn accounts<'a>(
-        &'a self,
-        after: Option<&'a AccountId>,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<Account>, StoreError>> {
-        self.inner.accounts(after, limit)
-    }
-
-    fn transfers<'a>(
-        &'a self,
-        after: Option<&'a TransferId>,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>> {
-        self.inner.transfers(after, limit)
-    }
+    crate::store::forward_to_inner!(inner: scan_due, history, prune, accounts, transfers);
 }

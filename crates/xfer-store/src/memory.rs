@@ -191,19 +191,8 @@ impl MemoryShard {
         self.sequence = sequence;
     }
 
-    /// Restores an account saved elsewhere, with its index entries. Not a change.
-    pub fn restore_account(&mut self, account: Account) {
-        for (t, i) in &account.intents {
-            if i.state != IntentState::Open {
-                self.tombstones
-                    .insert((i.horizon, account.id.clone(), t.clone()));
-            }
-        }
-        self.accounts.insert(account.id.clone(), account);
-    }
-
-    /// Restores many accounts saved elsewhere at once (bulk-building the map, much faster
-    /// than one insert at a time when the shard is empty). Not a change.
+    /// Restores accounts saved elsewhere, with their index entries (bulk-building the map,
+    /// much faster than one insert at a time, when the shard is empty). Not a change.
     pub fn restore_accounts(&mut self, accounts: Vec<Account>) {
         for a in &accounts {
             for (t, i) in &a.intents {

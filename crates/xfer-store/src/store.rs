@@ -135,6 +135,58 @@ pub trait Store: Send + Sync {
     ) -> BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>>;
 }
 
+/// Writes the named [`Store`] methods of a wrapper as calls to the same method of its
+/// `$inner` field: wrappers that change one or two calls (`Intercept`, `Coalesce`, `Faulty`)
+/// forward the rest with this instead of repeating the signatures.
+macro_rules! forward_to_inner {
+    ($inner:ident: $($method:ident),+ $(,)?) => {
+        $(crate::store::forward_to_inner!(@ $inner $method);)+
+    };
+    (@ $inner:ident scan_due) => {
+        fn scan_due(
+            &self,
+            now: xfer_core::Timestamp,
+            limit: usize,
+        ) -> crate::store::BoxFuture<'_, Result<Vec<xfer_core::TransferRecord>, crate::store::StoreError>> {
+            self.$inner.scan_due(now, limit)
+        }
+    };
+    (@ $inner:ident history) => {
+        fn history<'a>(
+            &'a self,
+            account: &'a xfer_core::AccountId,
+            before: Option<u64>,
+            limit: usize,
+        ) -> crate::store::BoxFuture<'a, Result<crate::store::HistoryPage, crate::store::StoreError>> {
+            self.$inner.history(account, before, limit)
+        }
+    };
+    (@ $inner:ident prune) => {
+        fn prune(&self, limit: usize) -> crate::store::BoxFuture<'_, Result<usize, crate::store::StoreError>> {
+            self.$inner.prune(limit)
+        }
+    };
+    (@ $inner:ident accounts) => {
+        fn accounts<'a>(
+            &'a self,
+            after: Option<&'a xfer_core::AccountId>,
+            limit: usize,
+        ) -> crate::store::BoxFuture<'a, Result<Vec<xfer_core::Account>, crate::store::StoreError>> {
+            self.$inner.accounts(after, limit)
+        }
+    };
+    (@ $inner:ident transfers) => {
+        fn transfers<'a>(
+            &'a self,
+            after: Option<&'a xfer_core::TransferId>,
+            limit: usize,
+        ) -> crate::store::BoxFuture<'a, Result<Vec<xfer_core::TransferRecord>, crate::store::StoreError>> {
+            self.$inner.transfers(after, limit)
+        }
+    };
+}
+pub(crate) use forward_to_inner;
+
 /// A shared store is a store (so wrappers like [`Coalesce`](crate::Coalesce) take an `Arc`).
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     fn execute(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Reply>, StoreError>> {
