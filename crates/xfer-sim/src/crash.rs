@@ -334,9 +334,9 @@ pub fn parent(dir: &Path, cycles: u64, seed: u64, clients: usize) -> Result<Cras
     Ok(report)
 }
 
-/// Ack lines carry only whole lines (a line cut by the kill never reached `lines()` as a
-/// full line... except the last one, which `lines()` yields without its newline: such a
-/// line is dropped here unless it parses in full).
+/// Reads one line the child printed. The child writes each line with one `write` of far
+/// less than `PIPE_BUF` bytes, which a pipe delivers whole or not at all, so a kill never
+/// leaves half a line; anything that is not an ack or a violation is ignored.
 fn read_line(
     line: &str,
     acked: &mut BTreeMap<String, (String, String)>,
