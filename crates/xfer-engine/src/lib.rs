@@ -8,6 +8,7 @@
 //! - `drive` (private): many machines driven together in rounds, with retries.
 //! - [`executor`]: submits, captures, voids, re-drives transfers; closes accounts ([`Executor`]).
 //! - [`sweeper`]: finishes transfers whose executor vanished; prunes tombstones ([`Sweeper`]).
+pub mod audit;
 pub mod cluster;
 mod drive;
 pub mod error;
@@ -17,6 +18,7 @@ pub mod retry;
 pub mod router;
 pub mod sweeper;
 
+pub use audit::{audit, AuditReport};
 pub use cluster::Cluster;
 pub use drive::ROUNDS_MAX;
 pub use error::ExecError;

@@ -346,8 +346,13 @@ pub struct MemoryStore {
 impl MemoryStore {
     /// An empty store reading time from `clock`.
     pub fn new(clock: Arc<dyn Clock>) -> MemoryStore {
+        MemoryStore::with_shard(MemoryShard::new(), clock)
+    }
+
+    /// A store holding `shard`'s records (tests that start from a given state).
+    pub fn with_shard(shard: MemoryShard, clock: Arc<dyn Clock>) -> MemoryStore {
         MemoryStore {
-            shard: Mutex::new(MemoryShard::new()),
+            shard: Mutex::new(shard),
             clock,
         }
     }

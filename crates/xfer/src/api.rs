@@ -1,0 +1,606 @@
+//! The HTTP API: [`ROUTES`] (every endpoint and the scope it needs: the router, the auth
+//! guard and the OpenAPI test all read this one table) and the handlers.
+//!
+//! Bodies are read and decoded here (not by axum's extractors) so that every failure,
+//! however early, is an [`ApiError`] with its code and field.
+
+use crate::auth::{Scope, Tokens};
+use crate::error::{decode, ApiCode, ApiError};
+use crate::metrics::Stopwatch;
+use crate::service::{Answer, Service, Settle};
+use crate::wire::{
+    self, AccountCreate, AccountOut, BatchIn, BatchItemOut, LowerBoundChange, RefundIn, TransferIn,
+    TransferOut, BATCH_MAX, TIMEOUT_MS_DEFAULT,
+};
+use axum::body::Body;
+use axum::extract::{MatchedPath, Path, RawQuery, Request, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use axum::{Json, Router};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use std::sync::Arc;
+use xfer_core::{
+    AssetCode, Code, LowerBound, Rejection, TransferId, TransferKind, TransferSpec, TransferState,
+};
+use xfer_store::{AccountOp, Op, Reply};
+
+/// One endpoint.
+#[derive(Clone, Copy, Debug)]
+pub struct Route {
+    /// `GET`, `POST`, `PUT`.
+    pub method: &'static str,
+    /// The path template, as axum and OpenAPI write it.
+    pub path: &'static str,
+    /// The scope it needs; `None`: open (health, readiness, the OpenAPI document).
+    pub scope: Option<Scope>,
+}
+
+const fn route(method: &'static str, path: &'static str, scope: Option<Scope>) -> Route {
+    Route {
+        method,
+        path,
+        scope,
+    }
+}
+
+const READ: Option<Scope> = Some(Scope::Read);
+const WRITE: Option<Scope> = Some(Scope::Write);
+const ADMIN: Option<Scope> = Some(Scope::Admin);
+
+/// Every endpoint. See the module docs.
+pub const ROUTES: &[Route] = &[
+    route("GET", "/healthz", None),
+    route("GET", "/readyz", None),
+    route("GET", "/metrics", READ),
+    route("GET", "/v1/openapi.json", None),
+    route("POST", "/v1/accounts", WRITE),
+    route("GET", "/v1/accounts", READ),
+    route("GET", "/v1/accounts/{id}", READ),
+    route("POST", "/v1/accounts/{id}/close", ADMIN),
+    route("PUT", "/v1/accounts/{id}/lower_bound", ADMIN),
+    route("GET", "/v1/accounts/{id}/transfers", READ),
+    route("POST", "/v1/transfers", WRITE),
+    route("POST", "/v1/transfers/batch", WRITE),
+    route("GET", "/v1/transfers/{id}", READ),
+    route("POST", "/v1/transfers/{id}/capture", WRITE),
+    route("POST", "/v1/transfers/{id}/void", WRITE),
+    route("POST", "/v1/transfers/{id}/refund", WRITE),
+    route("POST", "/v1/transfers/{id}/redrive", ADMIN),
+    route("GET", "/v1/admin/stuck", ADMIN),
+    route("GET", "/v1/admin/canceled", ADMIN),
+    route("GET", "/v1/audit", ADMIN),
+];
+
+/// What every handler shares.
+pub struct App {
+    /// The service.
+    pub svc: Service,
+    /// Who may call.
+    pub tokens: Tokens,
+    /// The largest body read.
+    pub body_limit: usize,
+}
+
+type Shared = State<Arc<App>>;
+type Reply2 = Result<Response, ApiError>;
+
+/// The router over `app`.
+pub fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/v1/openapi.json", get(openapi))
+        .route("/v1/accounts", post(create_account).get(list_accounts))
+        .route("/v1/accounts/{id}", get(get_account))
+        .route("/v1/accounts/{id}/close", post(close_account))
+        .route("/v1/accounts/{id}/lower_bound", put(set_lower_bound))
+        .route("/v1/accounts/{id}/transfers", get(account_transfers))
+        .route("/v1/transfers", post(submit))
+        .route("/v1/transfers/batch", post(submit_batch))
+        .route("/v1/transfers/{id}", get(get_transfer))
+        .route("/v1/transfers/{id}/capture", post(capture))
+        .route("/v1/transfers/{id}/void", post(void))
+        .route("/v1/transfers/{id}/refund", post(refund))
+        .route("/v1/transfers/{id}/redrive", post(redrive))
+        .route("/v1/admin/stuck", get(stuck))
+        .route("/v1/admin/canceled", get(canceled))
+        .route("/v1/audit", get(audit))
+        .route_layer(middleware::from_fn_with_state(app.clone(), guard))
+        .fallback(|| async {
+            ApiError::api(
+                ApiCode::RouteNotFound,
+                None,
+                "no such endpoint; see /v1/openapi.json",
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            ApiError::api(ApiCode::MethodNotAllowed, None, "method not allowed here")
+        })
+        .with_state(app)
+}
+
+/// Checks the token against the route's scope, then measures and logs the request.
+async fn guard(State(app): Shared, matched: MatchedPath, req: Request, next: Next) -> Response {
+    let watch = Stopwatch::start();
+    let path = matched.as_str().to_string();
+    let method = req.method().as_str().to_string();
+    let needed = ROUTES
+        .iter()
+        .find(|r| r.path == path && r.method == method)
+        .and_then(|r| r.scope);
+    let header = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    let response = match needed.map(|s| app.tokens.check(header, s)) {
+        Some(Err(e)) => e.into_response(),
+        _ => next.run(req).await,
+    };
+    let status = response.status().as_u16();
+    app.svc
+        .metrics()
+        .request(&path, &method, status, watch.seconds());
+    tracing::debug!(%method, route = %path, status, ms = watch.seconds() * 1e3, "request");
+    response
+}
+
+/// Reads a JSON body of at most the configured size.
+async fn body<T: DeserializeOwned>(
+    app: &App,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, ApiError> {
+    if let Some(ct) = headers.get(header::CONTENT_TYPE) {
+        let ct = ct.to_str().unwrap_or("");
+        if !ct.starts_with("application/json") {
+            return Err(ApiError::api(
+                ApiCode::UnsupportedMediaType,
+                Some("content-type"),
+                format!("{ct:?}: send Content-Type: application/json"),
+            ));
+        }
+    }
+    let bytes = axum::body::to_bytes(body, app.body_limit)
+        .await
+        .map_err(|_| {
+            ApiError::api(
+                ApiCode::BodyTooLarge,
+                None,
+                format!("the body is larger than {} bytes", app.body_limit),
+            )
+        })?;
+    decode(&bytes)
+}
+
+/// Decodes the query string into `T`.
+fn query<T: DeserializeOwned + Default>(raw: Option<String>) -> Result<T, ApiError> {
+    match raw {
+        None => Ok(T::default()),
+        Some(q) => serde_urlencoded::from_str(&q)
+            .map_err(|e| ApiError::api(ApiCode::InvalidQuery, None, format!("{q:?}: {e}"))),
+    }
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WaitQuery {
+    wait: Option<bool>,
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PageQuery {
+    after: Option<String>,
+    before: Option<u64>,
+    limit: Option<usize>,
+}
+
+const LIMIT_DEFAULT: usize = 100;
+const LIMIT_MAX: usize = 1_000;
+
+impl PageQuery {
+    fn limit(&self) -> Result<usize, ApiError> {
+        match self.limit.unwrap_or(LIMIT_DEFAULT) {
+            0 => Err(ApiError::api(
+                ApiCode::InvalidQuery,
+                Some("limit"),
+                "must be at least 1",
+            )),
+            n if n > LIMIT_MAX => Err(ApiError::api(
+                ApiCode::InvalidQuery,
+                Some("limit"),
+                format!("{n} is more than {LIMIT_MAX}"),
+            )),
+            n => Ok(n),
+        }
+    }
+}
+
+fn json_status(status: u16, value: impl serde::Serialize) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    (status, Json(value)).into_response()
+}
+
+async fn healthz() -> Response {
+    Json(json!({"status": "ok"})).into_response()
+}
+
+async fn readyz(State(app): Shared) -> Response {
+    if app.svc.is_ready() {
+        Json(json!({"status": "ready"})).into_response()
+    } else {
+        ApiError::api(
+            ApiCode::NotReady,
+            None,
+            "recovering what the last run left; try again shortly",
+        )
+        .into_response()
+    }
+}
+
+async fn metrics(State(app): Shared) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.svc.metrics().render(),
+    )
+        .into_response()
+}
+
+async fn openapi() -> Response {
+    Json(crate::openapi::document()).into_response()
+}
+
+fn account_out(app: &App, a: &xfer_core::Account) -> AccountOut {
+    let shard = app
+        .svc
+        .cluster()
+        .router()
+        .shard_of_account(&a.id, Some(&a.asset))
+        .unwrap_or(0);
+    AccountOut::new(a, shard)
+}
+
+async fn create_account(State(app): Shared, headers: HeaderMap, b: Body) -> Reply2 {
+    let req: AccountCreate = body(&app, &headers, b).await?;
+    let id = wire::account_id(&req.id, "id")?;
+    let asset = AssetCode::new(&req.asset, "asset")?;
+    let lower_bound = match &req.lower_bound {
+        None => LowerBound::default(),
+        Some(v) => wire::lower_bound(v, "lower_bound")?,
+    };
+    if let LowerBound::Bounded(b) = lower_bound {
+        if b > 0 {
+            return Err(Rejection::new(
+                Code::LowerBoundOutOfRange,
+                "lower_bound",
+                format!("{b}: a new account's balance is 0, so its bound must be 0 or below"),
+            )
+            .into());
+        }
+    }
+    let op = Op::Account(id.clone(), AccountOp::Create { asset, lower_bound });
+    match app.svc.executor().execute_op(op).await? {
+        Reply::Account(a) => Ok(json_status(201, account_out(&app, &a))),
+        Reply::Refused(code) => Err(Rejection::new(
+            code,
+            "id",
+            format!("{id} exists with another asset or lower bound"),
+        )
+        .into()),
+        other => Err(unexpected(&id, "create", other)),
+    }
+}
+
+fn unexpected(id: &impl std::fmt::Display, what: &str, reply: Reply) -> ApiError {
+    xfer_engine::ExecError::Violation(format!("{id}: {what} answered {reply}")).into()
+}
+
+async fn get_account(State(app): Shared, Path(id): Path<String>) -> Reply2 {
+    let id = wire::account_id(&id, "id")?;
+    let a = app.svc.get_account(&id).await?;
+    Ok(Json(account_out(&app, &a)).into_response())
+}
+
+async fn list_accounts(State(app): Shared, RawQuery(q): RawQuery) -> Reply2 {
+    let q: PageQuery = query(q)?;
+    let limit = q.limit()?;
+    let after = q
+        .after
+        .as_deref()
+        .map(|a| wire::account_id(a, "after"))
+        .transpose()?;
+    let mut all = Vec::new();
+    for shard in app.svc.cluster().shards() {
+        let page = shard
+            .accounts(after.as_ref(), limit)
+            .await
+            .map_err(|e| ApiError::api(ApiCode::Unavailable, None, e.to_string()))?;
+        all.extend(page);
+    }
+    all.sort_by(|a, b| a.id.cmp(&b.id));
+    all.truncate(limit);
+    let next = (all.len() == limit).then(|| all.last().map(|a| a.id.to_string()));
+    let accounts: Vec<AccountOut> = all.iter().map(|a| account_out(&app, a)).collect();
+    Ok(Json(json!({"accounts": accounts, "next_after": next.flatten()})).into_response())
+}
+
+async fn close_account(State(app): Shared, Path(id): Path<String>) -> Reply2 {
+    let id = wire::account_id(&id, "id")?;
+    let a = app.svc.executor().close_account(id).await?;
+    Ok(Json(account_out(&app, &a)).into_response())
+}
+
+async fn set_lower_bound(
+    State(app): Shared,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    b: Body,
+) -> Reply2 {
+    let id = wire::account_id(&id, "id")?;
+    let req: LowerBoundChange = body(&app, &headers, b).await?;
+    let lower_bound = wire::lower_bound(&req.lower_bound, "lower_bound")?;
+    let op = Op::Account(id.clone(), AccountOp::SetLowerBound { lower_bound });
+    match app.svc.executor().execute_op(op).await? {
+        Reply::Account(a) => Ok(Json(account_out(&app, &a)).into_response()),
+        Reply::Refused(code) => Err(Rejection::new(
+            code,
+            "lower_bound",
+            format!("{id} cannot take the bound {:?} now", req.lower_bound),
+        )
+        .into()),
+        Reply::NotFound => {
+            Err(Rejection::new(Code::AccountNotFound, "id", format!("no account {id}")).into())
+        }
+        other => Err(unexpected(&id, "set lower bound", other)),
+    }
+}
+
+async fn account_transfers(
+    State(app): Shared,
+    Path(id): Path<String>,
+    RawQuery(q): RawQuery,
+) -> Reply2 {
+    let id = wire::account_id(&id, "id")?;
+    let q: PageQuery = query(q)?;
+    let limit = q.limit()?;
+    if q.after.is_some() {
+        return Err(ApiError::api(
+            ApiCode::InvalidQuery,
+            Some("after"),
+            "history pages go backwards: use `before` (the `next_before` of the last page)",
+        ));
+    }
+    let account = app.svc.get_account(&id).await?;
+    let shard = app
+        .svc
+        .cluster()
+        .router()
+        .shard_of_account(&id, Some(&account.asset))
+        .map_err(xfer_engine::ExecError::from)?;
+    let page = app.svc.cluster().shards()[shard]
+        .history(&id, q.before, limit)
+        .await
+        .map_err(|e| ApiError::api(ApiCode::Unavailable, None, e.to_string()))?;
+    let ids: Vec<TransferId> = page.entries.iter().map(|(_, t)| t.clone()).collect();
+    let records = app.svc.get_transfers(&ids).await?;
+    let transfers: Vec<TransferOut> = records.iter().map(TransferOut::from).collect();
+    Ok(Json(json!({"transfers": transfers, "next_before": page.next})).into_response())
+}
+
+async fn submit(State(app): Shared, RawQuery(q): RawQuery, headers: HeaderMap, b: Body) -> Reply2 {
+    let wait = query::<WaitQuery>(q)?.wait.unwrap_or(true);
+    let req: TransferIn = body(&app, &headers, b).await?;
+    let spec = req.to_spec("")?;
+    let answer = app
+        .svc
+        .submit(vec![spec], wait)
+        .await
+        .pop()
+        .expect("one answer")?;
+    Ok(json_status(answer.status(), answer.out()))
+}
+
+async fn submit_batch(
+    State(app): Shared,
+    RawQuery(q): RawQuery,
+    headers: HeaderMap,
+    b: Body,
+) -> Reply2 {
+    let wait = query::<WaitQuery>(q)?.wait.unwrap_or(true);
+    let req: BatchIn = body(&app, &headers, b).await?;
+    if req.transfers.len() > BATCH_MAX {
+        return Err(ApiError::api(
+            ApiCode::BatchTooLarge,
+            Some("transfers"),
+            format!("{} transfers, at most {BATCH_MAX}", req.transfers.len()),
+        ));
+    }
+    let mut results: Vec<Option<BatchItemOut>> = vec![None; req.transfers.len()];
+    let (mut slots, mut specs) = (Vec::new(), Vec::new());
+    for (i, t) in req.transfers.iter().enumerate() {
+        match t.to_spec(&format!("transfers[{i}].")) {
+            Ok(spec) => {
+                slots.push(i);
+                specs.push(spec);
+            }
+            Err(e) => results[i] = Some(item_error(e)),
+        }
+    }
+    for (i, answer) in slots.into_iter().zip(app.svc.submit(specs, wait).await) {
+        results[i] = Some(match answer {
+            Ok(a) => BatchItemOut {
+                status: a.status(),
+                transfer: Some(a.out()),
+                error: None,
+            },
+            Err(mut e) => {
+                e.field = e.field.map(|f| format!("transfers[{i}].{f}"));
+                item_error(e)
+            }
+        });
+    }
+    let results: Vec<BatchItemOut> = results.into_iter().flatten().collect();
+    Ok(Json(json!({ "results": results })).into_response())
+}
+
+fn item_error(e: ApiError) -> BatchItemOut {
+    BatchItemOut {
+        status: e.status().as_u16(),
+        transfer: None,
+        error: Some(serde_json::to_value(&e).expect("an error serializes")),
+    }
+}
+
+async fn get_transfer(State(app): Shared, Path(id): Path<String>) -> Reply2 {
+    let id = wire::transfer_id(&id, "id")?;
+    let r = app.svc.get_transfer(&id).await?;
+    Ok(Json(TransferOut::from(&r)).into_response())
+}
+
+async fn settle(app: &App, id: String, action: Settle) -> Reply2 {
+    let id = wire::transfer_id(&id, "id")?;
+    let answer: Answer = app.svc.settle(id, action).await?;
+    Ok(json_status(answer.status(), answer.out()))
+}
+
+async fn capture(State(app): Shared, Path(id): Path<String>) -> Reply2 {
+    settle(&app, id, Settle::Capture).await
+}
+
+async fn void(State(app): Shared, Path(id): Path<String>) -> Reply2 {
+    settle(&app, id, Settle::Void).await
+}
+
+async fn redrive(State(app): Shared, Path(id): Path<String>) -> Reply2 {
+    settle(&app, id, Settle::Redrive).await
+}
+
+async fn refund(State(app): Shared, Path(id): Path<String>, headers: HeaderMap, b: Body) -> Reply2 {
+    let original_id = wire::transfer_id(&id, "original")?;
+    let req: RefundIn = body(&app, &headers, b).await?;
+    let refund_id = wire::transfer_id(&req.id, "id")?;
+    let original = app.svc.get_transfer(&original_id).await?;
+    let mine = original.refunded_by.as_ref() == Some(&refund_id);
+    if original.state != TransferState::Done && !mine {
+        return Err(Rejection::new(
+            Code::OriginalIsNotDone,
+            "original",
+            format!(
+                "{original_id} is {}; only a done transfer can be refunded",
+                original.state
+            ),
+        )
+        .into());
+    }
+    let spec = TransferSpec {
+        id: refund_id,
+        postings: original.spec.reversed_postings(),
+        metadata: req.metadata,
+        kind: TransferKind::Transfer,
+        refund_of: Some(original_id),
+        timeout_ms: TIMEOUT_MS_DEFAULT,
+    };
+    spec.validate()?;
+    let answer = app
+        .svc
+        .submit(vec![spec], true)
+        .await
+        .pop()
+        .expect("one answer")?;
+    Ok(json_status(answer.status(), answer.out()))
+}
+
+async fn stuck(State(app): Shared, RawQuery(q): RawQuery) -> Reply2 {
+    let q: PageQuery = query(q)?;
+    let limit = q.limit()?;
+    let now = app.svc.now();
+    let records = app.svc.stuck(limit).await?;
+    let items: Vec<serde_json::Value> = records
+        .iter()
+        .map(|r| {
+            let why = match (r.state, r.hold_expires_at) {
+                (TransferState::Held, Some(at)) => format!(
+                    "hold expired {} ms ago and was not voided yet",
+                    now.as_ms().saturating_sub(at.as_ms())
+                ),
+                _ => format!(
+                    "{} since {} ms ago: owner {} lapsed and no sweeper finished it",
+                    r.state,
+                    now.as_ms().saturating_sub(r.updated_at.as_ms()),
+                    r.owner.as_ref().map_or("(none)".to_string(), |o| o.to_string()),
+                ),
+            };
+            json!({"transfer": TransferOut::from(r), "why": why, "lease_until_ms": r.lease_until.as_ms()})
+        })
+        .collect();
+    Ok(Json(json!({ "stuck": items })).into_response())
+}
+
+/// Transfers read per shard per step of the canceled scan, and steps per request.
+const SCAN_CHUNK: usize = 1_000;
+const SCAN_STEPS_MAX: usize = 20;
+
+async fn canceled(State(app): Shared, RawQuery(q): RawQuery) -> Reply2 {
+    let q: PageQuery = query(q)?;
+    let limit = q.limit()?;
+    let mut cursor = q
+        .after
+        .as_deref()
+        .map(|a| wire::transfer_id(a, "after"))
+        .transpose()?;
+    let mut found = Vec::new();
+    let mut more = true;
+    for _ in 0..SCAN_STEPS_MAX {
+        // Each shard's next chunk; only ids up to the smallest last id of a full chunk are
+        // known complete across shards.
+        let mut merged = Vec::new();
+        let mut bound: Option<TransferId> = None;
+        for shard in app.svc.cluster().shards() {
+            let chunk = shard
+                .transfers(cursor.as_ref(), SCAN_CHUNK)
+                .await
+                .map_err(|e| ApiError::api(ApiCode::Unavailable, None, e.to_string()))?;
+            if chunk.len() == SCAN_CHUNK {
+                let last = chunk.last().expect("full").spec.id.clone();
+                bound = Some(bound.map_or(last.clone(), |b: TransferId| b.min(last)));
+            }
+            merged.extend(chunk);
+        }
+        merged.sort_by(|a, b| a.spec.id.cmp(&b.spec.id));
+        if let Some(b) = &bound {
+            merged.retain(|r| &r.spec.id <= b);
+        }
+        let mut last = None;
+        for r in merged {
+            last = Some(r.spec.id.clone());
+            if r.state == TransferState::Canceled {
+                found.push(r);
+                if found.len() == limit {
+                    break;
+                }
+            }
+        }
+        more = bound.is_some() || found.len() == limit;
+        cursor = last.or(cursor);
+        if found.len() == limit || !more {
+            break;
+        }
+    }
+    let next = more.then(|| cursor.map(|c| c.to_string())).flatten();
+    let transfers: Vec<TransferOut> = found.iter().map(TransferOut::from).collect();
+    Ok(Json(json!({"transfers": transfers, "next_after": next})).into_response())
+}
+
+async fn audit(State(app): Shared) -> Reply2 {
+    let report = xfer_engine::audit(app.svc.cluster()).await?;
+    let mut v = serde_json::to_value(&report).expect("a report serializes");
+    v["clean"] = json!(report.is_clean());
+    Ok(Json(v).into_response())
+}

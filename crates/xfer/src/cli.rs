@@ -1,0 +1,616 @@
+//! The `xfer` command line: `serve`, the API's operations against a server (`--url`,
+//! `--token`), printed as readable tables or, with `--json`, as the API's JSON, and the
+//! demos.
+
+use crate::client::{segment, Client};
+use crate::config::ServeArgs;
+use crate::demo::DemoCommand;
+use clap::{Args, Parser, Subcommand};
+use serde_json::{json, Value};
+
+/// The `xfer` command.
+#[derive(Debug, Parser)]
+#[command(
+    name = "xfer",
+    version,
+    about = "Atomic transfers between accounts on stores that only update one record atomically"
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+    /// How to reach the server.
+    #[command(flatten)]
+    pub remote: Remote,
+}
+
+/// Where the server is and how to print.
+#[derive(Clone, Debug, Args)]
+pub struct Remote {
+    /// The server's URL.
+    #[arg(
+        long,
+        env = "XFER_URL",
+        global = true,
+        default_value = "http://127.0.0.1:7700"
+    )]
+    pub url: String,
+    /// A bearer token (when the server has auth on).
+    #[arg(long, env = "XFER_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
+    /// Print the API's JSON instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the service: the HTTP API, executors and the sweeper, on the embedded store.
+    Serve(ServeArgs),
+    /// Create, show, list or close accounts.
+    #[command(subcommand)]
+    Account(AccountCommand),
+    /// Move money: one posting (--from/--to/--asset/--amount) or several (--posting).
+    Transfer(TransferArgs),
+    /// Reserve a transfer until it is captured, voided or expires.
+    Hold {
+        /// The transfer.
+        #[command(flatten)]
+        transfer: TransferArgs,
+        /// How long the hold lives uncaptured, in ms.
+        #[arg(long, default_value_t = 60_000)]
+        ttl_ms: u64,
+    },
+    /// Capture a hold (post it).
+    Capture {
+        /// The hold's id.
+        id: String,
+    },
+    /// Void a hold (release it).
+    Void {
+        /// The hold's id.
+        id: String,
+    },
+    /// Refund a done transfer with a linked, offsetting transfer.
+    Refund {
+        /// The done transfer.
+        id: String,
+        /// The refund's own id (default: `<id>.refund`).
+        #[arg(long)]
+        refund_id: Option<String>,
+        /// Client data for the refund.
+        #[arg(long, default_value = "")]
+        metadata: String,
+    },
+    /// Re-drive an unfinished transfer now (admin).
+    Redrive {
+        /// The transfer's id.
+        id: String,
+    },
+    /// Show one transfer.
+    Get {
+        /// The transfer's id.
+        id: String,
+    },
+    /// An account's transfers, newest first.
+    History {
+        /// The account.
+        account: String,
+        /// Continue from this cursor (the `next` of the previous page).
+        #[arg(long)]
+        before: Option<u64>,
+        /// Page size.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Totals per asset, transfers in flight, leaks (admin). Exits 3 if not clean.
+    Audit,
+    /// Unfinished transfers nobody is finishing (admin).
+    Stuck {
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Canceled transfers with their reasons (admin).
+    Canceled {
+        /// Continue after this id.
+        #[arg(long)]
+        after: Option<String>,
+        /// Page size.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// The articles' scenarios, end to end, finishing with the audit.
+    #[command(subcommand)]
+    Demo(DemoCommand),
+}
+
+/// Account subcommands.
+#[derive(Debug, Subcommand)]
+pub enum AccountCommand {
+    /// Create an account (again with the same asset and bound: answers it).
+    Create {
+        /// Its id.
+        id: String,
+        /// Its asset (USD, POINTS, SKU-42, …).
+        #[arg(long)]
+        asset: String,
+        /// An integer of minor units (0 or below) or `unbounded` (an issuer).
+        #[arg(long)]
+        lower_bound: Option<String>,
+    },
+    /// Show an account.
+    Show {
+        /// Its id.
+        id: String,
+    },
+    /// List accounts in id order.
+    List {
+        /// Continue after this id.
+        #[arg(long)]
+        after: Option<String>,
+        /// Page size.
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Close an account (admin); waits for its transfers in flight.
+    Close {
+        /// Its id.
+        id: String,
+    },
+}
+
+/// A transfer's fields on the command line.
+#[derive(Clone, Debug, Args)]
+pub struct TransferArgs {
+    /// The idempotency key (default: generated; pass one to make retries safe).
+    #[arg(long)]
+    pub id: Option<String>,
+    /// Debited account.
+    #[arg(long, requires_all = ["to", "asset", "amount"], conflicts_with = "posting")]
+    pub from: Option<String>,
+    /// Credited account.
+    #[arg(long)]
+    pub to: Option<String>,
+    /// Asset code.
+    #[arg(long)]
+    pub asset: Option<String>,
+    /// Minor units (cents for USD).
+    #[arg(long)]
+    pub amount: Option<u64>,
+    /// A posting as FROM,TO,ASSET,AMOUNT; repeat for several.
+    #[arg(long)]
+    pub posting: Vec<String>,
+    /// Client data (an order number).
+    #[arg(long, default_value = "")]
+    pub metadata: String,
+    /// How long prepares may take, in ms.
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    /// Answer once accepted instead of waiting for the outcome.
+    #[arg(long)]
+    pub no_wait: bool,
+}
+
+impl TransferArgs {
+    fn body(&self, hold_ttl_ms: Option<u64>) -> Result<Value, String> {
+        let mut postings = Vec::new();
+        if let (Some(from), Some(to), Some(asset), Some(amount)) =
+            (&self.from, &self.to, &self.asset, self.amount)
+        {
+            postings.push(json!({"from": from, "to": to, "asset": asset, "amount": amount}));
+        }
+        for p in &self.posting {
+            let parts: Vec<&str> = p.split(',').collect();
+            let [from, to, asset, amount] = parts.as_slice() else {
+                return Err(format!("--posting {p:?}: expected FROM,TO,ASSET,AMOUNT"));
+            };
+            let amount: i128 = amount
+                .parse()
+                .map_err(|_| format!("--posting {p:?}: {amount:?} is not an integer"))?;
+            postings.push(json!({"from": from, "to": to, "asset": asset, "amount": amount}));
+        }
+        if postings.is_empty() {
+            return Err("give --from, --to, --asset and --amount, or --posting".to_string());
+        }
+        let id = self.id.clone().unwrap_or_else(generated_id);
+        let mut body = json!({"id": id, "postings": postings, "metadata": self.metadata});
+        if let Some(t) = self.timeout_ms {
+            body["timeout_ms"] = json!(t);
+        }
+        if let Some(ttl) = hold_ttl_ms {
+            body["hold"] = json!({"ttl_ms": ttl});
+        }
+        Ok(body)
+    }
+}
+
+/// A fresh id for a transfer the user did not name: process id and wall time.
+fn generated_id() -> String {
+    use xfer_core::Clock;
+    let now = xfer_core::SystemClock.now().as_ms();
+    format!("cli-{now}-{}", std::process::id())
+}
+
+/// Runs a client command; `Ok(code)` is the process exit code.
+pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
+    let client = Client::new(&remote.url, remote.token.clone())?;
+    let json_out = remote.json;
+    let print_transfer = |v: &Value| {
+        if json_out {
+            print_json(v);
+        } else {
+            transfers_table(std::slice::from_ref(v));
+        }
+    };
+    let print_account = |v: &Value| {
+        if json_out {
+            print_json(v);
+        } else {
+            accounts_table(std::slice::from_ref(v));
+        }
+    };
+    match command {
+        Command::Serve(_) | Command::Demo(_) => unreachable!("handled by main"),
+        Command::Account(AccountCommand::Create {
+            id,
+            asset,
+            lower_bound,
+        }) => {
+            let mut body = json!({"id": id, "asset": asset});
+            if let Some(b) = lower_bound {
+                body["lower_bound"] = match b.parse::<i64>() {
+                    Ok(n) => json!(n),
+                    Err(_) => json!(b),
+                };
+            }
+            print_account(&client.post("/v1/accounts", &body).await?.ok()?);
+        }
+        Command::Account(AccountCommand::Show { id }) => {
+            let path = format!("/v1/accounts/{}", segment(&id));
+            print_account(&client.get(&path).await?.ok()?);
+        }
+        Command::Account(AccountCommand::List { after, limit }) => {
+            let mut path = format!("/v1/accounts?limit={limit}");
+            if let Some(a) = after {
+                path.push_str(&format!("&after={}", segment(&a)));
+            }
+            let page = client.get(&path).await?.ok()?;
+            if json_out {
+                print_json(&page);
+            } else {
+                accounts_table(page["accounts"].as_array().map_or(&[], |v| v));
+                if let Some(next) = page["next_after"].as_str() {
+                    println!("more: --after {next}");
+                }
+            }
+        }
+        Command::Account(AccountCommand::Close { id }) => {
+            let path = format!("/v1/accounts/{}/close", segment(&id));
+            print_account(&client.post(&path, &json!({})).await?.ok()?);
+        }
+        Command::Transfer(t) => {
+            let body = t.body(None)?;
+            let wait = if t.no_wait { "?wait=false" } else { "" };
+            print_transfer(
+                &client
+                    .post(&format!("/v1/transfers{wait}"), &body)
+                    .await?
+                    .ok()?,
+            );
+        }
+        Command::Hold { transfer, ttl_ms } => {
+            let body = transfer.body(Some(ttl_ms))?;
+            let wait = if transfer.no_wait { "?wait=false" } else { "" };
+            print_transfer(
+                &client
+                    .post(&format!("/v1/transfers{wait}"), &body)
+                    .await?
+                    .ok()?,
+            );
+        }
+        Command::Capture { id } => {
+            let path = format!("/v1/transfers/{}/capture", segment(&id));
+            print_transfer(&client.post(&path, &json!({})).await?.ok()?);
+        }
+        Command::Void { id } => {
+            let path = format!("/v1/transfers/{}/void", segment(&id));
+            print_transfer(&client.post(&path, &json!({})).await?.ok()?);
+        }
+        Command::Redrive { id } => {
+            let path = format!("/v1/transfers/{}/redrive", segment(&id));
+            print_transfer(&client.post(&path, &json!({})).await?.ok()?);
+        }
+        Command::Refund {
+            id,
+            refund_id,
+            metadata,
+        } => {
+            let refund_id = refund_id.unwrap_or_else(|| format!("{id}.refund"));
+            let path = format!("/v1/transfers/{}/refund", segment(&id));
+            let body = json!({"id": refund_id, "metadata": metadata});
+            print_transfer(&client.post(&path, &body).await?.ok()?);
+        }
+        Command::Get { id } => {
+            let path = format!("/v1/transfers/{}", segment(&id));
+            print_transfer(&client.get(&path).await?.ok()?);
+        }
+        Command::History {
+            account,
+            before,
+            limit,
+        } => {
+            let mut path = format!("/v1/accounts/{}/transfers?limit={limit}", segment(&account));
+            if let Some(b) = before {
+                path.push_str(&format!("&before={b}"));
+            }
+            let page = client.get(&path).await?.ok()?;
+            if json_out {
+                print_json(&page);
+            } else {
+                transfers_table(page["transfers"].as_array().map_or(&[], |v| v));
+                if let Some(next) = page["next_before"].as_u64() {
+                    println!("more: --before {next}");
+                }
+            }
+        }
+        Command::Audit => {
+            let report = client.get("/v1/audit").await?.ok()?;
+            if json_out {
+                print_json(&report);
+            } else {
+                audit_table(&report);
+            }
+            if report["clean"] != json!(true) {
+                return Ok(3);
+            }
+        }
+        Command::Stuck { limit } => {
+            let page = client
+                .get(&format!("/v1/admin/stuck?limit={limit}"))
+                .await?
+                .ok()?;
+            if json_out {
+                print_json(&page);
+            } else {
+                let items = page["stuck"].as_array().map_or(&[][..], |v| v);
+                let rows: Vec<Vec<String>> = items
+                    .iter()
+                    .map(|i| {
+                        vec![
+                            text(&i["transfer"]["id"]),
+                            text(&i["transfer"]["state"]),
+                            text(&i["why"]),
+                        ]
+                    })
+                    .collect();
+                table(&["ID", "STATE", "WHY"], &rows);
+            }
+        }
+        Command::Canceled { after, limit } => {
+            let mut path = format!("/v1/admin/canceled?limit={limit}");
+            if let Some(a) = after {
+                path.push_str(&format!("&after={}", segment(&a)));
+            }
+            let page = client.get(&path).await?.ok()?;
+            if json_out {
+                print_json(&page);
+            } else {
+                transfers_table(page["transfers"].as_array().map_or(&[], |v| v));
+                if let Some(next) = page["next_after"].as_str() {
+                    println!("more: --after {next}");
+                }
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// A JSON value as table text: strings bare, null as `-`.
+pub fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "-".to_string(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Prints rows under headers, columns padded to their widest cell.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(headers.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}
+
+/// Prints accounts.
+pub fn accounts_table(accounts: &[Value]) {
+    let rows: Vec<Vec<String>> = accounts
+        .iter()
+        .map(|a| {
+            [
+                "id",
+                "asset",
+                "balance",
+                "reserved",
+                "incoming",
+                "available",
+                "lower_bound",
+                "status",
+                "in_flight",
+                "shard",
+            ]
+            .iter()
+            .map(|k| text(&a[*k]))
+            .collect()
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "ASSET",
+            "BALANCE",
+            "RESERVED",
+            "INCOMING",
+            "AVAILABLE",
+            "BOUND",
+            "STATUS",
+            "IN FLIGHT",
+            "SHARD",
+        ],
+        &rows,
+    );
+}
+
+/// Prints transfers.
+pub fn transfers_table(transfers: &[Value]) {
+    let rows: Vec<Vec<String>> = transfers
+        .iter()
+        .map(|t| {
+            let postings: Vec<String> = t["postings"]
+                .as_array()
+                .map_or(&[][..], |v| v)
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{} {} {}->{}",
+                        text(&p["amount"]),
+                        text(&p["asset"]),
+                        text(&p["from"]),
+                        text(&p["to"])
+                    )
+                })
+                .collect();
+            let reason = match &t["reason"] {
+                Value::Null => "-".to_string(),
+                r => text(&r["message"]),
+            };
+            vec![
+                text(&t["id"]),
+                text(&t["state"]),
+                text(&t["kind"]),
+                postings.join("; "),
+                reason,
+            ]
+        })
+        .collect();
+    table(&["ID", "STATE", "KIND", "POSTINGS", "REASON"], &rows);
+}
+
+/// Prints an audit report.
+pub fn audit_table(report: &Value) {
+    let rows: Vec<Vec<String>> = report["assets"]
+        .as_array()
+        .map_or(&[][..], |v| v)
+        .iter()
+        .map(|a| {
+            let conserved = match &a["conserved"] {
+                Value::Bool(true) => "yes",
+                Value::Bool(false) => "NO",
+                _ => "in flight",
+            };
+            vec![
+                text(&a["asset"]),
+                text(&a["accounts"]),
+                text(&a["balance"]),
+                text(&a["reserved"]),
+                text(&a["incoming"]),
+                conserved.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ASSET",
+            "ACCOUNTS",
+            "BALANCE SUM",
+            "RESERVED",
+            "INCOMING",
+            "CONSERVED",
+        ],
+        &rows,
+    );
+    let in_flight: Vec<String> = report["in_flight"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect())
+        .unwrap_or_default();
+    println!(
+        "in flight: {}; open intents: {}; tombstones: {}",
+        if in_flight.is_empty() {
+            "none".to_string()
+        } else {
+            in_flight.join(" ")
+        },
+        text(&report["open_intents"]),
+        text(&report["tombstones"])
+    );
+    let leaks = report["leaks"].as_array().map_or(&[][..], |v| v);
+    if leaks.is_empty() {
+        println!("audit: clean");
+    } else {
+        for l in leaks {
+            println!(
+                "LEAK {} {}: {}",
+                text(&l["kind"]),
+                text(&l["subject"]),
+                text(&l["detail"])
+            );
+        }
+        println!("audit: {} leaks", leaks.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn postings_parse_from_flags() {
+        let cli = Cli::parse_from([
+            "xfer",
+            "transfer",
+            "--id",
+            "t1",
+            "--posting",
+            "a,b,USD,5",
+            "--posting",
+            "c,d,EUR,7",
+        ]);
+        let Command::Transfer(t) = cli.command else {
+            panic!("a transfer")
+        };
+        let body = t.body(None).unwrap();
+        assert_eq!(body["postings"][1]["amount"], 7);
+        assert_eq!(body["id"], "t1");
+        let bad = TransferArgs {
+            posting: vec!["a,b,USD".into()],
+            ..t
+        };
+        assert!(bad.body(None).unwrap_err().contains("FROM,TO,ASSET,AMOUNT"));
+    }
+}

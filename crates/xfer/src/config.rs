@@ -1,0 +1,318 @@
+//! `xfer serve`'s configuration: defaults, then a TOML file (`--config`), then environment
+//! variables (`XFER_*`), then flags; each later source wins. [`ServeArgs`] is both the flags
+//! and the environment (clap reads the variable when the flag is absent); [`FileConfig`] is
+//! the file. [`ServeConfig::resolve`] merges them and refuses what is unsafe.
+
+use crate::auth::{Scope, Token, Tokens};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Flags of `xfer serve`, each also read from its environment variable.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct ServeArgs {
+    /// A TOML file with any of the settings below (names as the flags, with `_`).
+    #[arg(long, env = "XFER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on. Anything but loopback needs at least one token. [default:
+    /// 127.0.0.1:7700]
+    #[arg(long, env = "XFER_LISTEN")]
+    pub listen: Option<SocketAddr>,
+    /// The embedded store's data directory (created if absent). [default: ./xfer-data]
+    #[arg(long, env = "XFER_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Shards of the data directory (fixed when it is created; an existing directory must
+    /// be opened with its own count). [default: 4]
+    #[arg(long, env = "XFER_SHARDS")]
+    pub shards: Option<u16>,
+    /// A bearer token and its scopes, as `SECRET:read,write` (scopes: read, write, admin;
+    /// admin grants write, write grants read). Repeat the flag, or separate with `;` in
+    /// XFER_TOKENS. With no token, auth is off and only loopback is allowed.
+    #[arg(long = "auth-token", env = "XFER_TOKENS", value_delimiter = ';')]
+    pub tokens: Vec<String>,
+    /// Log lines as `text` or `json`. [default: text]
+    #[arg(long, env = "XFER_LOG_FORMAT")]
+    pub log_format: Option<LogFormat>,
+    /// Log filter, e.g. `info` or `warn,xfer=debug`. [default: info]
+    #[arg(long, env = "XFER_LOG")]
+    pub log: Option<String>,
+    /// How long an executor's claim on a transfer lasts, in ms. [default: 5000]
+    #[arg(long, env = "XFER_LEASE_MS")]
+    pub lease_ms: Option<u64>,
+    /// The bound on clock differences between processes and stores, in ms. [default: 500]
+    #[arg(long, env = "XFER_SKEW_MS")]
+    pub skew_ms: Option<u64>,
+    /// The wait between two sweeps for abandoned transfers, in ms. [default: 1000]
+    #[arg(long, env = "XFER_SWEEP_INTERVAL_MS")]
+    pub sweep_interval_ms: Option<u64>,
+    /// A transfer whose owner lapsed this long ago counts as stuck, in ms. [default: 10000]
+    #[arg(long, env = "XFER_STUCK_AFTER_MS")]
+    pub stuck_after_ms: Option<u64>,
+    /// The largest request body, in bytes. [default: 4194304]
+    #[arg(long, env = "XFER_BODY_LIMIT_BYTES")]
+    pub body_limit_bytes: Option<usize>,
+    /// At most this many store calls per shard in flight; concurrent requests' steps are
+    /// merged into them (group commit across clients). [default: 4]
+    #[arg(long, env = "XFER_STORE_CALLS_PER_SHARD")]
+    pub store_calls_per_shard: Option<usize>,
+    /// On SIGTERM/SIGINT, wait this long for transfers answered "accepted" to finish before
+    /// leaving them to recovery, in ms. [default: 5000]
+    #[arg(long, env = "XFER_SHUTDOWN_GRACE_MS")]
+    pub shutdown_grace_ms: Option<u64>,
+}
+
+/// Log line format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// One readable line per event.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The configuration file: every field optional.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    listen: Option<SocketAddr>,
+    data_dir: Option<PathBuf>,
+    shards: Option<u16>,
+    #[serde(default)]
+    tokens: Vec<FileToken>,
+    log_format: Option<LogFormat>,
+    log: Option<String>,
+    lease_ms: Option<u64>,
+    skew_ms: Option<u64>,
+    sweep_interval_ms: Option<u64>,
+    stuck_after_ms: Option<u64>,
+    body_limit_bytes: Option<usize>,
+    store_calls_per_shard: Option<usize>,
+    shutdown_grace_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileToken {
+    token: String,
+    scopes: Vec<String>,
+}
+
+/// Everything `xfer serve` runs with.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// The data directory.
+    pub data_dir: PathBuf,
+    /// Shards for a new data directory.
+    pub shards: u16,
+    /// Bearer tokens; empty means auth is off (loopback only).
+    pub tokens: Tokens,
+    /// Log format.
+    pub log_format: LogFormat,
+    /// Log filter.
+    pub log: String,
+    /// Protocol timing.
+    pub lease_ms: u64,
+    /// Clock skew bound.
+    pub skew_ms: u64,
+    /// Sweep interval.
+    pub sweep_interval_ms: u64,
+    /// When an unfinished transfer counts as stuck.
+    pub stuck_after_ms: u64,
+    /// Largest body.
+    pub body_limit_bytes: usize,
+    /// Store calls in flight per shard.
+    pub store_calls_per_shard: usize,
+    /// Shutdown grace.
+    pub shutdown_grace_ms: u64,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        ServeConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 7700)),
+            data_dir: PathBuf::from("xfer-data"),
+            shards: 4,
+            tokens: Tokens::default(),
+            log_format: LogFormat::Text,
+            log: "info".to_string(),
+            lease_ms: 5_000,
+            skew_ms: 500,
+            sweep_interval_ms: 1_000,
+            stuck_after_ms: 10_000,
+            body_limit_bytes: 4 << 20,
+            store_calls_per_shard: 4,
+            shutdown_grace_ms: 5_000,
+        }
+    }
+}
+
+/// A configuration that cannot be used, and why.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ConfigError(pub String);
+
+impl std::fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl ServeConfig {
+    /// Merges defaults, the file named by `--config` (if any), and the flags/environment.
+    pub fn resolve(args: &ServeArgs) -> Result<ServeConfig, ConfigError> {
+        let file = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| ConfigError(format!("config file {}: {e}", path.display())))?;
+                toml::from_str::<FileConfig>(&text)
+                    .map_err(|e| ConfigError(format!("config file {}: {e}", path.display())))?
+            }
+            None => FileConfig::default(),
+        };
+        ServeConfig::merge(file, args)
+    }
+
+    /// Merges a parsed file and the flags over the defaults, then checks the result.
+    pub fn merge(file: FileConfig, args: &ServeArgs) -> Result<ServeConfig, ConfigError> {
+        let d = ServeConfig::default();
+        let mut tokens = Vec::new();
+        for (i, t) in file.tokens.iter().enumerate() {
+            let scopes = t
+                .scopes
+                .iter()
+                .map(|s| Scope::parse(s))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| ConfigError(format!("config file: tokens[{i}].scopes: {e}")))?;
+            tokens.push(
+                Token::new(&t.token, scopes)
+                    .map_err(|e| ConfigError(format!("config file: tokens[{i}]: {e}")))?,
+            );
+        }
+        for (i, t) in args.tokens.iter().enumerate() {
+            tokens.push(
+                Token::parse_flag(t)
+                    .map_err(|e| ConfigError(format!("--auth-token #{}: {e}", i + 1)))?,
+            );
+        }
+        let cfg = ServeConfig {
+            listen: args.listen.or(file.listen).unwrap_or(d.listen),
+            data_dir: args
+                .data_dir
+                .clone()
+                .or(file.data_dir)
+                .unwrap_or(d.data_dir),
+            shards: args.shards.or(file.shards).unwrap_or(d.shards),
+            tokens: Tokens::new(tokens),
+            log_format: args.log_format.or(file.log_format).unwrap_or(d.log_format),
+            log: args.log.clone().or(file.log).unwrap_or(d.log),
+            lease_ms: args.lease_ms.or(file.lease_ms).unwrap_or(d.lease_ms),
+            skew_ms: args.skew_ms.or(file.skew_ms).unwrap_or(d.skew_ms),
+            sweep_interval_ms: args
+                .sweep_interval_ms
+                .or(file.sweep_interval_ms)
+                .unwrap_or(d.sweep_interval_ms),
+            stuck_after_ms: args
+                .stuck_after_ms
+                .or(file.stuck_after_ms)
+                .unwrap_or(d.stuck_after_ms),
+            body_limit_bytes: args
+                .body_limit_bytes
+                .or(file.body_limit_bytes)
+                .unwrap_or(d.body_limit_bytes),
+            store_calls_per_shard: args
+                .store_calls_per_shard
+                .or(file.store_calls_per_shard)
+                .unwrap_or(d.store_calls_per_shard),
+            shutdown_grace_ms: args
+                .shutdown_grace_ms
+                .or(file.shutdown_grace_ms)
+                .unwrap_or(d.shutdown_grace_ms),
+        };
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    fn check(&self) -> Result<(), ConfigError> {
+        if !self.listen.ip().is_loopback() && self.tokens.is_empty() {
+            return Err(ConfigError(format!(
+                "refusing to listen on {} without authentication: add a token (--token \
+                 SECRET:read,write or XFER_TOKENS) or listen on a loopback address",
+                self.listen
+            )));
+        }
+        let positive = [
+            ("shards", self.shards as u64),
+            ("lease_ms", self.lease_ms),
+            ("sweep_interval_ms", self.sweep_interval_ms),
+            ("body_limit_bytes", self.body_limit_bytes as u64),
+            ("store_calls_per_shard", self.store_calls_per_shard as u64),
+        ];
+        for (name, v) in positive {
+            if v == 0 {
+                return Err(ConfigError(format!("{name} must be at least 1")));
+            }
+        }
+        if self.shards > 256 {
+            return Err(ConfigError(format!(
+                "shards: {} is more than 256",
+                self.shards
+            )));
+        }
+        if let Err(e) = self.log.parse::<tracing_subscriber::filter::Targets>() {
+            return Err(ConfigError(format!("log: {:?}: {e}", self.log)));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_win_over_the_file_which_wins_over_defaults() {
+        let file: FileConfig = toml::from_str(
+            "listen = \"127.0.0.1:9000\"\nshards = 8\nlease_ms = 7000\n\
+             [[tokens]]\ntoken = \"0123456789abcdef\"\nscopes = [\"read\"]\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            shards: Some(2),
+            ..ServeArgs::default()
+        };
+        let cfg = ServeConfig::merge(file, &args).unwrap();
+        assert_eq!(cfg.listen.port(), 9000);
+        assert_eq!((cfg.shards, cfg.lease_ms, cfg.skew_ms), (2, 7000, 500));
+        assert!(!cfg.tokens.is_empty());
+    }
+
+    #[test]
+    fn a_public_address_needs_a_token() {
+        let args = ServeArgs {
+            listen: Some("0.0.0.0:7700".parse().unwrap()),
+            ..ServeArgs::default()
+        };
+        let e = ServeConfig::merge(FileConfig::default(), &args).unwrap_err();
+        assert!(e.0.contains("without authentication"), "{e}");
+        let args = ServeArgs {
+            tokens: vec!["0123456789abcdef:read".into()],
+            ..args
+        };
+        assert!(ServeConfig::merge(FileConfig::default(), &args).is_ok());
+    }
+
+    #[test]
+    fn unknown_file_keys_and_bad_scopes_are_named() {
+        let e = toml::from_str::<FileConfig>("listne = \"x\"").unwrap_err();
+        assert!(e.to_string().contains("listne"), "{e}");
+        let file: FileConfig =
+            toml::from_str("[[tokens]]\ntoken = \"0123456789abcdef\"\nscopes = [\"root\"]\n")
+                .unwrap();
+        let e = ServeConfig::merge(file, &ServeArgs::default()).unwrap_err();
+        assert!(e.0.contains("tokens[0].scopes"), "{e}");
+    }
+}

@@ -1,0 +1,538 @@
+//! `xfer demo …`: the articles' scenarios, end to end over the HTTP API, each finishing with
+//! the audit. Without `--remote` a demo starts its own server on a fresh data directory
+//! (embedded store, a fast sweeper) and removes it afterwards; with `--remote` it uses the
+//! server at `--url`. Ids carry the run's start time, so runs never collide.
+//!
+//! - `bank` (seeds 000/001): many concurrent transfers between a few accounts; some are
+//!   refused for lack of funds; customer money is conserved.
+//! - `flash-sale` (seed 002): stock, a per-user purchase limit and the payment in one hold
+//!   per order; unpaid holds expire and free their stock; never oversold.
+//! - `points-and-cash` (seed 004): one payment from POINTS and USD held on two shards:
+//!   both legs or neither, then a refund.
+
+use crate::cli::{accounts_table, audit_table, Remote};
+use crate::client::{segment, Client};
+use crate::config::ServeConfig;
+use crate::metrics::Stopwatch;
+use crate::server::Server;
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use xfer_core::{Clock, Rng, SystemClock};
+use xfer_engine::{Sleeper, TokioSleeper};
+
+/// The demos.
+#[derive(Debug, Subcommand)]
+pub enum DemoCommand {
+    /// Many concurrent transfers between a few bank accounts.
+    Bank {
+        /// Shared options.
+        #[command(flatten)]
+        common: DemoArgs,
+        /// Customer accounts.
+        #[arg(long, default_value_t = 8)]
+        accounts: u64,
+        /// Transfers to make.
+        #[arg(long, default_value_t = 4_000)]
+        transfers: u64,
+    },
+    /// A flash sale: stock, a per-user limit, payment holds that expire.
+    FlashSale {
+        /// Shared options.
+        #[command(flatten)]
+        common: DemoArgs,
+        /// Items in stock.
+        #[arg(long, default_value_t = 100)]
+        stock: u64,
+        /// Shoppers.
+        #[arg(long, default_value_t = 300)]
+        users: u64,
+        /// Items one shopper may buy.
+        #[arg(long, default_value_t = 2)]
+        limit: u64,
+    },
+    /// One payment from points and cash held on two shards.
+    PointsAndCash {
+        /// Shared options.
+        #[command(flatten)]
+        common: DemoArgs,
+    },
+}
+
+/// Options every demo has.
+#[derive(Clone, Debug, Args)]
+pub struct DemoArgs {
+    /// Use the server at --url instead of starting one.
+    #[arg(long)]
+    pub remote: bool,
+    /// Concurrent clients.
+    #[arg(long, default_value_t = 32)]
+    pub clients: u64,
+    /// Random seed of the scenario.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+}
+
+/// Runs a demo; `Ok(code)` is the exit code (0: scenario checks and audit clean).
+pub async fn run(cmd: DemoCommand, remote: &Remote) -> Result<i32, String> {
+    let common = match &cmd {
+        DemoCommand::Bank { common, .. }
+        | DemoCommand::FlashSale { common, .. }
+        | DemoCommand::PointsAndCash { common } => common.clone(),
+    };
+    let own = if common.remote {
+        None
+    } else {
+        let dir = std::env::temp_dir().join(format!(
+            "xfer-demo-{}-{}",
+            std::process::id(),
+            SystemClock.now().as_ms()
+        ));
+        let cfg = ServeConfig {
+            listen: "127.0.0.1:0".parse().expect("an address"),
+            data_dir: dir.clone(),
+            sweep_interval_ms: 100,
+            ..ServeConfig::default()
+        };
+        let server = Server::start(cfg).await?;
+        println!(
+            "demo: started xfer serve on http://{} (data in {})",
+            server.addr(),
+            dir.display()
+        );
+        Some((server, dir))
+    };
+    let url = match &own {
+        Some((s, _)) => format!("http://{}", s.addr()),
+        None => remote.url.clone(),
+    };
+    let client = Client::new(&url, remote.token.clone())?;
+    let prefix = format!("d{}", SystemClock.now().as_ms());
+    let scenario = match cmd {
+        DemoCommand::Bank {
+            accounts,
+            transfers,
+            ..
+        } => bank(&client, &prefix, &common, accounts, transfers).await,
+        DemoCommand::FlashSale {
+            stock,
+            users,
+            limit,
+            ..
+        } => flash_sale(&client, &prefix, &common, stock, users, limit).await,
+        DemoCommand::PointsAndCash { .. } => points_and_cash(&client, &prefix).await,
+    };
+    let audit = match &scenario {
+        Ok(()) => final_audit(&client).await,
+        Err(_) => Ok(false),
+    };
+    if let Some((server, dir)) = own {
+        server.shutdown().await?;
+        let _ = std::fs::remove_dir_all(dir);
+    }
+    scenario?;
+    Ok(if audit? { 0 } else { 3 })
+}
+
+async fn create(c: &Client, id: &str, asset: &str, bound: Value) -> Result<(), String> {
+    c.post(
+        "/v1/accounts",
+        &json!({"id": id, "asset": asset, "lower_bound": bound}),
+    )
+    .await?
+    .ok()
+    .map(|_| ())
+}
+
+fn posting(from: &str, to: &str, asset: &str, amount: u64) -> Value {
+    json!({"from": from, "to": to, "asset": asset, "amount": amount})
+}
+
+async fn transfer(c: &Client, id: &str, postings: Vec<Value>) -> Result<Value, String> {
+    c.post("/v1/transfers", &json!({"id": id, "postings": postings}))
+        .await?
+        .ok()
+}
+
+async fn account(c: &Client, id: &str) -> Result<Value, String> {
+    c.get(&format!("/v1/accounts/{}", segment(id))).await?.ok()
+}
+
+async fn balance(c: &Client, id: &str) -> Result<i64, String> {
+    Ok(account(c, id).await?["balance"].as_i64().unwrap_or(0))
+}
+
+/// Runs `clients` tasks, each calling `work(client_index)` until it says stop, printing
+/// progress every second from `progress`.
+async fn crowd<F, Fut>(clients: u64, progress: impl Fn() -> String, work: F) -> Result<(), String>
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
+{
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..clients {
+        tasks.spawn(work(i));
+    }
+    let watch = Stopwatch::start();
+    loop {
+        tokio::select! {
+            next = tasks.join_next() => match next {
+                None => break,
+                Some(Ok(Ok(()))) => {}
+                Some(Ok(Err(e))) => return Err(e),
+                Some(Err(e)) => return Err(e.to_string()),
+            },
+            _ = TokioSleeper.sleep(1_000) => {
+                println!("  {:>5.1}s  {}", watch.seconds(), progress());
+            }
+        }
+    }
+    println!("  {:>5.1}s  {}", watch.seconds(), progress());
+    Ok(())
+}
+
+async fn bank(
+    c: &Client,
+    p: &str,
+    common: &DemoArgs,
+    accounts: u64,
+    transfers: u64,
+) -> Result<(), String> {
+    const OPENING: u64 = 100_000; // 1,000.00 USD
+    if accounts < 2 {
+        return Err("--accounts: need at least 2".to_string());
+    }
+    println!("bank: {accounts} customers with 1,000.00 USD each, {transfers} random transfers from {} clients", common.clients);
+    let bank = format!("{p}:bank");
+    create(c, &bank, "USD", json!("unbounded")).await?;
+    let names: Vec<String> = (0..accounts).map(|i| format!("{p}:c{i}")).collect();
+    for (i, n) in names.iter().enumerate() {
+        create(c, n, "USD", json!(0)).await?;
+        transfer(
+            c,
+            &format!("{p}:open{i}"),
+            vec![posting(&bank, n, "USD", OPENING)],
+        )
+        .await?;
+    }
+    let next = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicU64::new(0));
+    let canceled = Arc::new(AtomicU64::new(0));
+    let names = Arc::new(names);
+    let (n2, d2, c2) = (next.clone(), done.clone(), canceled.clone());
+    crowd(
+        common.clients,
+        move || {
+            format!(
+                "{} transfers: done {} canceled {}",
+                n2.load(Ordering::Relaxed).min(transfers),
+                d2.load(Ordering::Relaxed),
+                c2.load(Ordering::Relaxed)
+            )
+        },
+        |i| {
+            let (c, p, names) = (c.clone(), p.to_string(), names.clone());
+            let (next, done, canceled) = (next.clone(), done.clone(), canceled.clone());
+            let mut rng = Rng::new(common.seed.wrapping_mul(1_000_003).wrapping_add(i));
+            async move {
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= transfers {
+                        return Ok(());
+                    }
+                    let from = rng.below(names.len() as u64) as usize;
+                    let to = (from + 1 + rng.below(names.len() as u64 - 1) as usize) % names.len();
+                    let amount = 1 + rng.below(30_000);
+                    let t = transfer(
+                        &c,
+                        &format!("{p}:t{k}"),
+                        vec![posting(&names[from], &names[to], "USD", amount)],
+                    )
+                    .await?;
+                    match t["state"].as_str() {
+                        Some("done") => done.fetch_add(1, Ordering::Relaxed),
+                        Some("canceled") => canceled.fetch_add(1, Ordering::Relaxed),
+                        other => return Err(format!("{p}:t{k} answered {other:?}")),
+                    };
+                }
+            }
+        },
+    )
+    .await?;
+    let mut rows = Vec::new();
+    let mut total = 0;
+    for n in names.iter() {
+        let a = account(c, n).await?;
+        total += a["balance"].as_i64().unwrap_or(0);
+        rows.push(a);
+    }
+    accounts_table(&rows);
+    let expected = (accounts * OPENING) as i64;
+    println!("customers hold {total} cents in all; they were given {expected}");
+    if total != expected {
+        return Err(format!("money was created or lost: {total} != {expected}"));
+    }
+    Ok(())
+}
+
+async fn flash_sale(
+    c: &Client,
+    p: &str,
+    common: &DemoArgs,
+    stock: u64,
+    users: u64,
+    limit: u64,
+) -> Result<(), String> {
+    const PRICE: u64 = 999; // 9.99 USD
+    const TTL_MS: u64 = 1_500;
+    println!(
+        "flash sale: {stock} items at 9.99 USD, {users} shoppers, at most {limit} each, 3 attempts each; \
+         one hold per order = item + payment + quota; 30% never pay and their holds expire"
+    );
+    let (factory, store) = (format!("{p}:factory"), format!("{p}:stock"));
+    let (bank, shop) = (format!("{p}:bank"), format!("{p}:shop"));
+    let (quota_src, quota_used) = (format!("{p}:quota-issuer"), format!("{p}:quota-used"));
+    create(c, &factory, "SKU-42", json!("unbounded")).await?;
+    create(c, &store, "SKU-42", json!(0)).await?;
+    create(c, &bank, "USD", json!("unbounded")).await?;
+    create(c, &shop, "USD", json!(0)).await?;
+    create(c, &quota_src, "QUOTA-42", json!("unbounded")).await?;
+    create(c, &quota_used, "QUOTA-42", json!(0)).await?;
+    transfer(
+        c,
+        &format!("{p}:restock"),
+        vec![posting(&factory, &store, "SKU-42", stock)],
+    )
+    .await?;
+    for u in 0..users {
+        let (cash, items, quota) = (
+            format!("{p}:u{u}:cash"),
+            format!("{p}:u{u}:items"),
+            format!("{p}:u{u}:quota"),
+        );
+        create(c, &cash, "USD", json!(0)).await?;
+        create(c, &items, "SKU-42", json!(0)).await?;
+        create(c, &quota, "QUOTA-42", json!(0)).await?;
+        transfer(
+            c,
+            &format!("{p}:u{u}:setup"),
+            vec![
+                posting(&bank, &cash, "USD", 5_000),
+                posting(&quota_src, &quota, "QUOTA-42", limit),
+            ],
+        )
+        .await?;
+    }
+    let counters: Arc<[AtomicU64; 4]> = Arc::new(Default::default()); // paid, abandoned, refused, tries
+    let next = Arc::new(AtomicU64::new(0));
+    let k2 = counters.clone();
+    crowd(
+        common.clients,
+        move || {
+            format!(
+                "orders {}: paid {} abandoned {} refused {}",
+                k2[3].load(Ordering::Relaxed),
+                k2[0].load(Ordering::Relaxed),
+                k2[1].load(Ordering::Relaxed),
+                k2[2].load(Ordering::Relaxed)
+            )
+        },
+        |i| {
+            let (c, p) = (c.clone(), p.to_string());
+            let (store, shop, quota_used) = (store.clone(), shop.clone(), quota_used.clone());
+            let (counters, next) = (counters.clone(), next.clone());
+            let mut rng = Rng::new(common.seed.wrapping_mul(7_919).wrapping_add(i));
+            async move {
+                loop {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    if k >= users * 3 {
+                        return Ok(());
+                    }
+                    counters[3].fetch_add(1, Ordering::Relaxed);
+                    let u = k % users;
+                    let order = format!("{p}:order{k}");
+                    let body = json!({
+                        "id": order,
+                        "postings": [
+                            posting(&store, &format!("{p}:u{u}:items"), "SKU-42", 1),
+                            posting(&format!("{p}:u{u}:cash"), &shop, "USD", PRICE),
+                            posting(&format!("{p}:u{u}:quota"), &quota_used, "QUOTA-42", 1),
+                        ],
+                        "hold": {"ttl_ms": TTL_MS},
+                        "timeout_ms": 1_000,
+                    });
+                    let t = c.post("/v1/transfers", &body).await?.ok()?;
+                    match t["state"].as_str() {
+                        Some("held") => {}
+                        Some("canceled") => {
+                            counters[2].fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        other => return Err(format!("{order} answered {other:?}")),
+                    }
+                    TokioSleeper.sleep(rng.below(300)).await;
+                    if rng.chance(700_000) {
+                        let path = format!("/v1/transfers/{}/capture", segment(&order));
+                        let t = c.post(&path, &json!({})).await?.ok()?;
+                        if t["state"] != "done" {
+                            return Err(format!("capture of {order} answered {}", t["state"]));
+                        }
+                        counters[0].fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        counters[1].fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        },
+    )
+    .await?;
+    println!(
+        "waiting for the abandoned holds to expire ({TTL_MS} ms) and the sweeper to void them…"
+    );
+    wait_quiet(c).await?;
+    let paid = counters[0].load(Ordering::Relaxed);
+    let left = balance(c, &store).await?;
+    let mut sold = 0;
+    let mut over_limit = 0;
+    for u in 0..users {
+        let items = balance(c, &format!("{p}:u{u}:items")).await?;
+        sold += items;
+        if items as u64 > limit {
+            over_limit += 1;
+        }
+    }
+    println!("sold {sold} (paid orders {paid}), left in stock {left}, shoppers over the limit {over_limit}");
+    accounts_table(&[
+        account(c, &store).await?,
+        account(c, &shop).await?,
+        account(c, &quota_used).await?,
+    ]);
+    if sold as u64 != paid || sold + left != stock as i64 || left < 0 || over_limit > 0 {
+        return Err("oversold, lost stock, or a limit broken".to_string());
+    }
+    if balance(c, &shop).await? != paid as i64 * PRICE as i64 {
+        return Err("the shop's takings do not match the paid orders".to_string());
+    }
+    Ok(())
+}
+
+async fn points_and_cash(c: &Client, p: &str) -> Result<(), String> {
+    println!("points and cash: pay 3,000 POINTS + 15.00 USD in one transfer; POINTS and USD accounts on different shards");
+    let cash = format!("{p}:cash:alice");
+    create(c, &cash, "USD", json!(0)).await?;
+    let cash_shard = account(c, &cash).await?["shard"].clone();
+    // Pick a points account name that the router places on another shard than the cash.
+    let mut points = String::new();
+    for k in 0..64 {
+        let candidate = format!("{p}:points:alice{k}");
+        create(c, &candidate, "POINTS", json!(0)).await?;
+        if account(c, &candidate).await?["shard"] != cash_shard {
+            points = candidate;
+            break;
+        }
+    }
+    if points.is_empty() {
+        return Err(
+            "every points account landed on the cash shard: is there only one shard?".to_string(),
+        );
+    }
+    let (points_bank, cash_bank) = (format!("{p}:points:issuer"), format!("{p}:cash:bank"));
+    let (points_shop, cash_shop) = (format!("{p}:points:shop"), format!("{p}:cash:shop"));
+    create(c, &points_bank, "POINTS", json!("unbounded")).await?;
+    create(c, &cash_bank, "USD", json!("unbounded")).await?;
+    create(c, &points_shop, "POINTS", json!(0)).await?;
+    create(c, &cash_shop, "USD", json!(0)).await?;
+    transfer(
+        c,
+        &format!("{p}:fund"),
+        vec![
+            posting(&points_bank, &points, "POINTS", 5_000),
+            posting(&cash_bank, &cash, "USD", 2_000),
+        ],
+    )
+    .await?;
+    let show = || async {
+        let rows = vec![
+            account(c, &points).await?,
+            account(c, &cash).await?,
+            account(c, &points_shop).await?,
+            account(c, &cash_shop).await?,
+        ];
+        accounts_table(&rows);
+        Ok::<(), String>(())
+    };
+    show().await?;
+    let pay = |id: String, pts: u64, cents: u64| {
+        let (points, cash, points_shop, cash_shop) = (
+            points.clone(),
+            cash.clone(),
+            points_shop.clone(),
+            cash_shop.clone(),
+        );
+        async move {
+            transfer(
+                c,
+                &id,
+                vec![
+                    posting(&points, &points_shop, "POINTS", pts),
+                    posting(&cash, &cash_shop, "USD", cents),
+                ],
+            )
+            .await
+        }
+    };
+    let first = pay(format!("{p}:order1"), 3_000, 1_500).await?;
+    println!("order1 (3,000 POINTS + 15.00 USD): {}", first["state"]);
+    let second = pay(format!("{p}:order2"), 3_000, 100).await?;
+    println!(
+        "order2 (3,000 POINTS + 1.00 USD, only 2,000 POINTS left): {} — {}",
+        second["state"],
+        second["reason"]["message"].as_str().unwrap_or("")
+    );
+    show().await?;
+    if first["state"] != "done" || second["state"] != "canceled" {
+        return Err("expected order1 done and order2 canceled".to_string());
+    }
+    if balance(c, &cash).await? != 500 || balance(c, &points).await? != 2_000 {
+        return Err("order2 moved one leg without the other".to_string());
+    }
+    let refund = c
+        .post(
+            &format!("/v1/transfers/{}/refund", segment(&format!("{p}:order1"))),
+            &json!({"id": format!("{p}:order1.refund")}),
+        )
+        .await?
+        .ok()?;
+    println!(
+        "refund of order1: {} (refund_of {})",
+        refund["state"], refund["refund_of"]
+    );
+    show().await?;
+    if balance(c, &cash).await? != 2_000 || balance(c, &points).await? != 5_000 {
+        return Err("the refund did not restore both legs".to_string());
+    }
+    Ok(())
+}
+
+/// Waits (at most 30 s) until no transfer is in flight.
+async fn wait_quiet(c: &Client) -> Result<Value, String> {
+    for _ in 0..300 {
+        let report = c.get("/v1/audit").await?.ok()?;
+        if report["in_flight"]
+            .as_object()
+            .is_some_and(|m| m.is_empty())
+        {
+            return Ok(report);
+        }
+        TokioSleeper.sleep(100).await;
+    }
+    Err("transfers still in flight after 30 s".to_string())
+}
+
+async fn final_audit(c: &Client) -> Result<bool, String> {
+    let report = wait_quiet(c).await?;
+    println!("audit:");
+    audit_table(&report);
+    Ok(report["clean"] == json!(true))
+}

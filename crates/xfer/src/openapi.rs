@@ -1,0 +1,342 @@
+//! The OpenAPI 3.1 document served at `/v1/openapi.json`. Written by hand from the same
+//! [`ROUTES`](crate::api::ROUTES) table the router uses; a test checks that the two list
+//! exactly the same operations.
+
+use crate::api::ROUTES;
+use serde_json::{json, Map, Value};
+
+fn schema_ref(name: &str) -> Value {
+    json!({"$ref": format!("#/components/schemas/{name}")})
+}
+
+fn body(name: &str) -> Value {
+    json!({"required": true, "content": {"application/json": {"schema": schema_ref(name)}}})
+}
+
+fn ok(description: &str, schema: Value) -> Value {
+    json!({"description": description, "content": {"application/json": {"schema": schema}}})
+}
+
+fn error_response() -> Value {
+    ok("An error: see `code` and `field`", schema_ref("Error"))
+}
+
+fn param(name: &str, location: &str, schema: Value, description: &str) -> Value {
+    json!({"name": name, "in": location, "required": location == "path",
+           "schema": schema, "description": description})
+}
+
+fn id_param(what: &str) -> Value {
+    param(
+        "id",
+        "path",
+        json!({"type": "string", "minLength": 1, "maxLength": 64}),
+        what,
+    )
+}
+
+fn wait_param() -> Value {
+    param(
+        "wait",
+        "query",
+        json!({"type": "boolean", "default": true}),
+        "true: answer with the outcome; false: answer 202 once durably accepted",
+    )
+}
+
+fn limit_param() -> Value {
+    param(
+        "limit",
+        "query",
+        json!({"type": "integer", "minimum": 1, "maximum": 1000, "default": 100}),
+        "page size",
+    )
+}
+
+fn page_params(cursor: &str, cursor_schema: Value) -> Vec<Value> {
+    let cursor = param(
+        cursor,
+        "query",
+        cursor_schema,
+        "cursor from the previous page",
+    );
+    vec![cursor, limit_param()]
+}
+
+/// What each operation of [`ROUTES`] does: (summary, parameters, request body, 2xx response).
+fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Value>, Value) {
+    let transfer = || {
+        ok(
+            "The transfer (202 while it is still running)",
+            schema_ref("Transfer"),
+        )
+    };
+    let account = || ok("The account", schema_ref("Account"));
+    match (method, path) {
+        ("GET", "/healthz") => (
+            "Liveness",
+            vec![],
+            None,
+            ok("Alive", json!({"type": "object"})),
+        ),
+        ("GET", "/readyz") => (
+            "Readiness: start-up recovery finished",
+            vec![],
+            None,
+            ok("Ready", json!({"type": "object"})),
+        ),
+        ("GET", "/metrics") => (
+            "Prometheus metrics (OpenMetrics text)",
+            vec![],
+            None,
+            json!({"description": "Metrics", "content": {"application/openmetrics-text": {"schema": {"type": "string"}}}}),
+        ),
+        ("GET", "/v1/openapi.json") => (
+            "This document",
+            vec![],
+            None,
+            ok("OpenAPI 3.1", json!({"type": "object"})),
+        ),
+        ("POST", "/v1/accounts") => (
+            "Create an account (the same id, asset and bound again answers it)",
+            vec![],
+            Some(body("AccountCreate")),
+            ok("Created", schema_ref("Account")),
+        ),
+        ("GET", "/v1/accounts") => (
+            "List accounts in id order",
+            page_params("after", json!({"type": "string"})),
+            None,
+            ok(
+                "A page",
+                json!({"type": "object", "properties": {
+                "accounts": {"type": "array", "items": schema_ref("Account")},
+                "next_after": {"type": ["string", "null"]}}}),
+            ),
+        ),
+        ("GET", "/v1/accounts/{id}") => (
+            "Get an account: balance, reserved, incoming, available",
+            vec![id_param("account id")],
+            None,
+            account(),
+        ),
+        ("POST", "/v1/accounts/{id}/close") => (
+            "Close an account (waits for, then refuses with, transfers in flight)",
+            vec![id_param("account id")],
+            None,
+            account(),
+        ),
+        ("PUT", "/v1/accounts/{id}/lower_bound") => (
+            "Change the lower bound (refused if the account would be below it)",
+            vec![id_param("account id")],
+            Some(body("LowerBoundChange")),
+            account(),
+        ),
+        ("GET", "/v1/accounts/{id}/transfers") => (
+            "An account's transfers, newest first",
+            [
+                vec![id_param("account id")],
+                page_params("before", json!({"type": "integer"})),
+            ]
+            .concat(),
+            None,
+            ok(
+                "A page",
+                json!({"type": "object", "properties": {
+                "transfers": {"type": "array", "items": schema_ref("Transfer")},
+                "next_before": {"type": ["integer", "null"]}}}),
+            ),
+        ),
+        ("POST", "/v1/transfers") => (
+            "Submit a transfer or a hold",
+            vec![wait_param()],
+            Some(body("TransferIn")),
+            transfer(),
+        ),
+        ("POST", "/v1/transfers/batch") => (
+            "Submit up to 8,192 transfers; each result has its own status",
+            vec![wait_param()],
+            Some(body("Batch")),
+            ok(
+                "One result per transfer, in order",
+                json!({"type": "object", "properties": {
+                "results": {"type": "array", "items": schema_ref("BatchItem")}}}),
+            ),
+        ),
+        ("GET", "/v1/transfers/{id}") => (
+            "Get a transfer",
+            vec![id_param("transfer id")],
+            None,
+            transfer(),
+        ),
+        ("POST", "/v1/transfers/{id}/capture") => (
+            "Capture a hold: post it",
+            vec![id_param("hold id")],
+            None,
+            transfer(),
+        ),
+        ("POST", "/v1/transfers/{id}/void") => (
+            "Void a hold: release it",
+            vec![id_param("hold id")],
+            None,
+            transfer(),
+        ),
+        ("POST", "/v1/transfers/{id}/refund") => (
+            "Refund a done transfer with a linked, offsetting transfer",
+            vec![id_param("the done transfer")],
+            Some(body("Refund")),
+            transfer(),
+        ),
+        ("POST", "/v1/transfers/{id}/redrive") => (
+            "Re-drive an unfinished transfer now",
+            vec![id_param("transfer id")],
+            None,
+            transfer(),
+        ),
+        ("GET", "/v1/admin/stuck") => (
+            "Unfinished transfers whose owner lapsed long ago, with why",
+            vec![limit_param()],
+            None,
+            ok("Stuck transfers", json!({"type": "object"})),
+        ),
+        ("GET", "/v1/admin/canceled") => (
+            "Canceled transfers with their reasons, in id order",
+            page_params("after", json!({"type": "string"})),
+            None,
+            ok(
+                "A page",
+                json!({"type": "object", "properties": {
+                "transfers": {"type": "array", "items": schema_ref("Transfer")},
+                "next_after": {"type": ["string", "null"]}}}),
+            ),
+        ),
+        ("GET", "/v1/audit") => (
+            "Totals per asset, transfers in flight, leaks found",
+            vec![],
+            None,
+            ok(
+                "The audit",
+                json!({"type": "object", "properties": {
+                "clean": {"type": "boolean"},
+                "assets": {"type": "array"},
+                "in_flight": {"type": "object"},
+                "leaks": {"type": "array"}}}),
+            ),
+        ),
+        _ => ("", vec![], None, json!({})),
+    }
+}
+
+fn schemas() -> Value {
+    let id = json!({"type": "string", "pattern": "^[A-Za-z0-9_:.-]{1,64}$"});
+    let amount = json!({"type": "integer", "minimum": 1, "maximum": i64::MAX,
+                        "description": "minor units of the asset (cents for USD)"});
+    let bound = json!({"oneOf": [{"type": "integer"}, {"const": "unbounded"}]});
+    json!({
+        "Error": {"type": "object", "required": ["code", "message"], "properties": {
+            "code": {"type": "string", "description": "stable snake_case code"},
+            "message": {"type": "string"},
+            "field": {"type": "string", "description": "the input concerned, e.g. postings[0].amount"}}},
+        "AccountCreate": {"type": "object", "required": ["id", "asset"], "additionalProperties": false,
+            "properties": {"id": id, "asset": {"type": "string", "pattern": "^[A-Z0-9_-]{1,16}$"},
+                           "lower_bound": bound}},
+        "LowerBoundChange": {"type": "object", "required": ["lower_bound"], "additionalProperties": false,
+            "properties": {"lower_bound": bound}},
+        "Account": {"type": "object", "properties": {
+            "id": {"type": "string"}, "asset": {"type": "string"},
+            "balance": {"type": "integer"}, "reserved": {"type": "integer"},
+            "incoming": {"type": "integer"}, "available": {"type": ["integer", "null"]},
+            "lower_bound": bound, "status": {"enum": ["open", "closed"]},
+            "in_flight": {"type": "integer"}, "shard": {"type": "integer"}}},
+        "Posting": {"type": "object", "required": ["from", "to", "asset", "amount"], "additionalProperties": false,
+            "properties": {"from": id, "to": id, "asset": {"type": "string"}, "amount": amount}},
+        "TransferIn": {"type": "object", "required": ["id", "postings"], "additionalProperties": false,
+            "properties": {
+                "id": id,
+                "postings": {"type": "array", "minItems": 1, "maxItems": 64, "items": schema_ref("Posting")},
+                "metadata": {"type": "string", "maxLength": 2048},
+                "hold": {"type": "object", "required": ["ttl_ms"], "properties": {"ttl_ms": {"type": "integer"}}},
+                "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 3_600_000, "default": 5000}}},
+        "Batch": {"type": "object", "required": ["transfers"], "additionalProperties": false,
+            "properties": {"transfers": {"type": "array", "maxItems": 8192, "items": schema_ref("TransferIn")}}},
+        "BatchItem": {"type": "object", "properties": {
+            "status": {"type": "integer"}, "transfer": schema_ref("Transfer"), "error": schema_ref("Error")}},
+        "Refund": {"type": "object", "required": ["id"], "additionalProperties": false,
+            "properties": {"id": id, "metadata": {"type": "string"}}},
+        "Transfer": {"type": "object", "properties": {
+            "id": {"type": "string"},
+            "state": {"enum": ["initial", "pending", "applied", "held", "canceling", "done", "canceled"]},
+            "kind": {"enum": ["transfer", "hold"]},
+            "postings": {"type": "array", "items": schema_ref("Posting")},
+            "metadata": {"type": "string"},
+            "refund_of": {"type": ["string", "null"]},
+            "refunded_by": {"type": ["string", "null"]},
+            "reason": {"type": ["object", "null"], "properties": {
+                "code": {"type": "string"}, "account": {"type": "string"}, "message": {"type": "string"}}},
+            "created_at_ms": {"type": "integer"}, "updated_at_ms": {"type": "integer"},
+            "deadline_ms": {"type": "integer"}, "hold_expires_at_ms": {"type": ["integer", "null"]}}}
+    })
+}
+
+/// The document.
+pub fn document() -> Value {
+    let mut paths = Map::new();
+    for r in ROUTES {
+        let (summary, parameters, request, response) = operation(r.method, r.path);
+        let mut op = json!({
+            "summary": summary,
+            "parameters": parameters,
+            "responses": {"2XX": response, "4XX": error_response(), "5XX": error_response()},
+        });
+        if let Some(b) = request {
+            op["requestBody"] = b;
+        }
+        if let Some(scope) = r.scope {
+            op["security"] = json!([{"bearer": [scope.as_str()]}]);
+        }
+        let entry = paths.entry(r.path.to_string()).or_insert_with(|| json!({}));
+        entry[r.method.to_ascii_lowercase()] = op;
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "xfer",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "Atomic transfers across shards that only update one record atomically. \
+                Amounts are integers of the asset's minor unit. Tokens: `read` < `write` < `admin`."
+        },
+        "paths": paths,
+        "components": {
+            "schemas": schemas(),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_is_documented_with_a_summary() {
+        let doc = document();
+        let mut documented = 0;
+        for r in ROUTES {
+            let op = &doc["paths"][r.path][r.method.to_ascii_lowercase()];
+            assert!(
+                op["summary"].as_str().is_some_and(|s| !s.is_empty()),
+                "{} {} has no summary",
+                r.method,
+                r.path
+            );
+            documented += 1;
+        }
+        let in_doc: usize = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|p| p.as_object().unwrap().len())
+            .sum();
+        assert_eq!(in_doc, documented);
+    }
+}

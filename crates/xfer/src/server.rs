@@ -1,0 +1,206 @@
+//! [`Server`]: `xfer serve` as a library call. [`Server::start`] opens the embedded store
+//! (recovering what a previous run left), builds the shards (each one metered, concurrent
+//! calls merged into one), the executors and the sweeper loop, binds the listener and
+//! serves. [`Server::shutdown`] is the graceful stop SIGTERM/SIGINT trigger:
+//!
+//! 1. stop accepting; requests under way finish (their transfers are driven to an outcome);
+//! 2. wait up to `shutdown_grace_ms` for transfers answered "accepted" to finish; the rest
+//!    are durable in `initial` or later, and the next start's sweep finishes them;
+//! 3. stop the sweeper after its pass, and close the store (a last checkpoint).
+//!
+//! Nothing acknowledged is lost at any point: every answer was preceded by its fsync.
+
+use crate::api::{self, App};
+use crate::config::{LogFormat, ServeConfig};
+use crate::metrics::{CountingSleeper, Metrics, Stopwatch};
+use crate::service::Service;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use xfer_core::{Clock, OwnerId, SystemClock};
+use xfer_engine::{
+    Cluster, Config, Executor, Retry, RetryPolicy, Router, Sleeper, SweepConfig, Sweeper,
+    TokioSleeper,
+};
+use xfer_store::{Coalesce, Intercept, Store};
+use xfer_store_embedded::{Embedded, EmbeddedConfig};
+
+/// A running server.
+pub struct Server {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<Result<(), String>>,
+}
+
+impl Server {
+    /// Opens the store, recovers, binds `cfg.listen` and starts serving. Errors say what
+    /// could not be done (the directory is in use, the address is taken, …).
+    pub async fn start(cfg: ServeConfig) -> Result<Server, String> {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let watch = Stopwatch::start();
+        let dir = cfg.data_dir.clone();
+        let store_cfg = EmbeddedConfig {
+            shards: cfg.shards,
+            ..EmbeddedConfig::default()
+        };
+        let store_clock = clock.clone();
+        let (store, report) = tokio::task::spawn_blocking(move || {
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| format!("data directory {}: {e}", dir.display()))?;
+            Embedded::open(&dir, store_cfg, store_clock)
+                .map_err(|e| format!("data directory {}: {e}", dir.display()))
+        })
+        .await
+        .map_err(|e| e.to_string())??;
+        tracing::info!(
+            data_dir = %cfg.data_dir.display(),
+            shards = cfg.shards,
+            accounts = report.accounts,
+            replayed = report.replayed,
+            torn_tail = ?report.torn_tail,
+            ms = (watch.seconds() * 1e3) as u64,
+            "store opened"
+        );
+
+        let metrics = Arc::new(Metrics::new());
+        let shards: Vec<Arc<dyn Store>> = store
+            .shards()
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let metered = Intercept::new(s, meter(metrics.clone(), i));
+                Arc::new(Coalesce::new(metered, cfg.store_calls_per_shard)) as Arc<dyn Store>
+            })
+            .collect();
+        let cluster = Arc::new(Cluster::new(shards, Router::hash(usize::from(cfg.shards))));
+        let protocol = Config {
+            lease_ms: cfg.lease_ms,
+            skew_ms: cfg.skew_ms,
+            claim_grace_ms: cfg.lease_ms,
+        };
+        let incarnation = format!("{}-{}", std::process::id(), clock.now().as_ms());
+        let owner =
+            |role: &str| OwnerId::new(&format!("{role}-{incarnation}")).map_err(|e| e.to_string());
+        let executor = Executor::new(
+            cluster.clone(),
+            owner("serve")?,
+            protocol,
+            clock.clone(),
+            Retry::new(
+                RetryPolicy::default(),
+                Arc::new(CountingSleeper(metrics.clone())),
+            ),
+        );
+        let sweeper = Sweeper::new(
+            Executor::new(
+                cluster,
+                owner("sweep")?,
+                protocol,
+                clock,
+                Retry::new(RetryPolicy::default(), Arc::new(TokioSleeper)),
+            ),
+            SweepConfig {
+                interval_ms: cfg.sweep_interval_ms,
+                ..SweepConfig::default()
+            },
+        );
+        let app = Arc::new(App {
+            svc: Service::new(executor, sweeper, metrics, cfg.stuck_after_ms),
+            tokens: cfg.tokens.clone(),
+            body_limit: cfg.body_limit_bytes,
+        });
+
+        let listener = tokio::net::TcpListener::bind(cfg.listen)
+            .await
+            .map_err(|e| format!("listen on {}: {e}", cfg.listen))?;
+        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        let (stop, stopped) = watch::channel(false);
+        let sweeps = tokio::spawn(sweep_loop(
+            app.clone(),
+            stopped.clone(),
+            cfg.sweep_interval_ms,
+        ));
+        let grace = cfg.shutdown_grace_ms;
+        let task = tokio::spawn(async move {
+            let mut stopping = stopped.clone();
+            let served = axum::serve(listener, api::router(app.clone()))
+                .with_graceful_shutdown(async move {
+                    let _ = stopping.wait_for(|s| *s).await;
+                })
+                .await
+                .map_err(|e| format!("serve: {e}"));
+            let left = app.svc.drain_background(grace).await;
+            if left > 0 {
+                tracing::info!(
+                    batches = left,
+                    "accepted transfers left to the next start's recovery"
+                );
+            }
+            let _ = sweeps.await;
+            drop(app);
+            tokio::task::spawn_blocking(move || store.close())
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("closing the store: {e}"))?;
+            tracing::info!("stopped");
+            served
+        });
+        tracing::info!(%addr, auth = !cfg.tokens.is_empty(), "listening");
+        Ok(Server { addr, stop, task })
+    }
+
+    /// The address it listens on (the port chosen when configured with port 0).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops gracefully (see the module docs) and waits until the store is closed.
+    pub async fn shutdown(self) -> Result<(), String> {
+        let _ = self.stop.send(true);
+        self.task.await.map_err(|e| e.to_string())?
+    }
+}
+
+/// Every call to shard `index` counted and timed.
+fn meter<S: Store>(metrics: Arc<Metrics>, index: usize) -> xfer_store::ExecuteHook<S> {
+    Box::new(move |inner, ops| {
+        let metrics = metrics.clone();
+        Box::pin(async move {
+            let watch = Stopwatch::start();
+            let n = ops.len();
+            let result = inner.execute(ops).await;
+            metrics.round_trip(index, n, watch.seconds(), result.is_ok());
+            result
+        })
+    })
+}
+
+async fn sweep_loop(app: Arc<App>, mut stopped: watch::Receiver<bool>, interval_ms: u64) {
+    loop {
+        app.svc.sweep().await;
+        let pause = TokioSleeper.sleep(interval_ms);
+        tokio::select! {
+            _ = pause => {}
+            _ = stopped.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+/// Sends log lines to stderr in `format`, filtered by `filter` (`info`, `warn,xfer=debug`).
+pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), String> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let targets: tracing_subscriber::filter::Targets = filter
+        .parse()
+        .map_err(|e| format!("log filter {filter:?}: {e}"))?;
+    let registry = tracing_subscriber::registry().with(targets);
+    let text = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let result = match format {
+        LogFormat::Text => registry.with(text).try_init(),
+        LogFormat::Json => registry
+            .with(text.json().with_current_span(true).with_span_list(true))
+            .try_init(),
+    };
+    result.map_err(|e| e.to_string())
+}

@@ -1,0 +1,498 @@
+//! [`Service`]: what the HTTP handlers call. It owns the executor (transfers driven in the
+//! request's task), the sweeper loop, the metrics and the transfers answered "accepted" that
+//! still run in the background.
+//!
+//! Submitting checks, in one read round trip per shard, whether the transfer already
+//! exists and whether every account it names exists, is open and holds its asset; only then
+//! is anything written. So bad input changes nothing, while a resubmitted id is always
+//! answered from its record (idempotency wins over the checks).
+
+use crate::error::ApiError;
+use crate::metrics::{Metrics, Stopwatch};
+use crate::wire::TransferOut;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use tokio::sync::Notify;
+use tracing::Instrument;
+use xfer_core::{
+    Account, AccountId, AccountStatus, Code, Rejection, TransferId, TransferRecord, TransferSpec,
+};
+use xfer_engine::audit::read_all;
+use xfer_engine::{Cluster, ExecError, Executor, Outcome, Sweeper};
+use xfer_store::{AccountOp, Op, Reply, TransferOp};
+
+/// How a transfer request was answered.
+#[derive(Clone, Debug)]
+pub enum Answer {
+    /// Terminal, held, or run by another executor now: the record.
+    Record(Box<TransferRecord>),
+    /// Inserted (or already there) and left to run in the background.
+    Accepted(Box<TransferRecord>),
+}
+
+impl Answer {
+    /// The record.
+    pub fn record(&self) -> &TransferRecord {
+        match self {
+            Answer::Record(r) | Answer::Accepted(r) => r,
+        }
+    }
+
+    /// The JSON answer.
+    pub fn out(&self) -> TransferOut {
+        TransferOut::from(self.record())
+    }
+
+    /// 200 when settled (done, canceled, held), 202 when still running.
+    pub fn status(&self) -> u16 {
+        let r = self.record();
+        if r.state.is_terminal() || r.state == xfer_core::TransferState::Held {
+            200
+        } else {
+            202
+        }
+    }
+}
+
+/// Background drives of transfers answered "accepted".
+#[derive(Default)]
+struct Background {
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+/// The service behind the API. See the module docs.
+pub struct Service {
+    executor: Arc<Executor>,
+    sweeper: Sweeper,
+    metrics: Arc<Metrics>,
+    background: Arc<Background>,
+    ready: AtomicBool,
+    stuck_after_ms: u64,
+}
+
+impl Service {
+    /// A service over `executor` (API requests) and `sweeper` (its own executor).
+    pub fn new(
+        executor: Executor,
+        sweeper: Sweeper,
+        metrics: Arc<Metrics>,
+        stuck_after_ms: u64,
+    ) -> Service {
+        Service {
+            executor: Arc::new(executor),
+            sweeper,
+            metrics,
+            background: Arc::default(),
+            ready: AtomicBool::new(false),
+            stuck_after_ms,
+        }
+    }
+
+    /// The executor.
+    pub fn executor(&self) -> &Executor {
+        &self.executor
+    }
+
+    /// The shards.
+    pub fn cluster(&self) -> &Cluster {
+        self.executor.cluster()
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// True once the first sweep (recovery of what a previous run left) has finished.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// The clock's now.
+    pub fn now(&self) -> xfer_core::Timestamp {
+        self.executor.clock().now()
+    }
+
+    /// One sweep: finish abandoned transfers, drop old tombstones, count the stuck.
+    pub async fn sweep(&self) {
+        let report = self.sweeper.pass().await;
+        self.metrics.sweep(report.finished, report.pruned);
+        for (id, e) in &report.failed {
+            tracing::warn!(transfer_id = %id, error = %e, "sweeper could not finish transfer");
+        }
+        for (shard, e) in &report.shard_errors {
+            tracing::warn!(shard, error = %e, "sweeper could not scan shard");
+        }
+        if report.finished > 0 {
+            tracing::info!(
+                finished = report.finished,
+                "sweeper finished abandoned transfers"
+            );
+        }
+        if let Ok(stuck) = self.stuck(usize::MAX >> 1).await {
+            self.metrics.set_stuck(stuck.len());
+        }
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// Unfinished transfers whose owner lapsed more than `stuck_after_ms` ago (or, for a
+    /// hold, whose expiry passed that long ago), earliest first.
+    pub async fn stuck(&self, limit: usize) -> Result<Vec<TransferRecord>, ExecError> {
+        let before = self.now().minus_ms(self.stuck_after_ms);
+        let mut all = Vec::new();
+        for shard in self.cluster().shards() {
+            let due = shard
+                .scan_due(before, limit)
+                .await
+                .map_err(|e| ExecError::Unavailable(format!("scan: {e}")))?;
+            all.extend(due);
+        }
+        all.sort_by_key(|r| r.wake_at());
+        all.truncate(limit);
+        Ok(all)
+    }
+
+    /// Submits transfers (see the module docs). `wait`: drive them to their outcome before
+    /// answering; otherwise answer once each is durably inserted and drive it in the
+    /// background. Results in the order of `specs`.
+    pub async fn submit(
+        &self,
+        specs: Vec<TransferSpec>,
+        wait: bool,
+    ) -> Vec<Result<Answer, ApiError>> {
+        let watch = Stopwatch::start();
+        let n = specs.len();
+        let mut results: Vec<Option<Result<Answer, ApiError>>> = vec![None; n];
+        let checks = match self.precheck(&specs).await {
+            Ok(c) => c,
+            Err(e) => return vec![Err(ApiError::from(e)); n],
+        };
+        let mut go = Vec::new();
+        let mut slots = Vec::new();
+        for (i, (spec, check)) in specs.into_iter().zip(checks).enumerate() {
+            match check {
+                Some(r) => {
+                    self.metrics.transfer("rejected", 0.0);
+                    results[i] = Some(Err(r.into()));
+                }
+                None => {
+                    slots.push(i);
+                    go.push(spec);
+                }
+            }
+        }
+        let answers = if wait {
+            self.drive(go).await
+        } else {
+            self.accept(go).await
+        };
+        for (i, answer) in slots.into_iter().zip(answers) {
+            let outcome = match &answer {
+                Ok(Answer::Accepted(_)) => "accepted",
+                Ok(a) => a.record().state.as_str(),
+                Err(e) if e.status().is_client_error() => "rejected",
+                Err(_) => "failed",
+            };
+            self.metrics.transfer(outcome, watch.seconds());
+            results[i] = Some(answer);
+        }
+        results
+            .into_iter()
+            .map(|r| r.expect("every transfer answered"))
+            .collect()
+    }
+
+    async fn drive(&self, specs: Vec<TransferSpec>) -> Vec<Result<Answer, ApiError>> {
+        let n = specs.len() as i64;
+        let span = match specs.as_slice() {
+            [one] => tracing::info_span!("transfer", transfer_id = %one.id),
+            _ => tracing::info_span!("transfers", count = specs.len()),
+        };
+        self.metrics.in_flight(n);
+        let outcomes = self.executor.submit_many(specs).instrument(span).await;
+        self.metrics.in_flight(-n);
+        outcomes.into_iter().map(answer).collect()
+    }
+
+    /// Inserts each transfer (durably) and drives the accepted ones in a background task.
+    async fn accept(&self, specs: Vec<TransferSpec>) -> Vec<Result<Answer, ApiError>> {
+        let now = self.now();
+        let grace = self.executor.config().claim_grace_ms;
+        let ops = specs
+            .iter()
+            .map(|s| {
+                let record = TransferRecord::accept(s.clone(), now, grace);
+                Op::Transfer(s.id.clone(), TransferOp::Insert(Box::new(record)))
+            })
+            .collect();
+        let replies = match self.read_or_write(ops).await {
+            Ok(r) => r,
+            Err(e) => return vec![Err(ApiError::from(e)); specs.len()],
+        };
+        let mut run = Vec::new();
+        let mut answers = Vec::with_capacity(specs.len());
+        for (spec, reply) in specs.into_iter().zip(replies) {
+            answers.push(match reply {
+                Reply::Transfer(r) | Reply::Unchanged(r) => {
+                    if !r.state.is_terminal() {
+                        run.push(spec);
+                    }
+                    Ok(Answer::Accepted(r))
+                }
+                Reply::Refused(code) => Err(ApiError::from(Rejection::new(
+                    code,
+                    "id",
+                    format!("{} exists with a different body", spec.id),
+                ))),
+                other => Err(ApiError::from(ExecError::Violation(format!(
+                    "{}: insert answered {other}",
+                    spec.id
+                )))),
+            });
+        }
+        if !run.is_empty() {
+            self.spawn_background(run);
+        }
+        answers
+    }
+
+    fn spawn_background(&self, specs: Vec<TransferSpec>) {
+        let executor = self.executor.clone();
+        let metrics = self.metrics.clone();
+        let background = self.background.clone();
+        background.running.fetch_add(1, Ordering::AcqRel);
+        let n = specs.len() as i64;
+        metrics.in_flight(n);
+        let span = tracing::info_span!("accepted", count = specs.len());
+        tokio::spawn(
+            async move {
+                for (id, r) in specs
+                    .iter()
+                    .map(|s| s.id.clone())
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .zip(executor.submit_many(specs).await)
+                {
+                    if let Err(e) = r {
+                        // The sweeper finishes it: nothing acknowledged is lost.
+                        tracing::warn!(transfer_id = %id, error = %e, "left to the sweeper");
+                    }
+                }
+                metrics.in_flight(-n);
+                if background.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    background.idle.notify_waiters();
+                }
+            }
+            .instrument(span),
+        );
+    }
+
+    /// Waits until no background drive runs, at most `ms`; answers how many still run.
+    pub async fn drain_background(&self, ms: u64) -> usize {
+        let wait = async {
+            loop {
+                let idle = self.background.idle.notified();
+                if self.background.running.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                idle.await;
+            }
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(ms), wait).await;
+        self.background.running.load(Ordering::Acquire)
+    }
+
+    /// For each spec, `Some(rejection)` if it must not be written: it does not exist yet
+    /// and one of its accounts is missing, closed or holds another asset.
+    async fn precheck(&self, specs: &[TransferSpec]) -> Result<Vec<Option<Rejection>>, ExecError> {
+        let mut accounts: BTreeMap<&AccountId, usize> = BTreeMap::new();
+        let mut ops = Vec::new();
+        for s in specs {
+            ops.push(Op::Transfer(s.id.clone(), TransferOp::Get));
+        }
+        for p in specs.iter().flat_map(|s| &s.postings) {
+            for a in [&p.from, &p.to] {
+                accounts.entry(a).or_insert_with(|| {
+                    ops.push(Op::Account(a.clone(), AccountOp::Get));
+                    ops.len() - 1
+                });
+            }
+        }
+        let replies = self.read_or_write(ops).await?;
+        Ok(specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if !matches!(replies[i], Reply::NotFound) {
+                    return None; // exists: the submit answers it (same body or conflict)
+                }
+                s.postings.iter().enumerate().find_map(|(k, p)| {
+                    [(&p.from, "from"), (&p.to, "to")]
+                        .into_iter()
+                        .find_map(|(a, side)| {
+                            let field = format!("postings[{k}].{side}");
+                            account_problem(&replies[accounts[a]], a, &p.asset, field)
+                        })
+                })
+            })
+            .collect())
+    }
+
+    /// Sends ops as one batch per shard, retrying transient failures like every call.
+    async fn read_or_write(&self, ops: Vec<Op>) -> Result<Vec<Reply>, ExecError> {
+        let mut failures = 0;
+        loop {
+            match read_all(self.cluster(), ops.clone()).await {
+                Ok(r) => return Ok(r),
+                Err(e) => {
+                    failures += 1;
+                    if !self.executor.retry().policy().allows(failures) {
+                        return Err(e);
+                    }
+                    self.executor.retry().pause(failures).await;
+                }
+            }
+        }
+    }
+
+    /// Reads one transfer.
+    pub async fn get_transfer(&self, id: &TransferId) -> Result<TransferRecord, ApiError> {
+        match self
+            .executor
+            .execute_op(Op::Transfer(id.clone(), TransferOp::Get))
+            .await?
+        {
+            Reply::Transfer(r) | Reply::Unchanged(r) => Ok(*r),
+            _ => Err(
+                Rejection::new(Code::TransferNotFound, "id", format!("no transfer {id}")).into(),
+            ),
+        }
+    }
+
+    /// Reads one account.
+    pub async fn get_account(&self, id: &AccountId) -> Result<Account, ApiError> {
+        match self
+            .executor
+            .execute_op(Op::Account(id.clone(), AccountOp::Get))
+            .await?
+        {
+            Reply::Account(a) if a.status != AccountStatus::Unopened => Ok(*a),
+            _ => Err(no_account(id, "id")),
+        }
+    }
+
+    /// Reads many transfers, in order; missing ones are skipped.
+    pub async fn get_transfers(&self, ids: &[TransferId]) -> Result<Vec<TransferRecord>, ApiError> {
+        let ops = ids
+            .iter()
+            .map(|id| Op::Transfer(id.clone(), TransferOp::Get))
+            .collect();
+        Ok(self
+            .read_or_write(ops)
+            .await?
+            .into_iter()
+            .filter_map(|r| match r {
+                Reply::Transfer(r) | Reply::Unchanged(r) => Some(*r),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Captures, voids or re-drives `id` and answers its record.
+    pub async fn settle(&self, id: TransferId, action: Settle) -> Result<Answer, ApiError> {
+        let span = tracing::info_span!("transfer", transfer_id = %id, action = action.as_str());
+        let watch = Stopwatch::start();
+        self.metrics.in_flight(1);
+        let outcome = async {
+            match action {
+                Settle::Capture => self.executor.capture(id).await,
+                Settle::Void => self.executor.void(id).await,
+                Settle::Redrive => self.executor.redrive(id).await,
+            }
+        }
+        .instrument(span)
+        .await;
+        self.metrics.in_flight(-1);
+        let a = answer(outcome);
+        let label = match &a {
+            Ok(a) => a.record().state.as_str(),
+            Err(e) if e.status().is_client_error() => "rejected",
+            Err(_) => "failed",
+        };
+        self.metrics.transfer(label, watch.seconds());
+        a
+    }
+}
+
+/// A hold's settlement or a re-drive.
+#[derive(Clone, Copy, Debug)]
+pub enum Settle {
+    /// Post the hold.
+    Capture,
+    /// Release the hold.
+    Void,
+    /// Finish an unfinished transfer now.
+    Redrive,
+}
+
+impl Settle {
+    fn as_str(self) -> &'static str {
+        match self {
+            Settle::Capture => "capture",
+            Settle::Void => "void",
+            Settle::Redrive => "redrive",
+        }
+    }
+}
+
+fn answer(outcome: Result<Outcome, ExecError>) -> Result<Answer, ApiError> {
+    match outcome? {
+        Outcome::Finished(r) | Outcome::Held(r) | Outcome::Left(r) => {
+            Ok(Answer::Record(Box::new(r)))
+        }
+        Outcome::Rejected(r) => Err(r.into()),
+        Outcome::NotFound => {
+            Err(Rejection::new(Code::TransferNotFound, "id", "no such transfer").into())
+        }
+        Outcome::Violation(v) => Err(ExecError::Violation(v).into()),
+    }
+}
+
+fn no_account(id: &AccountId, field: &str) -> ApiError {
+    Rejection::new(Code::AccountNotFound, field, format!("no account {id}")).into()
+}
+
+fn account_problem(
+    reply: &Reply,
+    id: &AccountId,
+    asset: &xfer_core::AssetCode,
+    field: String,
+) -> Option<Rejection> {
+    match reply {
+        Reply::Account(a) => match a.status {
+            AccountStatus::Unopened => Some(Rejection::new(
+                Code::AccountNotFound,
+                field,
+                format!("no account {id}"),
+            )),
+            AccountStatus::Closed => Some(Rejection::new(
+                Code::AccountClosed,
+                field,
+                format!("{id} is closed"),
+            )),
+            AccountStatus::Open if &a.asset != asset => Some(Rejection::new(
+                Code::AssetMismatch,
+                field,
+                format!("{id} holds {}, not {asset}", a.asset),
+            )),
+            AccountStatus::Open => None,
+        },
+        _ => Some(Rejection::new(
+            Code::AccountNotFound,
+            field,
+            format!("no account {id}"),
+        )),
+    }
+}

@@ -1,0 +1,421 @@
+//! The API's JSON: request bodies as they arrive (plain strings and numbers, so every check
+//! can name its field and use the protocol's own codes) and the responses built from
+//! records. Converting a request into a domain value is where bad input is refused.
+//!
+//! Amounts are JSON integers counting the asset's minor unit (cents for `USD`): exact, no
+//! floating point. Times are milliseconds since the Unix epoch.
+
+use crate::error::{ApiCode, ApiError};
+use serde::{Deserialize, Serialize};
+use xfer_core::amount::AMOUNT_MAX;
+use xfer_core::{
+    Account, AccountId, AccountStatus, Amount, AssetCode, CancelReason, Code, IntentState,
+    LowerBound, Posting, Rejection, TransferId, TransferKind, TransferRecord, TransferSpec,
+};
+
+/// How long prepares may take when a request does not say.
+pub const TIMEOUT_MS_DEFAULT: u64 = 5_000;
+/// The most transfers in one batch request.
+pub const BATCH_MAX: usize = 8_192;
+
+/// `POST /v1/accounts`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccountCreate {
+    /// The account's id.
+    pub id: String,
+    /// The asset it holds.
+    pub asset: String,
+    /// An integer (0 or below; negative is a credit line) or `"unbounded"` (an issuer).
+    #[serde(default)]
+    pub lower_bound: Option<serde_json::Value>,
+}
+
+/// `PUT /v1/accounts/{id}/lower_bound`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct LowerBoundChange {
+    /// An integer or `"unbounded"`.
+    pub lower_bound: serde_json::Value,
+}
+
+/// One posting as sent.
+#[derive(Debug, Deserialize, Serialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct PostingIn {
+    /// Debited account.
+    pub from: String,
+    /// Credited account.
+    pub to: String,
+    /// Asset code.
+    pub asset: String,
+    /// Minor units, a positive integer.
+    pub amount: serde_json::Number,
+}
+
+/// A hold's options.
+#[derive(Debug, Deserialize, Serialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct HoldIn {
+    /// Lifetime from creation; uncaptured holds are voided after it.
+    pub ttl_ms: u64,
+}
+
+/// `POST /v1/transfers` (and each item of a batch).
+#[derive(Debug, Deserialize, Serialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct TransferIn {
+    /// The idempotency key.
+    pub id: String,
+    /// 1 to 64 postings.
+    pub postings: Vec<PostingIn>,
+    /// Opaque client data, at most 2,048 bytes.
+    #[serde(default)]
+    pub metadata: String,
+    /// Present for a hold.
+    #[serde(default)]
+    pub hold: Option<HoldIn>,
+    /// How long prepares may take (default 5,000 ms).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// `POST /v1/transfers/batch`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BatchIn {
+    /// The transfers, at most [`BATCH_MAX`].
+    pub transfers: Vec<TransferIn>,
+}
+
+/// `POST /v1/transfers/{id}/refund`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RefundIn {
+    /// The refund's own id (its idempotency key).
+    pub id: String,
+    /// Opaque client data.
+    #[serde(default)]
+    pub metadata: String,
+}
+
+/// Parses an account id from `field`.
+pub fn account_id(s: &str, field: &str) -> Result<AccountId, ApiError> {
+    Ok(AccountId::parse(s, field)?)
+}
+
+/// Parses a transfer id from `field`.
+pub fn transfer_id(s: &str, field: &str) -> Result<TransferId, ApiError> {
+    Ok(TransferId::parse(s, field)?)
+}
+
+/// Parses a lower bound: an integer or `"unbounded"`.
+pub fn lower_bound(v: &serde_json::Value, field: &str) -> Result<LowerBound, ApiError> {
+    match v {
+        serde_json::Value::String(s) if s == "unbounded" => Ok(LowerBound::Unbounded),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(units) => Ok(LowerBound::Bounded(units)),
+            None => Err(Rejection::new(
+                Code::LowerBoundOutOfRange,
+                field,
+                format!(
+                    "{n} is not an integer between {} and {}",
+                    i64::MIN,
+                    i64::MAX
+                ),
+            )
+            .into()),
+        },
+        other => Err(ApiError::api(
+            ApiCode::WrongType,
+            Some(field),
+            format!("{other} is neither an integer nor \"unbounded\""),
+        )),
+    }
+}
+
+/// Parses an amount: a positive integer of minor units no larger than [`AMOUNT_MAX`].
+pub fn amount(n: &serde_json::Number, field: &str) -> Result<Amount, ApiError> {
+    if let Some(units) = n.as_u64() {
+        return Ok(Amount::new(units, field)?);
+    }
+    if let Some(units) = n.as_i64() {
+        return Ok(Amount::from_i128(i128::from(units), field)?);
+    }
+    let f = n.as_f64().unwrap_or(f64::NAN);
+    let r = if f.is_finite() && f.fract() == 0.0 {
+        if f < 0.0 {
+            Rejection::new(
+                Code::AmountMustBePositive,
+                field,
+                format!("{n} is negative"),
+            )
+        } else {
+            Rejection::new(
+                Code::AmountExceedsMaximum,
+                field,
+                format!("{n} is above the maximum {AMOUNT_MAX}"),
+            )
+        }
+    } else {
+        Rejection::new(
+            Code::AmountIsNotANumber,
+            field,
+            format!("{n} is not an integer count of the asset's minor unit"),
+        )
+    };
+    Err(r.into())
+}
+
+impl TransferIn {
+    /// The transfer this asks for, or the first bad field. `prefix` names the item of a
+    /// batch (`transfers[3].`).
+    pub fn to_spec(&self, prefix: &str) -> Result<TransferSpec, ApiError> {
+        let id = transfer_id(&self.id, &format!("{prefix}id"))?;
+        let mut postings = Vec::with_capacity(self.postings.len());
+        for (i, p) in self.postings.iter().enumerate() {
+            let at = |name: &str| format!("{prefix}postings[{i}].{name}");
+            postings.push(Posting {
+                from: account_id(&p.from, &at("from"))?,
+                to: account_id(&p.to, &at("to"))?,
+                asset: AssetCode::new(&p.asset, &at("asset"))?,
+                amount: amount(&p.amount, &at("amount"))?,
+            });
+        }
+        let spec = TransferSpec {
+            id,
+            postings,
+            metadata: self.metadata.clone(),
+            kind: match &self.hold {
+                Some(h) => TransferKind::Hold { ttl_ms: h.ttl_ms },
+                None => TransferKind::Transfer,
+            },
+            refund_of: None,
+            timeout_ms: self.timeout_ms.unwrap_or(TIMEOUT_MS_DEFAULT),
+        };
+        spec.validate().map_err(|r| {
+            let field = format!("{prefix}{}", r.field);
+            ApiError::from(r.at(&field))
+        })?;
+        Ok(spec)
+    }
+}
+
+/// One posting as answered.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub struct PostingOut {
+    /// Debited account.
+    pub from: String,
+    /// Credited account.
+    pub to: String,
+    /// Asset code.
+    pub asset: String,
+    /// Minor units.
+    pub amount: u64,
+}
+
+/// Why a transfer was canceled.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub struct ReasonOut {
+    /// `exceeds_available`, `account_closed`, `deadline_passed`, `voided`, `hold_expired`, …
+    pub code: String,
+    /// The account that refused, when one did.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub account: Option<String>,
+    /// For people.
+    pub message: String,
+}
+
+/// A transfer as answered.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub struct TransferOut {
+    /// Its id.
+    pub id: String,
+    /// `initial`, `pending`, `applied`, `held`, `canceling`, `done` or `canceled`.
+    pub state: String,
+    /// `transfer` or `hold`.
+    pub kind: String,
+    /// What moves.
+    pub postings: Vec<PostingOut>,
+    /// Client data.
+    pub metadata: String,
+    /// For a refund: the transfer it reverses.
+    pub refund_of: Option<String>,
+    /// For a refunded transfer: its refund.
+    pub refunded_by: Option<String>,
+    /// For a canceled (or canceling) transfer: why.
+    pub reason: Option<ReasonOut>,
+    /// Accepted at.
+    pub created_at_ms: u64,
+    /// Last change at.
+    pub updated_at_ms: u64,
+    /// Prepares are refused from this instant on.
+    pub deadline_ms: u64,
+    /// For a hold: when it expires uncaptured.
+    pub hold_expires_at_ms: Option<u64>,
+}
+
+impl From<&TransferRecord> for TransferOut {
+    fn from(r: &TransferRecord) -> Self {
+        TransferOut {
+            id: r.spec.id.to_string(),
+            state: r.state.as_str().to_string(),
+            kind: match r.spec.kind {
+                TransferKind::Transfer => "transfer",
+                TransferKind::Hold { .. } => "hold",
+            }
+            .to_string(),
+            postings: r
+                .spec
+                .postings
+                .iter()
+                .map(|p| PostingOut {
+                    from: p.from.to_string(),
+                    to: p.to.to_string(),
+                    asset: p.asset.to_string(),
+                    amount: p.amount.units(),
+                })
+                .collect(),
+            metadata: r.spec.metadata.clone(),
+            refund_of: r.spec.refund_of.as_ref().map(|t| t.to_string()),
+            refunded_by: r.refunded_by.as_ref().map(|t| t.to_string()),
+            reason: r.reason.as_ref().map(reason),
+            created_at_ms: r.created_at.as_ms(),
+            updated_at_ms: r.updated_at.as_ms(),
+            deadline_ms: r.deadline.as_ms(),
+            hold_expires_at_ms: r.hold_expires_at.map(|t| t.as_ms()),
+        }
+    }
+}
+
+fn reason(r: &CancelReason) -> ReasonOut {
+    let (code, account) = match r {
+        CancelReason::Refused { account, code } => (code.as_str(), Some(account.to_string())),
+        CancelReason::DeadlinePassed => ("deadline_passed", None),
+        CancelReason::Voided => ("voided", None),
+        CancelReason::Expired => ("hold_expired", None),
+        CancelReason::RefundRefused { code } => (code.as_str(), None),
+    };
+    ReasonOut {
+        code: code.to_string(),
+        account,
+        message: r.to_string(),
+    }
+}
+
+/// An account as answered.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub struct AccountOut {
+    /// Its id.
+    pub id: String,
+    /// Its asset.
+    pub asset: String,
+    /// Posted balance.
+    pub balance: i64,
+    /// Prepared debits not yet posted.
+    pub reserved: i64,
+    /// Prepared credits not yet posted (not available).
+    pub incoming: i64,
+    /// `balance - reserved - lower_bound`; `null` for an unbounded account.
+    pub available: Option<i128>,
+    /// An integer or `"unbounded"`.
+    pub lower_bound: serde_json::Value,
+    /// `open` or `closed`.
+    pub status: String,
+    /// Transfers in flight on it.
+    pub in_flight: u64,
+    /// The shard that holds it.
+    pub shard: usize,
+}
+
+impl AccountOut {
+    /// The answer for `a`, held on `shard`.
+    pub fn new(a: &Account, shard: usize) -> AccountOut {
+        AccountOut {
+            id: a.id.to_string(),
+            asset: a.asset.to_string(),
+            balance: a.balance,
+            reserved: a.reserved,
+            incoming: a.incoming,
+            available: match a.lower_bound {
+                LowerBound::Bounded(_) => Some(a.available()),
+                LowerBound::Unbounded => None,
+            },
+            lower_bound: match a.lower_bound {
+                LowerBound::Bounded(b) => serde_json::Value::from(b),
+                LowerBound::Unbounded => serde_json::Value::from("unbounded"),
+            },
+            status: match a.status {
+                AccountStatus::Open => "open",
+                AccountStatus::Closed => "closed",
+                AccountStatus::Unopened => "unopened",
+            }
+            .to_string(),
+            in_flight: a
+                .intents
+                .values()
+                .filter(|i| i.state == IntentState::Open)
+                .count() as u64,
+            shard,
+        }
+    }
+}
+
+/// One result of a batch: the transfer, or the error of that item alone.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub struct BatchItemOut {
+    /// The HTTP status this item would have had alone.
+    pub status: u16,
+    /// The transfer, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub transfer: Option<TransferOut>,
+    /// The error, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub error: Option<serde_json::Value>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(text: &str) -> serde_json::Number {
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn amounts_are_positive_integers_within_the_maximum() {
+        assert_eq!(amount(&n("12"), "a").unwrap().units(), 12);
+        let code = |t: &str| amount(&n(t), "postings[0].amount").unwrap_err().code;
+        assert_eq!(code("0"), "amount_must_be_positive");
+        assert_eq!(code("-5"), "amount_must_be_positive");
+        assert_eq!(code("9223372036854775808"), "amount_exceeds_maximum");
+        assert_eq!(code("100000000000000000000000"), "amount_exceeds_maximum");
+        assert_eq!(code("1.5"), "amount_is_not_a_number");
+        assert_eq!(
+            amount(&n("0"), "postings[0].amount")
+                .unwrap_err()
+                .field
+                .as_deref(),
+            Some("postings[0].amount")
+        );
+    }
+
+    #[test]
+    fn a_batch_item_names_its_index() {
+        let t = TransferIn {
+            id: "t".into(),
+            postings: vec![PostingIn {
+                from: "a".into(),
+                to: "a".into(),
+                asset: "USD".into(),
+                amount: n("1"),
+            }],
+            metadata: String::new(),
+            hold: None,
+            timeout_ms: None,
+        };
+        let e = t.to_spec("transfers[3].").unwrap_err();
+        assert_eq!(e.code, "accounts_must_be_different");
+        assert_eq!(e.field.as_deref(), Some("transfers[3].postings[0].to"));
+    }
+}
