@@ -1,5 +1,5 @@
 //! The OpenAPI 3.1 document served at `/v1/openapi.json`. Written by hand from the same
-//! [`ROUTES`](crate::api::ROUTES) table the router uses; a test checks that the two list
+//! [`ROUTES`] table the router uses; a test checks that the two list
 //! exactly the same operations.
 
 use crate::api::ROUTES;
