@@ -124,6 +124,8 @@ pub enum Command {
     /// The articles' scenarios, end to end, finishing with the audit.
     #[command(subcommand)]
     Demo(DemoCommand),
+    /// Throughput and latency on a fresh embedded store (fsync on), library or HTTP.
+    Bench(crate::bench::BenchArgs),
 }
 
 /// Account subcommands.
@@ -253,6 +255,14 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
     };
     match command {
         Command::Serve(_) | Command::Demo(_) => unreachable!("handled by main"),
+        Command::Bench(args) => {
+            let report = crate::bench::run(args).await?;
+            if json_out {
+                print_json(&serde_json::to_value(&report).map_err(|e| e.to_string())?);
+            } else {
+                crate::bench::print(&report);
+            }
+        }
         Command::Account(AccountCommand::Create {
             id,
             asset,

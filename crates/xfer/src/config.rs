@@ -27,7 +27,13 @@ pub struct ServeArgs {
     /// A bearer token and its scopes, as `SECRET:read,write` (scopes: read, write, admin;
     /// admin grants write, write grants read). Repeat the flag, or separate with `;` in
     /// XFER_TOKENS. With no token, auth is off and only loopback is allowed.
-    #[arg(long = "auth-token", env = "XFER_TOKENS", value_delimiter = ';')]
+    #[arg(
+        long = "auth-token",
+        env = "XFER_TOKENS",
+        value_delimiter = ';',
+        value_name = "SECRET:SCOPES",
+        hide_env_values = true
+    )]
     pub tokens: Vec<String>,
     /// Log lines as `text` or `json`. [default: text]
     #[arg(long, env = "XFER_LOG_FORMAT")]

@@ -14,10 +14,12 @@
 //! | `server` | start, serve and stop gracefully |
 //! | `client` | an HTTP client of the API |
 //! | `cli` | the `xfer` command |
+//! | `bench` | `xfer bench`: throughput and latency on the embedded store, library or HTTP |
 //! | `demo` | `xfer demo bank / flash-sale / points-and-cash` |
 
 pub mod api;
 pub mod auth;
+pub mod bench;
 pub mod cli;
 pub mod client;
 pub mod config;

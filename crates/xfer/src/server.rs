@@ -29,6 +29,7 @@ use xfer_store_embedded::{Embedded, EmbeddedConfig};
 /// A running server.
 pub struct Server {
     addr: SocketAddr,
+    app: Arc<App>,
     stop: watch::Sender<bool>,
     task: JoinHandle<Result<(), String>>,
 }
@@ -122,7 +123,9 @@ impl Server {
             cfg.sweep_interval_ms,
         ));
         let grace = cfg.shutdown_grace_ms;
+        let served_app = app.clone();
         let task = tokio::spawn(async move {
+            let app = served_app;
             let mut stopping = stopped.clone();
             let served = axum::serve(listener, api::router(app.clone()))
                 .with_graceful_shutdown(async move {
@@ -147,7 +150,12 @@ impl Server {
             served
         });
         tracing::info!(%addr, auth = !cfg.tokens.is_empty(), "listening");
-        Ok(Server { addr, stop, task })
+        Ok(Server {
+            addr,
+            app,
+            stop,
+            task,
+        })
     }
 
     /// The address it listens on (the port chosen when configured with port 0).
@@ -155,10 +163,19 @@ impl Server {
         self.addr
     }
 
+    /// The service behind the API (in-process callers: `xfer bench --via library`).
+    pub fn service(&self) -> &Service {
+        &self.app.svc
+    }
+
     /// Stops gracefully (see the module docs) and waits until the store is closed.
     pub async fn shutdown(self) -> Result<(), String> {
-        let _ = self.stop.send(true);
-        self.task.await.map_err(|e| e.to_string())?
+        let Server {
+            app, stop, task, ..
+        } = self;
+        drop(app);
+        let _ = stop.send(true);
+        task.await.map_err(|e| e.to_string())?
     }
 }
 

@@ -1,0 +1,588 @@
+//! `xfer bench`: throughput and latency of xfer on the embedded store, fsync on, measured
+//! the way users run it. Not a test: nothing here asserts a speed; figures go to
+//! `docs/benchmarks.md` with the command that produced them.
+//!
+//! It starts `xfer serve` in-process on a fresh data directory, creates and funds the
+//! accounts, then runs `in_flight / batch` clients for `duration`, each submitting `batch`
+//! transfers per request and waiting for their outcomes, either through the engine as a
+//! library (`--via library`: `Executor::submit_many`) or over HTTP (`--via http`:
+//! `POST /v1/transfers`, or `/v1/transfers/batch` when `batch > 1`).
+//!
+//! Workloads: `uniform` (random accounts on both sides), `hot` (a share of the transfers
+//! debit or credit one account), `multi-asset` (a USD and a POINTS posting, usually on two
+//! shards), `holds` (hold, then capture), `flash-sale` (stock, per-user quota and cash in one
+//! transfer). Latency is per request, submit to outcome (`done` or `canceled`: the
+//! decision and every post); CPU is this process's user + system time.
+
+use crate::client::Client;
+use crate::config::ServeConfig;
+use crate::metrics::Stopwatch;
+use crate::server::Server;
+use clap::{Args, ValueEnum};
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use xfer_core::{
+    AccountId, Amount, AssetCode, Clock, Posting, Rng, SystemClock, TransferId, TransferKind,
+    TransferSpec, TransferState,
+};
+use xfer_engine::{Machine, Outcome, Sleeper, TokioSleeper};
+
+/// What `xfer bench` runs.
+#[derive(Clone, Debug, Args)]
+pub struct BenchArgs {
+    /// The mix of transfers.
+    #[arg(long, value_enum, default_value_t = Workload::Uniform)]
+    pub workload: Workload,
+    /// Through the engine as a library, or the service over HTTP.
+    #[arg(long, value_enum, default_value_t = Via::Library)]
+    pub via: Via,
+    /// Accounts per asset.
+    #[arg(long, default_value_t = 10_000)]
+    pub accounts: u64,
+    /// Transfers in flight (clients × batch).
+    #[arg(long, default_value_t = 1_024)]
+    pub in_flight: u64,
+    /// Transfers per request (1 to 8,192).
+    #[arg(long, default_value_t = 256)]
+    pub batch: u64,
+    /// How long to measure, e.g. `30s` or `2m`.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    pub duration: u64,
+    /// `hot`: the share of transfers on the hot account, in percent.
+    #[arg(long, default_value_t = 90)]
+    pub hot_percent: u64,
+    /// `hot`: whether the hot account is debited (a merchant paying out) or credited (a
+    /// merchant being paid).
+    #[arg(long, value_enum, default_value_t = HotSide::Debit)]
+    pub hot_side: HotSide,
+    /// Shards of the embedded store.
+    #[arg(long, default_value_t = 4)]
+    pub shards: u16,
+    /// Where the data directory goes (a fresh subdirectory is made and removed).
+    #[arg(long)]
+    pub dir: Option<std::path::PathBuf>,
+}
+
+/// The mixes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    /// Random accounts on both sides.
+    Uniform,
+    /// A share of the transfers on one account.
+    Hot,
+    /// Two postings in two assets (usually two shards).
+    MultiAsset,
+    /// Hold, then capture.
+    Holds,
+    /// Stock, per-user quota and cash in one transfer.
+    FlashSale,
+}
+
+/// How the load reaches xfer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Via {
+    /// `Executor::submit_many` in-process.
+    Library,
+    /// The HTTP API on loopback.
+    Http,
+}
+
+/// The hot account's side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum HotSide {
+    /// Debited.
+    Debit,
+    /// Credited.
+    Credit,
+}
+
+fn parse_duration(s: &str) -> Result<u64, String> {
+    let (n, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = n
+        .parse()
+        .map_err(|_| format!("{s:?}: expected e.g. 30s or 2m"))?;
+    match unit {
+        "" | "s" => Ok(n),
+        "m" => Ok(n * 60),
+        _ => Err(format!("{s:?}: expected e.g. 30s or 2m")),
+    }
+}
+
+/// What was measured.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct BenchReport {
+    /// The workload's name.
+    pub workload: String,
+    /// `library` or `http`.
+    pub via: String,
+    /// Transfers answered in the window.
+    pub transfers: u64,
+    /// Of which `done`.
+    pub done: u64,
+    /// Of which `canceled`.
+    pub canceled: u64,
+    /// Failed requests' transfers.
+    pub errors: u64,
+    /// The window, in seconds.
+    pub seconds: f64,
+    /// Transfers per second.
+    pub per_second: f64,
+    /// Request latency percentiles, ms: p50, p99, p99.9.
+    pub latency_ms: [f64; 3],
+    /// CPU seconds (user + system) in the window.
+    pub cpu_seconds: f64,
+    /// CPU per transfer, µs.
+    pub cpu_us_per_transfer: f64,
+    /// Peak resident memory, MiB.
+    pub peak_rss_mib: f64,
+}
+
+const USD: &str = "USD";
+const POINTS: &str = "POINTS";
+const SKU: &str = "SKU-1";
+const QUOTA: &str = "QUOTA-1";
+
+fn acct(asset: &str, i: u64) -> String {
+    format!("{}-{i}", asset.to_ascii_lowercase())
+}
+
+fn posting(from: String, to: String, asset: &str, amount: u64) -> Posting {
+    Posting {
+        from: AccountId::new(&from).expect("valid id"),
+        to: AccountId::new(&to).expect("valid id"),
+        asset: AssetCode::new(asset, "asset").expect("valid asset"),
+        amount: Amount::new(amount, "amount").expect("positive"),
+    }
+}
+
+/// The assets a workload uses.
+fn assets(w: Workload) -> &'static [&'static str] {
+    match w {
+        Workload::Uniform | Workload::Hot | Workload::Holds => &[USD],
+        Workload::MultiAsset => &[USD, POINTS],
+        Workload::FlashSale => &[USD, SKU, QUOTA],
+    }
+}
+
+/// One transfer of the workload.
+fn next_spec(a: &BenchArgs, rng: &mut Rng, id: String) -> TransferSpec {
+    let n = a.accounts;
+    let pair = |rng: &mut Rng| {
+        let from = rng.below(n);
+        (from, (from + 1 + rng.below(n - 1)) % n)
+    };
+    let postings = match a.workload {
+        Workload::Uniform | Workload::Holds => {
+            let (f, t) = pair(rng);
+            vec![posting(acct(USD, f), acct(USD, t), USD, 1 + rng.below(100))]
+        }
+        Workload::Hot => {
+            let (mut f, mut t) = pair(rng);
+            if rng.below(100) < a.hot_percent {
+                match a.hot_side {
+                    HotSide::Debit => (f, t) = (0, 1 + rng.below(n - 1)),
+                    HotSide::Credit => (f, t) = (1 + rng.below(n - 1), 0),
+                }
+            }
+            vec![posting(acct(USD, f), acct(USD, t), USD, 1 + rng.below(100))]
+        }
+        Workload::MultiAsset => {
+            let (f, t) = pair(rng);
+            vec![
+                posting(acct(USD, f), acct(USD, t), USD, 1 + rng.below(100)),
+                posting(acct(POINTS, f), acct(POINTS, t), POINTS, 1 + rng.below(100)),
+            ]
+        }
+        Workload::FlashSale => {
+            // Shopper u buys one item from the shop's stock (account 0 of SKU), pays the
+            // shop (USD account 0), and spends one unit of their quota.
+            let u = 1 + rng.below(n - 1);
+            vec![
+                posting(acct(SKU, 0), acct(SKU, u), SKU, 1),
+                posting(acct(USD, u), acct(USD, 0), USD, 999),
+                posting(acct(QUOTA, u), acct(QUOTA, 0), QUOTA, 1),
+            ]
+        }
+    };
+    TransferSpec {
+        id: TransferId::new(&id).expect("valid id"),
+        postings,
+        metadata: String::new(),
+        kind: match a.workload {
+            Workload::Holds => TransferKind::Hold { ttl_ms: 60_000 },
+            _ => TransferKind::Transfer,
+        },
+        refund_of: None,
+        timeout_ms: 5_000,
+    }
+}
+
+fn spec_json(s: &TransferSpec) -> Value {
+    let postings: Vec<Value> = s
+        .postings
+        .iter()
+        .map(|p| json!({"from": p.from.as_str(), "to": p.to.as_str(), "asset": p.asset.as_str(), "amount": p.amount.units()}))
+        .collect();
+    let mut v = json!({"id": s.id.as_str(), "postings": postings});
+    if let TransferKind::Hold { ttl_ms } = s.kind {
+        v["hold"] = json!({ "ttl_ms": ttl_ms });
+    }
+    v
+}
+
+/// Where requests go.
+#[derive(Clone)]
+enum Target {
+    Library(Arc<Server>),
+    Http(Client),
+}
+
+impl Target {
+    /// Submits `specs` (and captures the holds) and answers the final states.
+    async fn run(&self, specs: Vec<TransferSpec>) -> Result<Vec<TransferState>, String> {
+        let holds = matches!(
+            specs.first().map(|s| s.kind),
+            Some(TransferKind::Hold { .. })
+        );
+        let ids: Vec<TransferId> = specs.iter().map(|s| s.id.clone()).collect();
+        let mut states = match self {
+            Target::Library(s) => finished_states(s.service().executor().submit_many(specs).await)?,
+            Target::Http(c) => http_submit(c, &specs).await?,
+        };
+        if holds {
+            let held: Vec<TransferId> = ids
+                .into_iter()
+                .zip(&states)
+                .filter(|(_, s)| **s == TransferState::Held)
+                .map(|(id, _)| id)
+                .collect();
+            let captured = match self {
+                Target::Library(s) => {
+                    let e = s.service().executor();
+                    let now = e.clock().now();
+                    let starts = held
+                        .iter()
+                        .map(|id| Machine::capture(id.clone(), e.owner().clone(), now, *e.config()))
+                        .collect();
+                    finished_states(e.drive(starts).await)?
+                }
+                Target::Http(c) => {
+                    let calls = held.iter().map(|id| async move {
+                        let path = format!(
+                            "/v1/transfers/{}/capture",
+                            crate::client::segment(id.as_str())
+                        );
+                        c.post(&path, &json!({})).await
+                    });
+                    let mut out = Vec::new();
+                    for a in futures_util::future::join_all(calls).await {
+                        out.push(state_of(&a?.ok()?)?);
+                    }
+                    out
+                }
+            };
+            let mut captured = captured.into_iter();
+            for s in states.iter_mut().filter(|s| **s == TransferState::Held) {
+                *s = captured.next().unwrap_or(*s);
+            }
+        }
+        Ok(states)
+    }
+}
+
+fn finished_states(
+    outcomes: Vec<Result<Outcome, xfer_engine::ExecError>>,
+) -> Result<Vec<TransferState>, String> {
+    outcomes
+        .into_iter()
+        .map(|o| match o.map_err(|e| e.to_string())? {
+            Outcome::Finished(r) | Outcome::Held(r) | Outcome::Left(r) => Ok(r.state),
+            other => Err(format!("{other:?}")),
+        })
+        .collect()
+}
+
+fn state_of(v: &Value) -> Result<TransferState, String> {
+    let s = v["state"].as_str().unwrap_or("");
+    serde_json::from_value(json!(s)).map_err(|_| format!("no state in {v}"))
+}
+
+async fn http_submit(c: &Client, specs: &[TransferSpec]) -> Result<Vec<TransferState>, String> {
+    if let [one] = specs {
+        return Ok(vec![state_of(
+            &c.post("/v1/transfers", &spec_json(one)).await?.ok()?,
+        )?]);
+    }
+    let body = json!({"transfers": specs.iter().map(spec_json).collect::<Vec<_>>()});
+    let answer = c.post("/v1/transfers/batch", &body).await?.ok()?;
+    answer["results"]
+        .as_array()
+        .ok_or("no results")?
+        .iter()
+        .map(|r| match &r["transfer"] {
+            Value::Null => Err(format!("batch item failed: {}", r["error"])),
+            t => state_of(t),
+        })
+        .collect()
+}
+
+/// This process's CPU seconds (user + system) and peak resident MiB, from /proc.
+fn usage() -> (f64, f64) {
+    let cpu = std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|s| {
+            // Fields after the command name (which may hold spaces) start after ") ".
+            let rest = s.rsplit_once(") ")?.1;
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+            Some(ticks / 100.0)
+        })
+        .unwrap_or(0.0);
+    let rss = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse::<f64>().ok()
+        })
+        .map_or(0.0, |kb| kb / 1024.0);
+    (cpu, rss)
+}
+
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Runs the benchmark (see the module docs), printing progress every second.
+pub async fn run(a: BenchArgs) -> Result<BenchReport, String> {
+    if a.accounts < 2 || a.batch == 0 || a.batch > 8_192 || a.in_flight < a.batch {
+        return Err("need --accounts ≥ 2, 1 ≤ --batch ≤ 8192, --in-flight ≥ --batch".into());
+    }
+    let base = a.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let dir = base.join(format!(
+        "xfer-bench-{}-{}",
+        std::process::id(),
+        SystemClock.now().as_ms()
+    ));
+    let cfg = ServeConfig {
+        listen: "127.0.0.1:0".parse().expect("an address"),
+        data_dir: dir.clone(),
+        shards: a.shards,
+        ..ServeConfig::default()
+    };
+    let server = Arc::new(Server::start(cfg).await?);
+    let client = Client::new(&format!("http://{}", server.addr()), None)?;
+    let result = measure(&a, &server, &client).await;
+    match Arc::try_unwrap(server) {
+        Ok(s) => s.shutdown().await?,
+        Err(_) => return Err("the server is still in use".into()),
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+async fn measure(
+    a: &BenchArgs,
+    server: &Arc<Server>,
+    client: &Client,
+) -> Result<BenchReport, String> {
+    let target = match a.via {
+        Via::Library => Target::Library(server.clone()),
+        Via::Http => Target::Http(client.clone()),
+    };
+    setup(a, server).await?;
+    let clients = a.in_flight / a.batch;
+    println!(
+        "bench: workload={:?} via={:?} accounts={} in_flight={} batch={} clients={clients} duration={}s shards={}",
+        a.workload, a.via, a.accounts, a.in_flight, a.batch, a.duration, a.shards
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts: Arc<[AtomicU64; 4]> = Arc::new(Default::default()); // done, canceled, errors, all
+    let mut tasks = tokio::task::JoinSet::new();
+    for c in 0..clients {
+        let (target, stop, counts, a) = (target.clone(), stop.clone(), counts.clone(), a.clone());
+        tasks.spawn(async move {
+            let mut rng = Rng::new(c + 1);
+            let mut latencies: Vec<f64> = Vec::new();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let specs: Vec<TransferSpec> = (0..a.batch)
+                    .map(|_| {
+                        n += 1;
+                        next_spec(&a, &mut rng, format!("b{c}-{n}"))
+                    })
+                    .collect();
+                let k = specs.len() as u64;
+                let watch = Stopwatch::start();
+                let result = target.run(specs).await;
+                if stop.load(Ordering::Relaxed) {
+                    break; // finished after the window: not counted
+                }
+                latencies.push(watch.seconds() * 1e3);
+                counts[3].fetch_add(k, Ordering::Relaxed);
+                match result {
+                    Ok(states) => {
+                        for s in states {
+                            let i = if s == TransferState::Done { 0 } else { 1 };
+                            counts[i].fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Err(_) => {
+                        counts[2].fetch_add(k, Ordering::Relaxed);
+                    }
+                }
+            }
+            latencies
+        });
+    }
+    let (cpu0, _) = usage();
+    let watch = Stopwatch::start();
+    let mut last = 0;
+    for s in 1..=a.duration {
+        TokioSleeper.sleep(1_000).await;
+        let all = counts[3].load(Ordering::Relaxed);
+        println!(
+            "  {s:>4}s  {:>9} transfers/s  (errors {})",
+            all - last,
+            counts[2].load(Ordering::Relaxed)
+        );
+        last = all;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let seconds = watch.seconds();
+    let (cpu1, rss) = usage();
+    let mut latencies = Vec::new();
+    while let Some(r) = tasks.join_next().await {
+        latencies.extend(r.map_err(|e| e.to_string())?);
+    }
+    latencies.sort_by(f64::total_cmp);
+    let transfers = counts[3].load(Ordering::Relaxed);
+    let cpu = cpu1 - cpu0;
+    Ok(BenchReport {
+        workload: format!("{:?}", a.workload).to_lowercase(),
+        via: format!("{:?}", a.via).to_lowercase(),
+        transfers,
+        done: counts[0].load(Ordering::Relaxed),
+        canceled: counts[1].load(Ordering::Relaxed),
+        errors: counts[2].load(Ordering::Relaxed),
+        seconds,
+        per_second: transfers as f64 / seconds,
+        latency_ms: [0.5, 0.99, 0.999].map(|q| percentile(&latencies, q)),
+        cpu_seconds: cpu,
+        cpu_us_per_transfer: cpu * 1e6 / transfers.max(1) as f64,
+        peak_rss_mib: rss,
+    })
+}
+
+/// Creates every account of the workload and funds it from an unbounded issuer, so that
+/// no transfer is refused for funds (except quotas running out in `flash-sale`).
+async fn setup(a: &BenchArgs, server: &Server) -> Result<(), String> {
+    let e = server.service().executor();
+    let watch = Stopwatch::start();
+    for asset in assets(a.workload) {
+        let code = AssetCode::new(asset, "asset").expect("valid");
+        let issuer = format!("{}-issuer", asset.to_ascii_lowercase());
+        let mut ops = vec![create_op(&issuer, &code, xfer_core::LowerBound::Unbounded)];
+        ops.extend(
+            (0..a.accounts)
+                .map(|i| create_op(&acct(asset, i), &code, xfer_core::LowerBound::default())),
+        );
+        for chunk in ops.chunks(10_000) {
+            for r in xfer_engine::audit::read_all(e.cluster(), chunk.to_vec())
+                .await
+                .map_err(|e| e.to_string())?
+            {
+                if !matches!(r, xfer_store::Reply::Account(_)) {
+                    return Err(format!("creating accounts: {r}"));
+                }
+            }
+        }
+        let fund = if *asset == QUOTA {
+            1_000_000
+        } else {
+            1_000_000_000_000
+        };
+        let specs: Vec<TransferSpec> = (0..a.accounts)
+            .map(|i| TransferSpec {
+                id: TransferId::new(&format!("fund-{}-{i}", asset.to_ascii_lowercase()))
+                    .expect("valid"),
+                postings: vec![posting(issuer.clone(), acct(asset, i), asset, fund)],
+                metadata: String::new(),
+                kind: TransferKind::Transfer,
+                refund_of: None,
+                timeout_ms: 30_000,
+            })
+            .collect();
+        for r in e.submit_many(specs).await {
+            match r {
+                Ok(Outcome::Finished(r)) if r.state == TransferState::Done => {}
+                other => return Err(format!("funding: {other:?}")),
+            }
+        }
+    }
+    println!(
+        "setup: {} accounts per asset created and funded in {:.1}s",
+        a.accounts,
+        watch.seconds()
+    );
+    Ok(())
+}
+
+fn create_op(id: &str, asset: &AssetCode, lower_bound: xfer_core::LowerBound) -> xfer_store::Op {
+    xfer_store::Op::Account(
+        AccountId::new(id).expect("valid id"),
+        xfer_store::AccountOp::Create {
+            asset: asset.clone(),
+            lower_bound,
+        },
+    )
+}
+
+/// Prints a report as one readable block.
+pub fn print(r: &BenchReport) {
+    println!(
+        "result: workload={} via={} transfers={} per_second={:.0} done={} canceled={} errors={} \
+         latency_ms p50={:.2} p99={:.2} p999={:.2} cpu_s={:.1} cpu_us_per_transfer={:.1} peak_rss_mib={:.0}",
+        r.workload, r.via, r.transfers, r.per_second, r.done, r.canceled, r.errors,
+        r.latency_ms[0], r.latency_ms[1], r.latency_ms[2], r.cpu_seconds, r.cpu_us_per_transfer, r.peak_rss_mib
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("30s"), Ok(30));
+        assert_eq!(parse_duration("2m"), Ok(120));
+        assert_eq!(parse_duration("7"), Ok(7));
+        assert!(parse_duration("3h").is_err());
+    }
+
+    #[test]
+    fn hot_transfers_touch_the_hot_account() {
+        let a = BenchArgs {
+            workload: Workload::Hot,
+            via: Via::Library,
+            accounts: 100,
+            in_flight: 1,
+            batch: 1,
+            duration: 1,
+            hot_percent: 100,
+            hot_side: HotSide::Credit,
+            shards: 1,
+            dir: None,
+        };
+        let mut rng = Rng::new(1);
+        for i in 0..50 {
+            let s = next_spec(&a, &mut rng, format!("t{i}"));
+            assert_eq!(s.postings[0].to.as_str(), "usd-0");
+            assert!(s.validate().is_ok());
+        }
+    }
+}
