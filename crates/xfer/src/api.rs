@@ -499,6 +499,29 @@ async fn refund(State(app): Shared, Path(id): Path<String>, headers: HeaderMap, 
         )
         .into());
     }
+    if let Some(rival) = original.refunded_by.as_ref().filter(|r| **r != refund_id) {
+        // Refused before anything is written, as above, unless the rival refund was
+        // canceled (the protocol lets a new refund take its link over) or this refund
+        // exists already (a resubmission is answered from its record).
+        let taken_over = match app.svc.get_transfer(rival).await {
+            Ok(r) => r.state == TransferState::Canceled,
+            Err(e) if e.code == Code::TransferNotFound.as_str() => true,
+            Err(e) => return Err(e),
+        };
+        let exists = match app.svc.get_transfer(&refund_id).await {
+            Ok(_) => true,
+            Err(e) if e.code == Code::TransferNotFound.as_str() => false,
+            Err(e) => return Err(e),
+        };
+        if !taken_over && !exists {
+            return Err(Rejection::new(
+                Code::OriginalAlreadyRefunded,
+                "original",
+                format!("{original_id} is refunded by {rival}"),
+            )
+            .into());
+        }
+    }
     let spec = TransferSpec {
         id: refund_id,
         postings: original.spec.reversed_postings(),

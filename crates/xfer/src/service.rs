@@ -16,7 +16,8 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 use tracing::Instrument;
 use xfer_core::{
-    Account, AccountId, AccountStatus, Code, Rejection, TransferId, TransferRecord, TransferSpec,
+    Account, AccountId, AccountStatus, Code, Rejection, TransferId, TransferKind, TransferRecord,
+    TransferSpec,
 };
 use xfer_engine::audit::read_all;
 use xfer_engine::{Cluster, ExecError, Executor, Outcome, Sweeper};
@@ -415,7 +416,24 @@ impl Service {
         .instrument(span)
         .await;
         self.metrics.in_flight(-1);
-        let a = answer(outcome);
+        let a = match (action, answer(outcome)) {
+            // The record answers a capture or void of a transfer that is not a hold without
+            // changing it (it refuses only while the transfer prepares): refuse it here too.
+            (Settle::Capture | Settle::Void, Ok(a))
+                if a.record().spec.kind == TransferKind::Transfer =>
+            {
+                let id = &a.record().spec.id;
+                Err(Rejection::new(
+                    Code::TransferIsNotHeld,
+                    "id",
+                    format!(
+                        "{id} is a transfer, not a hold: only a hold can be captured or voided"
+                    ),
+                )
+                .into())
+            }
+            (_, a) => a,
+        };
         let label = match &a {
             Ok(a) => a.record().state.as_str(),
             Err(e) if e.status().is_client_error() => "rejected",

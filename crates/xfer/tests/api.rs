@@ -1,0 +1,1716 @@
+//! The HTTP API over real HTTP: a server started in-process on port 0 over a fresh data
+//! directory, driven with [`xfer::Client`].
+//!
+//! - `every_route_is_served_documented_and_exercised`: each group of endpoints (health,
+//!   accounts, transfers, holds, refunds, admin) on one server, then a check that the
+//!   requests made cover [`xfer::api::ROUTES`], seen from the client and from the server's
+//!   own request metrics;
+//! - `resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts`;
+//! - `bad_input_is_refused_with_its_code_and_field_and_changes_nothing`: a table of bad
+//!   requests, each compared against a snapshot of the accounts and the audit;
+//! - `tokens_and_scopes_guard_every_endpoint`.
+
+use hyper::Method;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::sync::Mutex;
+use xfer::api::{Route, ROUTES};
+use xfer::auth::{Token, Tokens};
+use xfer::client::Answer;
+use xfer::{Client, ServeConfig, Server};
+use xfer_engine::{Sleeper, TokioSleeper};
+
+/// A server on port 0 over its own temporary directory, and a client that remembers every
+/// request it sent (method and path) for the coverage check.
+///
+/// Dropped without [`TestServer::shutdown`] (a failed assertion), it keeps its directory:
+/// the server still closes its store while the runtime winds down, and a store whose
+/// directory vanished under it would never finish closing (the test would hang).
+struct TestServer {
+    server: Option<Server>,
+    client: Client,
+    sent: Mutex<Vec<(String, String)>>,
+    dir: Option<tempfile::TempDir>,
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(dir) = self.dir.take() {
+            eprintln!("test server data directory kept: {}", dir.keep().display());
+        }
+    }
+}
+
+impl TestServer {
+    /// Auth off.
+    async fn start() -> TestServer {
+        TestServer::start_with(Tokens::default(), None).await
+    }
+
+    /// With `tokens`; the default client sends `token`.
+    async fn start_with(tokens: Tokens, token: Option<&str>) -> TestServer {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let cfg = ServeConfig {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.path().join("data"),
+            sweep_interval_ms: 100,
+            body_limit_bytes: 65536,
+            tokens,
+            ..ServeConfig::default()
+        };
+        let server = Server::start(cfg).await.expect("the server starts");
+        let client = Client::new(
+            &format!("http://{}", server.addr()),
+            token.map(String::from),
+        )
+        .expect("a client");
+        let ts = TestServer {
+            server: Some(server),
+            client,
+            sent: Mutex::new(Vec::new()),
+            dir: Some(dir),
+        };
+        ts.wait_ready().await;
+        ts
+    }
+
+    /// Waits for the first sweep (readiness), at most 5 s.
+    async fn wait_ready(&self) {
+        for _ in 0..250 {
+            if self.get("/readyz").await.status == 200 {
+                return;
+            }
+            TokioSleeper.sleep(20).await;
+        }
+        panic!("the server did not become ready");
+    }
+
+    /// A client of this server sending `token`.
+    fn client_with(&self, token: Option<&str>) -> Client {
+        Client::new(self.client.url(), token.map(String::from)).expect("a client")
+    }
+
+    async fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Answer {
+        self.sent
+            .lock()
+            .unwrap()
+            .push((method.as_str().to_string(), path.to_string()));
+        self.client
+            .send(method.clone(), path, body)
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    async fn get(&self, path: &str) -> Answer {
+        self.send(Method::GET, path, None).await
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> Answer {
+        self.send(Method::POST, path, Some(body)).await
+    }
+
+    /// A POST without a body (close, capture, void, redrive).
+    async fn post_empty(&self, path: &str) -> Answer {
+        self.send(Method::POST, path, None).await
+    }
+
+    async fn put(&self, path: &str, body: &Value) -> Answer {
+        self.send(Method::PUT, path, Some(body)).await
+    }
+
+    async fn raw(&self, method: Method, path: &str, ct: Option<&str>, body: Vec<u8>) -> Answer {
+        self.sent
+            .lock()
+            .unwrap()
+            .push((method.as_str().to_string(), path.to_string()));
+        self.client
+            .raw(method.clone(), path, ct, body)
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+    }
+
+    /// The routes the requests sent so far matched.
+    fn routes_sent(&self) -> BTreeSet<(&'static str, &'static str)> {
+        self.sent
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|(m, p)| route_of(m, p))
+            .map(|r| (r.method, r.path))
+            .collect()
+    }
+
+    /// Stops the server gracefully, then removes its directory.
+    async fn shutdown(mut self) {
+        let server = self.server.take().expect("running");
+        server.shutdown().await.expect("a clean shutdown");
+        drop(self.dir.take());
+    }
+
+    // ---- domain helpers ----
+
+    async fn create_account(&self, id: &str, asset: &str, lower_bound: Value) -> Value {
+        let a = self
+            .post(
+                "/v1/accounts",
+                &json!({"id": id, "asset": asset, "lower_bound": lower_bound}),
+            )
+            .await;
+        assert_eq!(a.status, 201, "create {id}: {}", a.text);
+        assert_eq!(a.body["id"], id);
+        assert_eq!(a.body["asset"], asset);
+        assert_eq!(a.body["balance"], 0);
+        assert_eq!(a.body["status"], "open");
+        a.body
+    }
+
+    async fn account(&self, id: &str) -> Value {
+        let a = self.get(&format!("/v1/accounts/{id}")).await;
+        assert_eq!(a.status, 200, "GET account {id}: {}", a.text);
+        a.body
+    }
+
+    async fn balance(&self, id: &str) -> i64 {
+        self.account(id).await["balance"]
+            .as_i64()
+            .expect("a balance")
+    }
+
+    async fn transfer(&self, id: &str) -> Value {
+        let a = self.get(&format!("/v1/transfers/{id}")).await;
+        assert_eq!(a.status, 200, "GET transfer {id}: {}", a.text);
+        a.body
+    }
+
+    /// Submits `from → to` and expects it done.
+    async fn pay(&self, id: &str, from: &str, to: &str, asset: &str, amount: u64) -> Value {
+        let a = self
+            .post(
+                "/v1/transfers",
+                &transfer(id, from, to, asset, json!(amount)),
+            )
+            .await;
+        assert_eq!(a.status, 200, "transfer {id}: {}", a.text);
+        assert_eq!(a.body["state"], "done", "transfer {id}: {}", a.text);
+        a.body
+    }
+
+    /// The accounts `ids` and the audit's totals: what bad input must leave alone.
+    async fn snapshot(&self, ids: &[&str]) -> Value {
+        let mut accounts = Vec::new();
+        for id in ids {
+            accounts.push(self.account(id).await);
+        }
+        let audit = self.get("/v1/audit").await;
+        assert_eq!(audit.status, 200, "audit: {}", audit.text);
+        assert_eq!(audit.body["clean"], true, "audit: {}", audit.text);
+        json!({
+            "accounts": accounts,
+            "assets": audit.body["assets"],
+            "in_flight": audit.body["in_flight"],
+            "open_intents": audit.body["open_intents"],
+        })
+    }
+
+    async fn expect_no_transfer(&self, id: &str) {
+        let a = self.get(&format!("/v1/transfers/{id}")).await;
+        expect_error(
+            &a,
+            404,
+            "transfer_not_found",
+            Some("id"),
+            &format!("GET {id}"),
+        );
+    }
+}
+
+/// The route `method path` (query ignored) is served by, preferring static segments.
+fn route_of(method: &str, path: &str) -> Option<&'static Route> {
+    let path = path.split('?').next().unwrap_or(path);
+    let segs: Vec<&str> = path.split('/').collect();
+    ROUTES
+        .iter()
+        .filter(|r| r.method == method)
+        .filter(|r| {
+            let t: Vec<&str> = r.path.split('/').collect();
+            t.len() == segs.len()
+                && t.iter()
+                    .zip(&segs)
+                    .all(|(t, s)| t == s || (t.starts_with('{') && !s.is_empty()))
+        })
+        .max_by_key(|r| r.path.split('/').filter(|t| !t.starts_with('{')).count())
+}
+
+/// One posting.
+fn posting(from: &str, to: &str, asset: &str, amount: Value) -> Value {
+    json!({"from": from, "to": to, "asset": asset, "amount": amount})
+}
+
+/// A one-posting transfer body.
+fn transfer(id: &str, from: &str, to: &str, asset: &str, amount: Value) -> Value {
+    json!({"id": id, "postings": [posting(from, to, asset, amount)]})
+}
+
+/// Asserts an error answer: status, code and field (`None`: no field).
+fn expect_error(a: &Answer, status: u16, code: &str, field: Option<&str>, what: &str) {
+    assert_eq!(
+        (a.status, a.code(), a.body["field"].as_str()),
+        (status, code, field),
+        "{what}: {}",
+        a.text
+    );
+    assert!(
+        a.body["message"].as_str().is_some_and(|m| !m.is_empty()),
+        "{what}: an error has a message: {}",
+        a.text
+    );
+}
+
+fn ids(page: &Value, key: &str) -> Vec<String> {
+    page[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {key} in {page}"))
+        .iter()
+        .map(|t| t["id"].as_str().expect("an id").to_string())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------
+// Every endpoint.
+// ---------------------------------------------------------------------------------------
+
+async fn health_and_docs(ts: &TestServer) {
+    let a = ts.get("/healthz").await;
+    assert_eq!((a.status, &a.body), (200, &json!({"status": "ok"})));
+    let a = ts.get("/readyz").await;
+    assert_eq!((a.status, &a.body), (200, &json!({"status": "ready"})));
+
+    let a = ts.get("/v1/openapi.json").await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert!(a.body["openapi"].as_str().unwrap_or("").starts_with("3."));
+    for r in ROUTES {
+        let op = &a.body["paths"][r.path][r.method.to_lowercase()];
+        assert!(
+            op.is_object(),
+            "{} {} is not in the OpenAPI document",
+            r.method,
+            r.path
+        );
+    }
+}
+
+async fn accounts(ts: &TestServer) {
+    // Issuers may go below zero without limit; everyone else starts at 0.
+    let bank = ts.create_account("bank", "USD", json!("unbounded")).await;
+    assert_eq!(bank["lower_bound"], "unbounded");
+    assert_eq!(bank["available"], Value::Null);
+    for id in ["alice", "bob", "carol", "zed"] {
+        let a = ts.create_account(id, "USD", json!(0)).await;
+        assert_eq!(
+            (a["lower_bound"].clone(), a["available"].clone()),
+            (json!(0), json!(0))
+        );
+    }
+    // A credit line: may go 50 below zero.
+    let dan = ts.create_account("dan", "USD", json!(-50)).await;
+    assert_eq!(dan["available"], 50);
+    ts.create_account("eur-bank", "EUR", json!("unbounded"))
+        .await;
+    // Creating again with the same body answers the account (201 again, nothing changes).
+    let again = ts
+        .post(
+            "/v1/accounts",
+            &json!({"id": "alice", "asset": "USD", "lower_bound": 0}),
+        )
+        .await;
+    assert_eq!(
+        (again.status, again.body["id"].clone()),
+        (201, json!("alice"))
+    );
+
+    let a = ts.account("alice").await;
+    for key in ["balance", "reserved", "incoming", "in_flight"] {
+        assert_eq!(a[key], 0, "alice.{key}");
+    }
+    assert!(a["shard"].as_u64().is_some_and(|s| s < 4), "{a}");
+    let a = ts.get("/v1/accounts/nobody").await;
+    expect_error(&a, 404, "account_not_found", Some("id"), "GET nobody");
+
+    // The whole list, then page by page.
+    let all = ts.get("/v1/accounts?limit=1000").await;
+    assert_eq!(all.status, 200, "{}", all.text);
+    let every = ids(&all.body, "accounts");
+    let want = ["alice", "bank", "bob", "carol", "dan", "eur-bank", "zed"];
+    assert_eq!(every, want);
+    assert_eq!(all.body["next_after"], Value::Null);
+    let mut paged = Vec::new();
+    let mut path = "/v1/accounts?limit=2".to_string();
+    for _ in 0..10 {
+        let page = ts.get(&path).await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        let got = ids(&page.body, "accounts");
+        assert!(got.len() <= 2, "{}", page.text);
+        paged.extend(got);
+        match page.body["next_after"].as_str() {
+            Some(after) => path = format!("/v1/accounts?limit=2&after={after}"),
+            None => break,
+        }
+    }
+    assert_eq!(paged, want, "pages of 2 add up to the list");
+    let a = ts.get("/v1/accounts?limit=0").await;
+    expect_error(&a, 400, "invalid_query", Some("limit"), "limit=0");
+}
+
+async fn lower_bounds_and_close(ts: &TestServer) {
+    ts.pay("fund-alice", "bank", "alice", "USD", 100).await;
+    let path = "/v1/accounts/alice/lower_bound";
+
+    // Raising the bound up to the balance is allowed; above it is refused.
+    let a = ts.put(path, &json!({"lower_bound": 60})).await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(
+        (a.body["lower_bound"].clone(), a.body["available"].clone()),
+        (json!(60), json!(40))
+    );
+    let a = ts.put(path, &json!({"lower_bound": 101})).await;
+    expect_error(
+        &a,
+        422,
+        "lower_bound_above_available",
+        Some("lower_bound"),
+        "bound 101",
+    );
+    assert_eq!(
+        ts.account("alice").await["lower_bound"],
+        60,
+        "a refused bound changes nothing"
+    );
+    // A transfer past the bound is canceled.
+    let a = ts
+        .post(
+            "/v1/transfers",
+            &transfer("past-bound", "alice", "bob", "USD", json!(41)),
+        )
+        .await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("canceled")),
+        "{}",
+        a.text
+    );
+    assert_eq!(a.body["reason"]["code"], "exceeds_available");
+    assert_eq!(a.body["reason"]["account"], "alice");
+    // A credit line below zero, then back to 0.
+    let a = ts.put(path, &json!({"lower_bound": -25})).await;
+    assert_eq!(
+        (a.status, a.body["available"].clone()),
+        (200, json!(125)),
+        "{}",
+        a.text
+    );
+    let a = ts.put(path, &json!({"lower_bound": 0})).await;
+    assert_eq!(
+        (a.status, a.body["available"].clone()),
+        (200, json!(100)),
+        "{}",
+        a.text
+    );
+    let a = ts
+        .put(
+            "/v1/accounts/nobody/lower_bound",
+            &json!({"lower_bound": 0}),
+        )
+        .await;
+    expect_error(&a, 404, "account_not_found", Some("id"), "bound of nobody");
+
+    // Close zed; a transfer to it is refused and changes nothing.
+    let a = ts.post_empty("/v1/accounts/zed/close").await;
+    assert_eq!(
+        (a.status, a.body["status"].clone()),
+        (200, json!("closed")),
+        "{}",
+        a.text
+    );
+    let before = ts.snapshot(&["alice", "zed"]).await;
+    let a = ts
+        .post(
+            "/v1/transfers",
+            &transfer("to-closed", "alice", "zed", "USD", json!(1)),
+        )
+        .await;
+    expect_error(
+        &a,
+        422,
+        "account_closed",
+        Some("postings[0].to"),
+        "to closed",
+    );
+    assert_eq!(ts.snapshot(&["alice", "zed"]).await, before);
+    ts.expect_no_transfer("to-closed").await;
+    // Closing again answers the closed account.
+    let a = ts.post_empty("/v1/accounts/zed/close").await;
+    assert_eq!(
+        (a.status, a.body["status"].clone()),
+        (200, json!("closed")),
+        "{}",
+        a.text
+    );
+}
+
+async fn transfers(ts: &TestServer) {
+    // wait=true (the default): the outcome.
+    let t = ts.pay("t-1", "alice", "bob", "USD", 30).await;
+    assert_eq!(t["id"], "t-1");
+    assert_eq!(t["kind"], "transfer");
+    assert_eq!(
+        t["postings"],
+        json!([{"from": "alice", "to": "bob", "asset": "USD", "amount": 30}])
+    );
+    assert_eq!(t["reason"], Value::Null);
+    assert!(t["created_at_ms"].as_u64().unwrap() > 0);
+    assert!(t["deadline_ms"].as_u64().unwrap() > t["created_at_ms"].as_u64().unwrap());
+    assert_eq!(
+        (ts.balance("alice").await, ts.balance("bob").await),
+        (70, 30)
+    );
+    assert_eq!(ts.transfer("t-1").await, t, "GET answers the record");
+    ts.expect_no_transfer("t-404").await;
+
+    // wait=false: 202 once durable, then done in the background.
+    let a = ts
+        .post(
+            "/v1/transfers?wait=false",
+            &json!({"id": "t-2", "postings": [
+                posting("alice", "bob", "USD", json!(5)),
+                posting("alice", "carol", "USD", json!(5)),
+            ], "metadata": "two postings"}),
+        )
+        .await;
+    assert_eq!(a.status, 202, "{}", a.text);
+    assert_eq!(a.body["id"], "t-2");
+    assert_ne!(a.body["state"], "done");
+    let mut state = Value::Null;
+    for _ in 0..250 {
+        state = ts.transfer("t-2").await["state"].clone();
+        if state == "done" {
+            break;
+        }
+        TokioSleeper.sleep(20).await;
+    }
+    assert_eq!(state, "done");
+    assert_eq!(ts.transfer("t-2").await["metadata"], "two postings");
+    assert_eq!(
+        (
+            ts.balance("alice").await,
+            ts.balance("bob").await,
+            ts.balance("carol").await
+        ),
+        (60, 35, 5)
+    );
+
+    // A batch: each item has its own answer.
+    let a = ts
+        .post(
+            "/v1/transfers/batch",
+            &json!({"transfers": [
+                transfer("b-0", "bob", "carol", "USD", json!(1)),
+                transfer("b-1", "bob", "carol", "USD", json!(0)),
+                transfer("b-2", "carol", "bob", "USD", json!(2)),
+                transfer("b-3", "bob", "nobody", "USD", json!(1)),
+                transfer("b-4", "bob", "carol", "USD", json!(1_000_000)),
+            ]}),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let results = a.body["results"].as_array().expect("results");
+    assert_eq!(results.len(), 5, "{}", a.text);
+    let summary: Vec<(u64, Value, Value, Value)> = results
+        .iter()
+        .map(|r| {
+            (
+                r["status"].as_u64().unwrap(),
+                r["transfer"]["state"].clone(),
+                r["error"]["code"].clone(),
+                r["error"]["field"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (200, json!("done"), Value::Null, Value::Null),
+            (
+                400,
+                Value::Null,
+                json!("amount_must_be_positive"),
+                json!("transfers[1].postings[0].amount")
+            ),
+            (200, json!("done"), Value::Null, Value::Null),
+            (
+                404,
+                Value::Null,
+                json!("account_not_found"),
+                json!("transfers[3].postings[0].to")
+            ),
+            (200, json!("canceled"), Value::Null, Value::Null),
+        ],
+        "{}",
+        a.text
+    );
+    assert_eq!(
+        results[4]["transfer"]["reason"]["code"],
+        "exceeds_available"
+    );
+    ts.expect_no_transfer("b-1").await;
+    ts.expect_no_transfer("b-3").await;
+    assert_eq!(
+        (ts.balance("bob").await, ts.balance("carol").await),
+        (36, 4)
+    );
+
+    // Redrive of a done transfer answers it.
+    let a = ts.post_empty("/v1/transfers/t-1/redrive").await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("done")),
+        "{}",
+        a.text
+    );
+    assert_eq!(a.body["id"], "t-1");
+    assert_eq!(
+        ts.balance("alice").await,
+        60,
+        "a redrive moves nothing twice"
+    );
+    let a = ts.post_empty("/v1/transfers/t-404/redrive").await;
+    expect_error(&a, 404, "transfer_not_found", Some("id"), "redrive t-404");
+}
+
+async fn holds_and_refunds(ts: &TestServer) {
+    let hold = |id: &str, amount: u64| {
+        json!({"id": id, "postings": [posting("alice", "carol", "USD", json!(amount))],
+               "hold": {"ttl_ms": 60_000}, "timeout_ms": 5_000})
+    };
+    let start = (ts.balance("alice").await, ts.balance("carol").await);
+
+    // Hold then capture.
+    let a = ts.post("/v1/transfers", &hold("h-1", 10)).await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("held")),
+        "{}",
+        a.text
+    );
+    assert_eq!(a.body["kind"], "hold");
+    let expires = a.body["hold_expires_at_ms"].as_u64().expect("an expiry");
+    assert!(
+        expires >= a.body["created_at_ms"].as_u64().unwrap() + 60_000,
+        "{}",
+        a.text
+    );
+    let alice = ts.account("alice").await;
+    assert_eq!(
+        (alice["balance"].clone(), alice["reserved"].clone()),
+        (json!(start.0), json!(10))
+    );
+    assert_eq!(ts.account("carol").await["incoming"], 10);
+    let a = ts.post_empty("/v1/transfers/h-1/capture").await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("done")),
+        "{}",
+        a.text
+    );
+    assert_eq!(ts.account("alice").await["reserved"], 0);
+    assert_eq!(
+        (ts.balance("alice").await, ts.balance("carol").await),
+        (start.0 - 10, start.1 + 10)
+    );
+    // Capturing again answers the captured hold.
+    let a = ts.post_empty("/v1/transfers/h-1/capture").await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("done")),
+        "{}",
+        a.text
+    );
+    assert_eq!(ts.balance("alice").await, start.0 - 10, "captured once");
+    let a = ts.post_empty("/v1/transfers/t-1/capture").await;
+    expect_error(
+        &a,
+        409,
+        "transfer_is_not_held",
+        Some("id"),
+        "capture a transfer",
+    );
+
+    // Hold then void.
+    let a = ts.post("/v1/transfers", &hold("h-2", 7)).await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("held")),
+        "{}",
+        a.text
+    );
+    let a = ts.post_empty("/v1/transfers/h-2/void").await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("canceled")),
+        "{}",
+        a.text
+    );
+    assert_eq!(a.body["reason"]["code"], "voided");
+    assert_eq!(ts.account("alice").await["reserved"], 0);
+    assert_eq!(
+        ts.balance("alice").await,
+        start.0 - 10,
+        "a void moves nothing"
+    );
+
+    // Refund h-1: the reverse postings, linked both ways.
+    let a = ts
+        .post("/v1/transfers/h-1/refund", &json!({"id": "r-1"}))
+        .await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("done")),
+        "{}",
+        a.text
+    );
+    assert_eq!(a.body["refund_of"], "h-1");
+    assert_eq!(
+        a.body["postings"],
+        json!([{"from": "carol", "to": "alice", "asset": "USD", "amount": 10}])
+    );
+    assert_eq!(ts.transfer("h-1").await["refunded_by"], "r-1");
+    assert_eq!(
+        (ts.balance("alice").await, ts.balance("carol").await),
+        start
+    );
+    // The same refund again answers it; another refund of h-1 conflicts.
+    let a = ts
+        .post("/v1/transfers/h-1/refund", &json!({"id": "r-1"}))
+        .await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("done")),
+        "{}",
+        a.text
+    );
+    let a = ts
+        .post("/v1/transfers/h-1/refund", &json!({"id": "r-2"}))
+        .await;
+    expect_error(
+        &a,
+        409,
+        "original_already_refunded",
+        Some("original"),
+        "refund h-1 twice",
+    );
+    ts.expect_no_transfer("r-2").await;
+    // A canceled transfer cannot be refunded.
+    let a = ts
+        .post("/v1/transfers/h-2/refund", &json!({"id": "r-3"}))
+        .await;
+    expect_error(
+        &a,
+        409,
+        "original_is_not_done",
+        Some("original"),
+        "refund h-2",
+    );
+    ts.expect_no_transfer("r-3").await;
+    assert_eq!(
+        (ts.balance("alice").await, ts.balance("carol").await),
+        start
+    );
+
+    // A refund the refunded account cannot pay is canceled; another refund takes over.
+    let bob = ts.balance("bob").await;
+    ts.pay("big", "alice", "carol", "USD", 10).await;
+    ts.pay("spend", "carol", "bob", "USD", start.1 as u64 + 10)
+        .await;
+    let a = ts
+        .post("/v1/transfers/big/refund", &json!({"id": "r-big-1"}))
+        .await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("canceled")),
+        "{}",
+        a.text
+    );
+    assert_eq!(a.body["reason"]["code"], "exceeds_available", "{}", a.text);
+    assert_eq!(a.body["reason"]["account"], "carol", "{}", a.text);
+    ts.pay("refill", "bob", "carol", "USD", 10).await;
+    let a = ts
+        .post("/v1/transfers/big/refund", &json!({"id": "r-big-2"}))
+        .await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("done")),
+        "{}",
+        a.text
+    );
+    assert_eq!(ts.transfer("big").await["refunded_by"], "r-big-2");
+    // The canceled refund, resubmitted, is answered from its record; a third conflicts.
+    let a = ts
+        .post("/v1/transfers/big/refund", &json!({"id": "r-big-1"}))
+        .await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("canceled")),
+        "{}",
+        a.text
+    );
+    let a = ts
+        .post("/v1/transfers/big/refund", &json!({"id": "r-big-3"}))
+        .await;
+    expect_error(
+        &a,
+        409,
+        "original_already_refunded",
+        Some("original"),
+        "refund big again",
+    );
+    ts.expect_no_transfer("r-big-3").await;
+    assert_eq!(
+        (
+            ts.balance("alice").await,
+            ts.balance("bob").await,
+            ts.balance("carol").await
+        ),
+        (start.0, bob + start.1, 0)
+    );
+}
+
+async fn history(ts: &TestServer) {
+    ts.create_account("hist", "USD", json!(0)).await;
+    for i in 1..=5 {
+        ts.pay(&format!("hist-{i}"), "bank", "hist", "USD", i).await;
+    }
+    let mut pages = Vec::new();
+    let mut path = "/v1/accounts/hist/transfers?limit=2".to_string();
+    for _ in 0..10 {
+        let page = ts.get(&path).await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        pages.push(ids(&page.body, "transfers"));
+        match page.body["next_before"].as_u64() {
+            Some(before) => path = format!("/v1/accounts/hist/transfers?limit=2&before={before}"),
+            None => break,
+        }
+    }
+    assert_eq!(
+        pages,
+        vec![
+            vec!["hist-5", "hist-4"],
+            vec!["hist-3", "hist-2"],
+            vec!["hist-1"],
+        ],
+        "newest first, 2 per page"
+    );
+    let page = ts.get("/v1/accounts/hist/transfers").await;
+    assert_eq!(page.body["transfers"][0]["state"], "done");
+    assert_eq!(page.body["transfers"][0]["postings"][0]["amount"], 5);
+    let a = ts.get("/v1/accounts/hist/transfers?after=x").await;
+    expect_error(&a, 400, "invalid_query", Some("after"), "history after=");
+    let a = ts.get("/v1/accounts/nobody/transfers").await;
+    expect_error(
+        &a,
+        404,
+        "account_not_found",
+        Some("id"),
+        "history of nobody",
+    );
+}
+
+async fn admin(ts: &TestServer) {
+    let a = ts.get("/v1/admin/stuck").await;
+    assert_eq!(
+        (a.status, &a.body),
+        (200, &json!({"stuck": []})),
+        "{}",
+        a.text
+    );
+
+    let a = ts.get("/v1/admin/canceled").await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let canceled: Vec<(String, String)> = a.body["transfers"]
+        .as_array()
+        .expect("transfers")
+        .iter()
+        .map(|t| {
+            assert_eq!(t["state"], "canceled", "{t}");
+            (
+                t["id"].as_str().unwrap().to_string(),
+                t["reason"]["code"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want = [
+        ("b-4", "exceeds_available"),
+        ("h-2", "voided"),
+        ("past-bound", "exceeds_available"),
+        ("r-big-1", "exceeds_available"),
+    ];
+    assert_eq!(
+        canceled,
+        want.map(|(i, c)| (i.to_string(), c.to_string())),
+        "{}",
+        a.text
+    );
+    assert_eq!(a.body["next_after"], Value::Null);
+    let a = ts.get("/v1/admin/canceled?limit=1").await;
+    assert_eq!(ids(&a.body, "transfers"), ["b-4"]);
+    let after = a.body["next_after"]
+        .as_str()
+        .expect("a next page")
+        .to_string();
+    let a = ts
+        .get(&format!("/v1/admin/canceled?limit=1&after={after}"))
+        .await;
+    assert_eq!(ids(&a.body, "transfers"), ["h-2"]);
+
+    let a = ts.get("/v1/audit").await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.body["clean"], true, "{}", a.text);
+    assert_eq!(a.body["leaks"], json!([]));
+    assert_eq!(a.body["open_intents"], 0);
+    let assets = a.body["assets"].as_array().expect("assets");
+    let usd = assets.iter().find(|t| t["asset"] == "USD").expect("USD");
+    assert_eq!(usd["net"], 0, "{usd}");
+    assert_eq!(usd["balance"], 0, "{usd}");
+    assert_eq!(usd["conserved"], true, "{usd}");
+    assert_eq!(usd["accounts"], 7, "{usd}");
+    assert_eq!(
+        (usd["reserved"].clone(), usd["incoming"].clone()),
+        (json!(0), json!(0))
+    );
+    // The issuer is exactly what everybody else holds.
+    let mut held = 0;
+    for id in ["alice", "bob", "carol", "dan", "zed", "hist"] {
+        held += ts.balance(id).await;
+    }
+    assert_eq!(ts.balance("bank").await, -held);
+}
+
+async fn metrics(ts: &TestServer) -> String {
+    let a = ts.get("/metrics").await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    for family in [
+        "xfer_transfers_total",
+        "xfer_store_round_trips_total",
+        "xfer_http_requests_total",
+        "xfer_transfer_duration_seconds_bucket",
+        "xfer_transfers_in_flight",
+    ] {
+        assert!(a.text.contains(family), "no {family} in\n{}", a.text);
+    }
+    assert!(
+        a.text.contains("xfer_transfers_total{outcome=\"done\"}"),
+        "{}",
+        a.text
+    );
+    a.text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_is_served_documented_and_exercised() {
+    let ts = TestServer::start().await;
+    health_and_docs(&ts).await;
+    accounts(&ts).await;
+    lower_bounds_and_close(&ts).await;
+    transfers(&ts).await;
+    holds_and_refunds(&ts).await;
+    history(&ts).await;
+    admin(&ts).await;
+    metrics(&ts).await;
+    // Twice: a request is counted once answered, so the second shows the first.
+    let text = metrics(&ts).await;
+
+    let every: BTreeSet<(&str, &str)> = ROUTES.iter().map(|r| (r.method, r.path)).collect();
+    assert_eq!(ts.routes_sent(), every, "the requests sent cover ROUTES");
+    for r in ROUTES {
+        let needle = format!("route=\"{}\",method=\"{}\"", r.path, r.method);
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("xfer_http_requests_total{") && l.contains(&needle)),
+            "the server counted no {} {}",
+            r.method,
+            r.path
+        );
+    }
+    ts.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Idempotency.
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts() {
+    let ts = TestServer::start().await;
+    ts.create_account("bank", "USD", json!("unbounded")).await;
+    ts.create_account("alice", "USD", json!(0)).await;
+    let body = transfer("once", "bank", "alice", "USD", json!(40));
+    let first = ts.post("/v1/transfers", &body).await;
+    assert_eq!(
+        (first.status, first.body["state"].clone()),
+        (200, json!("done")),
+        "{}",
+        first.text
+    );
+    let after_first = ts.snapshot(&["bank", "alice"]).await;
+
+    for wait in ["", "?wait=false"] {
+        let again = ts.post(&format!("/v1/transfers{wait}"), &body).await;
+        assert_eq!(again.status, 200, "{}", again.text);
+        assert_eq!(
+            again.body, first.body,
+            "same id, same body: the same answer"
+        );
+        assert_eq!(again.body["created_at_ms"], first.body["created_at_ms"]);
+    }
+    let batch = ts
+        .post("/v1/transfers/batch", &json!({"transfers": [body]}))
+        .await;
+    assert_eq!(batch.body["results"][0]["status"], 200, "{}", batch.text);
+    assert_eq!(batch.body["results"][0]["transfer"], first.body);
+    assert_eq!(ts.balance("alice").await, 40, "moved once");
+    assert_eq!(ts.snapshot(&["bank", "alice"]).await, after_first);
+
+    for changed in [
+        transfer("once", "bank", "alice", "USD", json!(41)),
+        json!({"id": "once", "postings": [posting("bank", "alice", "USD", json!(40))],
+               "metadata": "other"}),
+    ] {
+        for wait in ["", "?wait=false"] {
+            let a = ts.post(&format!("/v1/transfers{wait}"), &changed).await;
+            expect_error(
+                &a,
+                409,
+                "id_exists_with_different_body",
+                Some("id"),
+                &format!("changed body {wait}"),
+            );
+        }
+    }
+    assert_eq!(
+        ts.transfer("once").await,
+        first.body,
+        "the record is unchanged"
+    );
+    assert_eq!(ts.snapshot(&["bank", "alice"]).await, after_first);
+    ts.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Bad input.
+// ---------------------------------------------------------------------------------------
+
+/// One bad request and what it must be answered.
+struct Bad {
+    name: &'static str,
+    method: Method,
+    path: String,
+    content_type: Option<&'static str>,
+    body: Vec<u8>,
+    status: u16,
+    code: &'static str,
+    field: Option<&'static str>,
+    /// A transfer id that must not exist afterwards.
+    absent: Option<&'static str>,
+}
+
+/// A bad `POST /v1/transfers` with a JSON `body` whose transfer id is `id`.
+fn bad_transfer(
+    name: &'static str,
+    id: &'static str,
+    body: Value,
+    status: u16,
+    code: &'static str,
+    field: Option<&'static str>,
+) -> Bad {
+    bad_raw(name, id, body.to_string(), status, code, field)
+}
+
+/// As [`bad_transfer`] with the body as text (for what `json!` cannot write).
+fn bad_raw(
+    name: &'static str,
+    id: &'static str,
+    body: String,
+    status: u16,
+    code: &'static str,
+    field: Option<&'static str>,
+) -> Bad {
+    Bad {
+        name,
+        method: Method::POST,
+        path: "/v1/transfers".to_string(),
+        content_type: Some("application/json"),
+        body: body.into_bytes(),
+        status,
+        code,
+        field,
+        absent: is_valid_id(id).then_some(id),
+    }
+}
+
+/// 1 to 64 of `[A-Za-z0-9_:.-]`: an id a transfer could have been stored under.
+fn is_valid_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_:.-".contains(&b))
+}
+
+fn bad_cases() -> Vec<Bad> {
+    let p = |amount: Value| json!([posting("alice", "bob", "USD", amount)]);
+    let one = |id: &'static str, amount: Value| json!({"id": id, "postings": p(amount)});
+    let raw_amount = |id: &str, amount: &str| {
+        format!(
+            r#"{{"id": "{id}", "postings": [{{"from": "alice", "to": "bob", "asset": "USD", "amount": {amount}}}]}}"#
+        )
+    };
+    let long_id: &'static str = "x".repeat(65).leak();
+    let many: Vec<Value> = (0..65)
+        .map(|_| posting("alice", "bob", "USD", json!(1)))
+        .collect();
+    let mut cases = vec![
+        bad_raw(
+            "malformed json",
+            "bad-json",
+            r#"{"id": "bad-json", "postings": ["#.into(),
+            400,
+            "malformed_json",
+            Some("postings"),
+        ),
+        bad_raw(
+            "not json at all",
+            "",
+            "hello".into(),
+            400,
+            "malformed_json",
+            None,
+        ),
+        bad_transfer(
+            "amount as a string",
+            "bad-type",
+            one("bad-type", json!("5")),
+            400,
+            "wrong_type",
+            Some("postings[0].amount"),
+        ),
+        bad_transfer(
+            "postings not a list",
+            "bad-type2",
+            json!({"id": "bad-type2", "postings": {}}),
+            400,
+            "wrong_type",
+            Some("postings"),
+        ),
+        bad_transfer(
+            "missing to",
+            "bad-missing",
+            json!({"id": "bad-missing", "postings": [{"from": "alice", "asset": "USD", "amount": 1}]}),
+            400,
+            "missing_field",
+            Some("postings[0].to"),
+        ),
+        bad_transfer(
+            "missing postings",
+            "bad-missing2",
+            json!({"id": "bad-missing2"}),
+            400,
+            "missing_field",
+            Some("postings"),
+        ),
+        bad_transfer(
+            "unknown field",
+            "bad-unknown",
+            json!({"id": "bad-unknown", "postings": p(json!(1)), "colour": "red"}),
+            400,
+            "unknown_field",
+            Some("colour"),
+        ),
+        bad_transfer(
+            "zero amount",
+            "bad-zero",
+            one("bad-zero", json!(0)),
+            400,
+            "amount_must_be_positive",
+            Some("postings[0].amount"),
+        ),
+        bad_transfer(
+            "negative amount",
+            "bad-neg",
+            one("bad-neg", json!(-5)),
+            400,
+            "amount_must_be_positive",
+            Some("postings[0].amount"),
+        ),
+        bad_raw(
+            "amount 2^63",
+            "bad-big",
+            raw_amount("bad-big", "9223372036854775808"),
+            400,
+            "amount_exceeds_maximum",
+            Some("postings[0].amount"),
+        ),
+        bad_raw(
+            "amount 10^30",
+            "bad-huge",
+            raw_amount("bad-huge", "1000000000000000000000000000000"),
+            400,
+            "amount_exceeds_maximum",
+            Some("postings[0].amount"),
+        ),
+        bad_raw(
+            "amount 1e30",
+            "bad-exp",
+            raw_amount("bad-exp", "1e30"),
+            400,
+            "amount_exceeds_maximum",
+            Some("postings[0].amount"),
+        ),
+        bad_raw(
+            "fractional amount",
+            "bad-frac",
+            raw_amount("bad-frac", "1.5"),
+            400,
+            "amount_is_not_a_number",
+            Some("postings[0].amount"),
+        ),
+        bad_transfer(
+            "same account both sides",
+            "bad-same",
+            json!({"id": "bad-same", "postings": [posting("alice", "alice", "USD", json!(1))]}),
+            400,
+            "accounts_must_be_different",
+            Some("postings[0].to"),
+        ),
+        bad_transfer(
+            "unknown account",
+            "bad-acct",
+            json!({"id": "bad-acct", "postings": [posting("alice", "nobody", "USD", json!(1))]}),
+            404,
+            "account_not_found",
+            Some("postings[0].to"),
+        ),
+        bad_transfer(
+            "unknown debit account",
+            "bad-acct2",
+            json!({"id": "bad-acct2", "postings": [posting("nobody", "alice", "USD", json!(1))]}),
+            404,
+            "account_not_found",
+            Some("postings[0].from"),
+        ),
+        bad_transfer(
+            "asset not held",
+            "bad-asset",
+            json!({"id": "bad-asset", "postings": [posting("alice", "bob", "EUR", json!(1))]}),
+            422,
+            "asset_mismatch",
+            Some("postings[0].from"),
+        ),
+        bad_transfer(
+            "unknown asset",
+            "bad-asset2",
+            json!({"id": "bad-asset2", "postings": [posting("alice", "bob", "XYZ", json!(1))]}),
+            422,
+            "asset_mismatch",
+            Some("postings[0].from"),
+        ),
+        bad_transfer(
+            "credit of another asset",
+            "bad-asset3",
+            json!({"id": "bad-asset3", "postings": [posting("alice", "euro", "USD", json!(1))]}),
+            422,
+            "asset_mismatch",
+            Some("postings[0].to"),
+        ),
+        bad_transfer(
+            "invalid asset code",
+            "bad-code",
+            json!({"id": "bad-code", "postings": [posting("alice", "bob", "usd", json!(1))]}),
+            400,
+            "asset_code_is_invalid",
+            Some("postings[0].asset"),
+        ),
+        bad_transfer(
+            "one account, two assets",
+            "bad-two",
+            json!({"id": "bad-two", "postings": [posting("alice", "bob", "USD", json!(1)), posting("alice", "euro", "EUR", json!(1))]}),
+            400,
+            "account_used_with_two_assets",
+            Some("postings[1].from"),
+        ),
+        bad_transfer(
+            "65 postings",
+            "bad-many",
+            json!({"id": "bad-many", "postings": many}),
+            400,
+            "too_many_postings",
+            Some("postings"),
+        ),
+        bad_transfer(
+            "no postings",
+            "bad-empty",
+            json!({"id": "bad-empty", "postings": []}),
+            400,
+            "postings_must_not_be_empty",
+            Some("postings"),
+        ),
+        bad_transfer(
+            "metadata too large",
+            "bad-meta",
+            json!({"id": "bad-meta", "postings": p(json!(1)), "metadata": "m".repeat(2049)}),
+            400,
+            "metadata_too_large",
+            Some("metadata"),
+        ),
+        bad_transfer(
+            "timeout 0",
+            "bad-timeout",
+            json!({"id": "bad-timeout", "postings": p(json!(1)), "timeout_ms": 0}),
+            400,
+            "timeout_out_of_range",
+            Some("timeout_ms"),
+        ),
+        bad_transfer(
+            "hold shorter than its timeout",
+            "bad-hold",
+            json!({"id": "bad-hold", "postings": p(json!(1)), "timeout_ms": 5000, "hold": {"ttl_ms": 5000}}),
+            400,
+            "hold_expiry_out_of_range",
+            Some("hold.ttl_ms"),
+        ),
+        bad_transfer(
+            "body too large",
+            "bad-size",
+            json!({"id": "bad-size", "postings": p(json!(1)), "metadata": "m".repeat(70_000)}),
+            413,
+            "body_too_large",
+            None,
+        ),
+        bad_transfer(
+            "id too long",
+            long_id,
+            one(long_id, json!(1)),
+            400,
+            "id_too_long",
+            Some("id"),
+        ),
+        bad_transfer(
+            "empty id",
+            "",
+            one("", json!(1)),
+            400,
+            "id_must_not_be_empty",
+            Some("id"),
+        ),
+        bad_transfer(
+            "id with a space",
+            "bad id",
+            one("bad id", json!(1)),
+            400,
+            "id_has_invalid_character",
+            Some("id"),
+        ),
+        bad_transfer(
+            "id with a slash",
+            "bad/id",
+            one("bad/id", json!(1)),
+            400,
+            "id_has_invalid_character",
+            Some("id"),
+        ),
+        bad_transfer(
+            "id as a number",
+            "",
+            json!({"id": 7, "postings": p(json!(1))}),
+            400,
+            "wrong_type",
+            Some("id"),
+        ),
+    ];
+    cases.push(Bad {
+        content_type: Some("text/plain"),
+        ..bad_transfer(
+            "wrong content type",
+            "bad-ct",
+            one("bad-ct", json!(1)),
+            415,
+            "unsupported_media_type",
+            Some("content-type"),
+        )
+    });
+    cases.push(Bad {
+        path: "/v1/transfers?wait=maybe".into(),
+        ..bad_transfer(
+            "wait=maybe",
+            "bad-query",
+            one("bad-query", json!(1)),
+            400,
+            "invalid_query",
+            None,
+        )
+    });
+    cases.push(Bad {
+        path: "/v1/transfers?colour=red".into(),
+        ..bad_transfer(
+            "unknown query parameter",
+            "bad-query2",
+            one("bad-query2", json!(1)),
+            400,
+            "invalid_query",
+            None,
+        )
+    });
+    cases.push(Bad {
+        path: "/v1/transfer".into(),
+        ..bad_transfer(
+            "unknown route",
+            "bad-route",
+            one("bad-route", json!(1)),
+            404,
+            "route_not_found",
+            None,
+        )
+    });
+    cases.push(Bad {
+        method: Method::DELETE,
+        ..bad_transfer(
+            "wrong method",
+            "bad-method",
+            one("bad-method", json!(1)),
+            405,
+            "method_not_allowed",
+            None,
+        )
+    });
+    cases.push(Bad {
+        path: "/v1/transfers/batch".into(),
+        ..bad_transfer(
+            "batch item not a transfer",
+            "bad-batch",
+            json!({"transfers": [{"id": "bad-batch"}]}),
+            400,
+            "missing_field",
+            Some("transfers[0].postings"),
+        )
+    });
+    let account = |name, body: Value, status, code, field| Bad {
+        path: "/v1/accounts".into(),
+        absent: None,
+        ..bad_transfer(name, "", body, status, code, field)
+    };
+    cases.extend([
+        account(
+            "account with a positive lower bound",
+            json!({"id": "newbie", "asset": "USD", "lower_bound": 1}),
+            400,
+            "lower_bound_out_of_range",
+            Some("lower_bound"),
+        ),
+        account(
+            "account with a fractional lower bound",
+            json!({"id": "newbie", "asset": "USD", "lower_bound": 1.5}),
+            400,
+            "lower_bound_out_of_range",
+            Some("lower_bound"),
+        ),
+        account(
+            "account with a lower bound word",
+            json!({"id": "newbie", "asset": "USD", "lower_bound": "none"}),
+            400,
+            "wrong_type",
+            Some("lower_bound"),
+        ),
+        account(
+            "account with an invalid asset",
+            json!({"id": "newbie", "asset": "us dollars"}),
+            400,
+            "asset_code_is_invalid",
+            Some("asset"),
+        ),
+        account(
+            "account with an invalid id",
+            json!({"id": "new bie", "asset": "USD"}),
+            400,
+            "id_has_invalid_character",
+            Some("id"),
+        ),
+        account(
+            "account re-created with another asset",
+            json!({"id": "alice", "asset": "EUR"}),
+            409,
+            "account_exists_with_different_body",
+            Some("id"),
+        ),
+        account(
+            "account re-created with another bound",
+            json!({"id": "alice", "asset": "USD", "lower_bound": -1}),
+            409,
+            "account_exists_with_different_body",
+            Some("id"),
+        ),
+    ]);
+    cases.push(Bad {
+        method: Method::PUT,
+        path: "/v1/accounts/alice/lower_bound".into(),
+        absent: None,
+        ..bad_transfer(
+            "lower bound above the balance",
+            "",
+            json!({"lower_bound": 1000}),
+            422,
+            "lower_bound_above_available",
+            Some("lower_bound"),
+        )
+    });
+    cases.push(Bad {
+        path: "/v1/transfers/fund/refund".into(),
+        absent: None,
+        ..bad_transfer(
+            "refund without an id",
+            "",
+            json!({"metadata": "x"}),
+            400,
+            "missing_field",
+            Some("id"),
+        )
+    });
+    cases
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_with_its_code_and_field_and_changes_nothing() {
+    let ts = TestServer::start().await;
+    ts.create_account("bank", "USD", json!("unbounded")).await;
+    ts.create_account("alice", "USD", json!(0)).await;
+    ts.create_account("bob", "USD", json!(0)).await;
+    ts.create_account("euro", "EUR", json!(0)).await;
+    ts.pay("fund", "bank", "alice", "USD", 100).await;
+    let involved = ["bank", "alice", "bob", "euro"];
+    let before = ts.snapshot(&involved).await;
+
+    let mut failures = Vec::new();
+    for case in bad_cases() {
+        let a = ts
+            .raw(
+                case.method.clone(),
+                &case.path,
+                case.content_type,
+                case.body.clone(),
+            )
+            .await;
+        let got = (
+            a.status,
+            a.code().to_string(),
+            a.body["field"].as_str().map(String::from),
+        );
+        let want = (
+            case.status,
+            case.code.to_string(),
+            case.field.map(String::from),
+        );
+        if got != want || a.body["message"].as_str().is_none_or(str::is_empty) {
+            failures.push(format!(
+                "{}: got {got:?}, want {want:?}: {}",
+                case.name, a.text
+            ));
+        }
+        if let Some(id) = case.absent {
+            ts.expect_no_transfer(id).await;
+        }
+        assert_eq!(
+            ts.snapshot(&involved).await,
+            before,
+            "{}: nothing may change",
+            case.name
+        );
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    let a = ts.get("/v1/accounts/newbie").await;
+    expect_error(&a, 404, "account_not_found", Some("id"), "no newbie");
+    ts.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Auth.
+// ---------------------------------------------------------------------------------------
+
+const READER: &str = "reader-0123456789";
+const WRITER: &str = "writer-0123456789";
+const ADMIN: &str = "admin-00123456789";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_and_scopes_guard_every_endpoint() {
+    let tokens = Tokens::new(
+        [
+            "reader-0123456789:read",
+            "writer-0123456789:write",
+            "admin-00123456789:admin",
+        ]
+        .iter()
+        .map(|t| Token::parse_flag(t).expect("a token"))
+        .collect(),
+    );
+    let ts = TestServer::start_with(tokens, Some(ADMIN)).await;
+    let none = ts.client_with(None);
+    let wrong = ts.client_with(Some("unknown-0123456789"));
+    let reader = ts.client_with(Some(READER));
+    let writer = ts.client_with(Some(WRITER));
+    let admin = ts.client_with(Some(ADMIN));
+
+    // The admin sets up.
+    ts.create_account("bank", "USD", json!("unbounded")).await;
+    ts.create_account("alice", "USD", json!(0)).await;
+    ts.pay("t-admin", "bank", "alice", "USD", 10).await;
+
+    let call = |c: &Client, m: &str, path: &str, body: Option<Value>| {
+        let c = c.clone();
+        let m = Method::from_bytes(m.as_bytes()).unwrap();
+        let path = path.to_string();
+        async move {
+            c.send(m.clone(), &path, body.as_ref())
+                .await
+                .unwrap_or_else(|e| panic!("{m} {path}: {e}"))
+        }
+    };
+
+    // Open endpoints need no token.
+    for path in ["/healthz", "/readyz", "/v1/openapi.json"] {
+        for c in [&none, &wrong] {
+            assert_eq!(call(c, "GET", path, None).await.status, 200, "{path}");
+        }
+    }
+
+    // Every guarded route: no token and an unknown token → 401.
+    for r in ROUTES.iter().filter(|r| r.scope.is_some()) {
+        let path = r.path.replace("{id}", "alice");
+        let body = (r.method != "GET").then(|| json!({}));
+        for (who, c) in [("no token", &none), ("unknown token", &wrong)] {
+            let a = call(c, r.method, &path, body.clone()).await;
+            expect_error(
+                &a,
+                401,
+                "unauthorized",
+                Some("authorization"),
+                &format!("{who}: {} {}", r.method, r.path),
+            );
+        }
+    }
+
+    // The reader reads, and nothing else.
+    for path in [
+        "/metrics",
+        "/v1/accounts",
+        "/v1/accounts/alice",
+        "/v1/transfers/t-admin",
+        "/v1/accounts/alice/transfers",
+    ] {
+        assert_eq!(
+            call(&reader, "GET", path, None).await.status,
+            200,
+            "reader GET {path}"
+        );
+    }
+    let pay = transfer("t-reader", "bank", "alice", "USD", json!(1));
+    let a = call(&reader, "POST", "/v1/transfers", Some(pay.clone())).await;
+    expect_error(&a, 403, "forbidden", None, "reader submits");
+    let a = call(
+        &reader,
+        "POST",
+        "/v1/accounts",
+        Some(json!({"id": "r", "asset": "USD"})),
+    )
+    .await;
+    expect_error(&a, 403, "forbidden", None, "reader creates");
+    let a = call(&reader, "GET", "/v1/audit", None).await;
+    expect_error(&a, 403, "forbidden", None, "reader audits");
+
+    // The writer reads and writes, and is no admin.
+    assert_eq!(
+        call(&writer, "GET", "/v1/transfers/t-admin", None)
+            .await
+            .status,
+        200
+    );
+    assert_eq!(call(&writer, "GET", "/metrics", None).await.status, 200);
+    let a = call(
+        &writer,
+        "POST",
+        "/v1/transfers",
+        Some(transfer("t-writer", "bank", "alice", "USD", json!(1))),
+    )
+    .await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("done")),
+        "{}",
+        a.text
+    );
+    for (m, path) in [
+        ("GET", "/v1/audit"),
+        ("GET", "/v1/admin/stuck"),
+        ("GET", "/v1/admin/canceled"),
+        ("POST", "/v1/accounts/alice/close"),
+        ("POST", "/v1/transfers/t-writer/redrive"),
+    ] {
+        let a = call(&writer, m, path, None).await;
+        expect_error(&a, 403, "forbidden", None, &format!("writer {m} {path}"));
+    }
+    let a = call(
+        &writer,
+        "PUT",
+        "/v1/accounts/alice/lower_bound",
+        Some(json!({"lower_bound": 0})),
+    )
+    .await;
+    expect_error(&a, 403, "forbidden", None, "writer sets a bound");
+
+    // The admin does everything.
+    for path in [
+        "/metrics",
+        "/v1/audit",
+        "/v1/admin/stuck",
+        "/v1/admin/canceled",
+        "/v1/accounts/alice",
+    ] {
+        assert_eq!(
+            call(&admin, "GET", path, None).await.status,
+            200,
+            "admin GET {path}"
+        );
+    }
+    let a = call(
+        &admin,
+        "PUT",
+        "/v1/accounts/alice/lower_bound",
+        Some(json!({"lower_bound": 0})),
+    )
+    .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let a = call(&admin, "POST", "/v1/transfers/t-writer/redrive", None).await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("done")),
+        "{}",
+        a.text
+    );
+
+    // Refusals change nothing: the reader's transfer does not exist; alice has 11.
+    ts.expect_no_transfer("t-reader").await;
+    assert_eq!(ts.balance("alice").await, 11);
+    assert_eq!(ts.account("alice").await["status"], "open");
+    // Unknown routes and methods answer the same with or without a token.
+    expect_error(
+        &call(&none, "GET", "/v1/nope", None).await,
+        404,
+        "route_not_found",
+        None,
+        "unknown route",
+    );
+    ts.shutdown().await;
+}
