@@ -1,16 +1,17 @@
 //! `xfer demo …`: the articles' scenarios, end to end over the HTTP API, each finishing with
 //! the audit. Without `--remote` a demo starts its own server on a fresh data directory
-//! (embedded store, a fast sweeper) and removes it afterwards; with `--remote` it uses the
-//! server at `--url`. Ids carry the run's start time, so runs never collide.
+//! (embedded store, a fast sweeper, a 1 s lease) and removes it afterwards; with `--remote`
+//! it uses the server at `--url`. Ids carry the run's start time, so runs never collide.
 //!
 //! - `bank` (seeds 000/001): many concurrent transfers between a few accounts; some are
 //!   refused for lack of funds; customer money is conserved.
 //! - `flash-sale` (seed 002): stock, a per-user purchase limit and the payment in one hold
-//!   per order; unpaid holds expire and free their stock; never oversold.
+//!   per order, orders arriving over a few seconds; unpaid holds expire and their stock is
+//!   sold again; never oversold.
 //! - `points-and-cash` (seed 004): one payment from POINTS and USD held on two shards:
 //!   both legs or neither, then a refund.
 
-use crate::cli::{accounts_table, audit_table, Remote};
+use crate::cli::{accounts_table, audit_table, text, Remote};
 use crate::client::{segment, Client};
 use crate::config::ServeConfig;
 use crate::metrics::Stopwatch;
@@ -51,6 +52,9 @@ pub enum DemoCommand {
         /// Items one shopper may buy.
         #[arg(long, default_value_t = 2)]
         limit: u64,
+        /// The orders (three per shopper) arrive over this many ms.
+        #[arg(long, default_value_t = 3_000)]
+        arrive_ms: u64,
     },
     /// One payment from points and cash held on two shards.
     PointsAndCash {
@@ -93,6 +97,10 @@ pub async fn run(cmd: DemoCommand, remote: &Remote) -> Result<i32, String> {
             listen: "127.0.0.1:0".parse().expect("an address"),
             data_dir: dir.clone(),
             sweep_interval_ms: 100,
+            // A held transfer is swept (voided once expired) only after both its expiry
+            // and its submitter's lease: a short lease lets the flash sale's abandoned holds
+            // give their stock back about when they expire, not 5 s later.
+            lease_ms: 1_000,
             ..ServeConfig::default()
         };
         let server = Server::start(cfg).await?;
@@ -119,14 +127,24 @@ pub async fn run(cmd: DemoCommand, remote: &Remote) -> Result<i32, String> {
             stock,
             users,
             limit,
+            arrive_ms,
             ..
-        } => flash_sale(&client, &prefix, &common, stock, users, limit).await,
+        } => {
+            let sale = Sale {
+                stock,
+                users,
+                limit,
+                arrive_ms,
+            };
+            flash_sale(&client, &prefix, &common, sale).await
+        }
         DemoCommand::PointsAndCash { .. } => points_and_cash(&client, &prefix).await,
     };
-    let audit = match &scenario {
-        Ok(()) => final_audit(&client).await,
-        Err(_) => Ok(false),
-    };
+    if let Err(e) = &scenario {
+        println!("FAILED: {e}");
+    }
+    // The audit after a failure too: it shows what went wrong.
+    let audit = final_audit(&client).await;
     if let Some((server, dir)) = own {
         server.shutdown().await?;
         let _ = std::fs::remove_dir_all(dir);
@@ -150,9 +168,30 @@ fn posting(from: &str, to: &str, asset: &str, amount: u64) -> Value {
 }
 
 async fn transfer(c: &Client, id: &str, postings: Vec<Value>) -> Result<Value, String> {
-    c.post("/v1/transfers", &json!({"id": id, "postings": postings}))
-        .await?
-        .ok()
+    submit(c, &json!({"id": id, "postings": postings})).await
+}
+
+/// Submits a transfer and answers it once settled (see [`settled`]).
+async fn submit(c: &Client, body: &Value) -> Result<Value, String> {
+    let t = c.post("/v1/transfers", body).await?.ok()?;
+    settled(c, t).await
+}
+
+/// `t` once it is done, canceled or held: a 202 (still running, say because the sweeper
+/// took it over from a slow executor on a busy machine) is read again until then.
+async fn settled(c: &Client, mut t: Value) -> Result<Value, String> {
+    let id = t["id"].as_str().unwrap_or("").to_string();
+    for _ in 0..600 {
+        if matches!(t["state"].as_str(), Some("done" | "canceled" | "held")) {
+            return Ok(t);
+        }
+        TokioSleeper.sleep(50).await;
+        t = c
+            .get(&format!("/v1/transfers/{}", segment(&id)))
+            .await?
+            .ok()?;
+    }
+    Err(format!("{id} is still {} after 30 s", t["state"]))
 }
 
 async fn account(c: &Client, id: &str) -> Result<Value, String> {
@@ -164,17 +203,19 @@ async fn balance(c: &Client, id: &str) -> Result<i64, String> {
 }
 
 /// Runs `clients` tasks, each calling `work(client_index)` until it says stop, printing
-/// progress every second from `progress`.
-async fn crowd<F, Fut>(clients: u64, progress: impl Fn() -> String, work: F) -> Result<(), String>
+/// progress every second from `progress`. Answers the seconds it took.
+async fn crowd<F, Fut>(clients: u64, progress: impl Fn() -> String, work: F) -> Result<f64, String>
 where
     F: Fn(u64) -> Fut,
     Fut: std::future::Future<Output = Result<(), String>> + Send + 'static,
 {
     let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..clients {
+    for i in 0..clients.max(1) {
         tasks.spawn(work(i));
     }
     let watch = Stopwatch::start();
+    let mut tick = TokioSleeper.sleep(1_000);
+    let mut last = String::new();
     loop {
         tokio::select! {
             next = tasks.join_next() => match next {
@@ -183,13 +224,19 @@ where
                 Some(Ok(Err(e))) => return Err(e),
                 Some(Err(e)) => return Err(e.to_string()),
             },
-            _ = TokioSleeper.sleep(1_000) => {
-                println!("  {:>5.1}s  {}", watch.seconds(), progress());
+            _ = &mut tick => {
+                last = progress();
+                println!("  {:>5.1}s  {last}", watch.seconds());
+                tick = TokioSleeper.sleep(1_000);
             }
         }
     }
-    println!("  {:>5.1}s  {}", watch.seconds(), progress());
-    Ok(())
+    let seconds = watch.seconds();
+    let now = progress();
+    if now != last {
+        println!("  {seconds:>5.1}s  {now}");
+    }
+    Ok(seconds)
 }
 
 async fn bank(
@@ -221,7 +268,7 @@ async fn bank(
     let canceled = Arc::new(AtomicU64::new(0));
     let names = Arc::new(names);
     let (n2, d2, c2) = (next.clone(), done.clone(), canceled.clone());
-    crowd(
+    let seconds = crowd(
         common.clients,
         move || {
             format!(
@@ -260,6 +307,10 @@ async fn bank(
         },
     )
     .await?;
+    println!(
+        "{transfers} transfers in {seconds:.1} s: {:.0} transfers/s over HTTP, each waited for its outcome",
+        transfers as f64 / seconds.max(1e-9)
+    );
     let mut rows = Vec::new();
     let mut total = 0;
     for n in names.iter() {
@@ -276,19 +327,25 @@ async fn bank(
     Ok(())
 }
 
-async fn flash_sale(
-    c: &Client,
-    p: &str,
-    common: &DemoArgs,
-    stock: u64,
-    users: u64,
-    limit: u64,
-) -> Result<(), String> {
+async fn flash_sale(c: &Client, p: &str, common: &DemoArgs, sale: Sale) -> Result<(), String> {
     const PRICE: u64 = 999; // 9.99 USD
+    const BUDGET: u64 = 5_000; // 50.00 USD
     const TTL_MS: u64 = 1_500;
+    let Sale {
+        stock,
+        users,
+        limit,
+        arrive_ms,
+    } = sale;
+    let orders = users * 3;
+    let window = arrive_ms as f64 / 1e3;
     println!(
-        "flash sale: {stock} items at 9.99 USD, {users} shoppers, at most {limit} each, 3 attempts each; \
-         one hold per order = item + payment + quota; 30% never pay and their holds expire"
+        "flash sale: {stock} items at 9.99 USD; {users} shoppers with 50.00 USD each, \
+         at most {limit} items each, {orders} orders arriving over {window:.1} s"
+    );
+    println!(
+        "  one hold per order = item + payment + quota; 30% never pay: their holds expire after {TTL_MS} ms \
+         and the item goes back on sale"
     );
     let (factory, store) = (format!("{p}:factory"), format!("{p}:stock"));
     let (bank, shop) = (format!("{p}:bank"), format!("{p}:shop"));
@@ -305,37 +362,67 @@ async fn flash_sale(
         vec![posting(&factory, &store, "SKU-42", stock)],
     )
     .await?;
-    for u in 0..users {
-        let (cash, items, quota) = (
-            format!("{p}:u{u}:cash"),
-            format!("{p}:u{u}:items"),
-            format!("{p}:u{u}:quota"),
-        );
-        create(c, &cash, "USD", json!(0)).await?;
-        create(c, &items, "SKU-42", json!(0)).await?;
-        create(c, &quota, "QUOTA-42", json!(0)).await?;
-        transfer(
-            c,
-            &format!("{p}:u{u}:setup"),
-            vec![
-                posting(&bank, &cash, "USD", 5_000),
-                posting(&quota_src, &quota, "QUOTA-42", limit),
-            ],
-        )
-        .await?;
-    }
-    let counters: Arc<[AtomicU64; 4]> = Arc::new(Default::default()); // paid, abandoned, refused, tries
+
+    // The shoppers' accounts, funded with cash and quota, from all the clients at once.
     let next = Arc::new(AtomicU64::new(0));
-    let k2 = counters.clone();
+    let n2 = next.clone();
     crowd(
         common.clients,
         move || {
             format!(
-                "orders {}: paid {} abandoned {} refused {}",
-                k2[3].load(Ordering::Relaxed),
-                k2[0].load(Ordering::Relaxed),
-                k2[1].load(Ordering::Relaxed),
-                k2[2].load(Ordering::Relaxed)
+                "shoppers ready {}/{users}",
+                n2.load(Ordering::Relaxed).min(users)
+            )
+        },
+        |_| {
+            let (c, p, next) = (c.clone(), p.to_string(), next.clone());
+            let (bank, quota_src) = (bank.clone(), quota_src.clone());
+            async move {
+                loop {
+                    let u = next.fetch_add(1, Ordering::Relaxed);
+                    if u >= users {
+                        return Ok(());
+                    }
+                    let (cash, items, quota) = (
+                        format!("{p}:u{u}:cash"),
+                        format!("{p}:u{u}:items"),
+                        format!("{p}:u{u}:quota"),
+                    );
+                    create(&c, &cash, "USD", json!(0)).await?;
+                    create(&c, &items, "SKU-42", json!(0)).await?;
+                    create(&c, &quota, "QUOTA-42", json!(0)).await?;
+                    transfer(
+                        &c,
+                        &format!("{p}:u{u}:setup"),
+                        vec![
+                            posting(&bank, &cash, "USD", BUDGET),
+                            posting(&quota_src, &quota, "QUOTA-42", limit),
+                        ],
+                    )
+                    .await?;
+                }
+            }
+        },
+    )
+    .await?;
+
+    // Paid, abandoned, paid too late (the hold had expired), refused as sold out, refused
+    // by the shopper's quota or cash, orders placed.
+    let counters: Arc<[AtomicU64; 6]> = Arc::new(Default::default());
+    let next = Arc::new(AtomicU64::new(0));
+    let k2 = counters.clone();
+    // Each client pauses a random [0, 2 × mean) before each order: arrivals spread evenly.
+    let mean_pause = arrive_ms * common.clients.max(1) / orders.max(1);
+    crowd(
+        common.clients,
+        move || {
+            let k = |i: usize| k2[i].load(Ordering::Relaxed);
+            let (paid, abandoned, late) = (k(0), k(1), k(2));
+            let (sold_out, limit) = (k(3), k(4));
+            format!(
+                "orders {}: paid {paid}, abandoned {abandoned}, paid too late {late}; \
+                 refused: sold out {sold_out}, shopper's limit {limit}",
+                k(5)
             )
         },
         |i| {
@@ -345,43 +432,59 @@ async fn flash_sale(
             let mut rng = Rng::new(common.seed.wrapping_mul(7_919).wrapping_add(i));
             async move {
                 loop {
+                    TokioSleeper.sleep(rng.below(2 * mean_pause + 1)).await;
                     let k = next.fetch_add(1, Ordering::Relaxed);
-                    if k >= users * 3 {
+                    if k >= orders {
                         return Ok(());
                     }
-                    counters[3].fetch_add(1, Ordering::Relaxed);
-                    let u = k % users;
+                    counters[5].fetch_add(1, Ordering::Relaxed);
+                    let u = k % users; // each shopper comes back three times
                     let order = format!("{p}:order{k}");
+                    let (cash, quota) = (format!("{p}:u{u}:cash"), format!("{p}:u{u}:quota"));
                     let body = json!({
                         "id": order,
                         "postings": [
                             posting(&store, &format!("{p}:u{u}:items"), "SKU-42", 1),
-                            posting(&format!("{p}:u{u}:cash"), &shop, "USD", PRICE),
-                            posting(&format!("{p}:u{u}:quota"), &quota_used, "QUOTA-42", 1),
+                            posting(&cash, &shop, "USD", PRICE),
+                            posting(&quota, &quota_used, "QUOTA-42", 1),
                         ],
                         "hold": {"ttl_ms": TTL_MS},
                         "timeout_ms": 1_000,
                     });
-                    let t = c.post("/v1/transfers", &body).await?.ok()?;
+                    let t = submit(&c, &body).await?;
                     match t["state"].as_str() {
                         Some("held") => {}
                         Some("canceled") => {
-                            counters[2].fetch_add(1, Ordering::Relaxed);
+                            let refused_by = t["reason"]["account"].as_str().unwrap_or("");
+                            if refused_by == store {
+                                counters[3].fetch_add(1, Ordering::Relaxed);
+                            } else if refused_by == quota || refused_by == cash {
+                                counters[4].fetch_add(1, Ordering::Relaxed);
+                            } else {
+                                return Err(format!("{order} was canceled: {}", t["reason"]));
+                            }
                             continue;
                         }
                         other => return Err(format!("{order} answered {other:?}")),
                     }
+                    // The shopper thinks it over, then pays (70%) or walks away.
                     TokioSleeper.sleep(rng.below(300)).await;
-                    if rng.chance(700_000) {
-                        let path = format!("/v1/transfers/{}/capture", segment(&order));
-                        let t = c.post(&path, &json!({})).await?.ok()?;
-                        if t["state"] != "done" {
-                            return Err(format!("capture of {order} answered {}", t["state"]));
-                        }
-                        counters[0].fetch_add(1, Ordering::Relaxed);
-                    } else {
+                    if !rng.chance(700_000) {
                         counters[1].fetch_add(1, Ordering::Relaxed);
+                        continue;
                     }
+                    let path = format!("/v1/transfers/{}/capture", segment(&order));
+                    let a = c.post(&path, &json!({})).await?;
+                    if a.code() == "hold_expired" {
+                        // Too slow (a busy machine): the hold had lapsed; nothing is taken.
+                        counters[2].fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
+                    let t = settled(&c, a.ok()?).await?;
+                    if t["state"] != "done" {
+                        return Err(format!("capture of {order} answered {}", t["state"]));
+                    }
+                    counters[0].fetch_add(1, Ordering::Relaxed);
                 }
             }
         },
@@ -402,7 +505,11 @@ async fn flash_sale(
             over_limit += 1;
         }
     }
-    println!("sold {sold} (paid orders {paid}), left in stock {left}, shoppers over the limit {over_limit}");
+    let unpaid = counters[1].load(Ordering::Relaxed) + counters[2].load(Ordering::Relaxed);
+    println!(
+        "sold {sold} (paid orders {paid}), left in stock {left}, shoppers over the limit {over_limit}; \
+         {unpaid} unpaid holds expired and gave their items back"
+    );
     accounts_table(&[
         account(c, &store).await?,
         account(c, &shop).await?,
@@ -414,7 +521,19 @@ async fn flash_sale(
     if balance(c, &shop).await? != paid as i64 * PRICE as i64 {
         return Err("the shop's takings do not match the paid orders".to_string());
     }
+    if balance(c, &quota_used).await? != paid as i64 {
+        return Err("the quota used does not match the paid orders".to_string());
+    }
     Ok(())
+}
+
+/// A flash sale's parameters.
+#[derive(Clone, Copy, Debug)]
+struct Sale {
+    stock: u64,
+    users: u64,
+    limit: u64,
+    arrive_ms: u64,
 }
 
 async fn points_and_cash(c: &Client, p: &str) -> Result<(), String> {
@@ -483,11 +602,14 @@ async fn points_and_cash(c: &Client, p: &str) -> Result<(), String> {
         }
     };
     let first = pay(format!("{p}:order1"), 3_000, 1_500).await?;
-    println!("order1 (3,000 POINTS + 15.00 USD): {}", first["state"]);
+    println!(
+        "order1 (3,000 POINTS + 15.00 USD): {}",
+        text(&first["state"])
+    );
     let second = pay(format!("{p}:order2"), 3_000, 100).await?;
     println!(
         "order2 (3,000 POINTS + 1.00 USD, only 2,000 POINTS left): {} — {}",
-        second["state"],
+        text(&second["state"]),
         second["reason"]["message"].as_str().unwrap_or("")
     );
     show().await?;
@@ -504,9 +626,11 @@ async fn points_and_cash(c: &Client, p: &str) -> Result<(), String> {
         )
         .await?
         .ok()?;
+    let refund = settled(c, refund).await?;
     println!(
         "refund of order1: {} (refund_of {})",
-        refund["state"], refund["refund_of"]
+        text(&refund["state"]),
+        text(&refund["refund_of"])
     );
     show().await?;
     if balance(c, &cash).await? != 2_000 || balance(c, &points).await? != 5_000 {
