@@ -397,8 +397,11 @@ async fn measure(
     setup(a, server).await?;
     let clients = a.in_flight / a.batch;
     println!(
-        "bench: workload={:?} via={:?} accounts={} in_flight={} batch={} clients={clients} duration={}s shards={}",
-        a.workload, a.via, a.accounts, a.in_flight, a.batch, a.duration, a.shards
+        "bench: workload={} via={} accounts={} in_flight={} batch={} clients={clients} duration={}s shards={}",
+        name(a.workload),
+        name(a.via),
+        a.accounts,
+        a.in_flight, a.batch, a.duration, a.shards
     );
     let stop = Arc::new(AtomicBool::new(false));
     let counts: Arc<[AtomicU64; 4]> = Arc::new(Default::default()); // done, canceled, errors, all
@@ -463,8 +466,8 @@ async fn measure(
     let transfers = counts[3].load(Ordering::Relaxed);
     let cpu = cpu1 - cpu0;
     Ok(BenchReport {
-        workload: format!("{:?}", a.workload).to_lowercase(),
-        via: format!("{:?}", a.via).to_lowercase(),
+        workload: name(a.workload),
+        via: name(a.via),
         transfers,
         done: counts[0].load(Ordering::Relaxed),
         canceled: counts[1].load(Ordering::Relaxed),
@@ -540,6 +543,12 @@ fn create_op(id: &str, asset: &AssetCode, lower_bound: xfer_core::LowerBound) ->
             lower_bound,
         },
     )
+}
+
+/// The name a value has on the command line (`multi-asset`).
+fn name(v: impl ValueEnum) -> String {
+    v.to_possible_value()
+        .map_or_else(String::new, |p| p.get_name().to_string())
 }
 
 /// Prints a report as one readable block.
