@@ -282,19 +282,8 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
             print_account(&client.get(&path).await?.ok()?);
         }
         Command::Account(AccountCommand::List { after, limit }) => {
-            let mut path = format!("/v1/accounts?limit={limit}");
-            if let Some(a) = after {
-                path.push_str(&format!("&after={}", segment(&a)));
-            }
-            let page = client.get(&path).await?.ok()?;
-            if json_out {
-                print_json(&page);
-            } else {
-                accounts_table(page["accounts"].as_array().map_or(&[], |v| v));
-                if let Some(next) = page["next_after"].as_str() {
-                    println!("more: --after {next}");
-                }
-            }
+            let page = ("/v1/accounts", "accounts", accounts_table as fn(&[Value]));
+            print_page(&client, page, after, limit, json_out).await?;
         }
         Command::Account(AccountCommand::Close { id }) => {
             let path = format!("/v1/accounts/{}/close", segment(&id));
@@ -399,22 +388,40 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
             }
         }
         Command::Canceled { after, limit } => {
-            let mut path = format!("/v1/admin/canceled?limit={limit}");
-            if let Some(a) = after {
-                path.push_str(&format!("&after={}", segment(&a)));
-            }
-            let page = client.get(&path).await?.ok()?;
-            if json_out {
-                print_json(&page);
-            } else {
-                transfers_table(page["transfers"].as_array().map_or(&[], |v| v));
-                if let Some(next) = page["next_after"].as_str() {
-                    println!("more: --after {next}");
-                }
-            }
+            let page = (
+                "/v1/admin/canceled",
+                "transfers",
+                transfers_table as fn(&[Value]),
+            );
+            print_page(&client, page, after, limit, json_out).await?;
         }
     }
     Ok(0)
+}
+
+/// Gets one page of a list read with `after`/`limit` and prints its `key` rows with `rows`
+/// (or the JSON), then the cursor of the next page.
+async fn print_page(
+    client: &Client,
+    (base, key, rows): (&str, &str, fn(&[Value])),
+    after: Option<String>,
+    limit: usize,
+    json_out: bool,
+) -> Result<(), String> {
+    let mut path = format!("{base}?limit={limit}");
+    if let Some(a) = after {
+        path.push_str(&format!("&after={}", segment(&a)));
+    }
+    let page = client.get(&path).await?.ok()?;
+    if json_out {
+        print_json(&page);
+    } else {
+        rows(page[key].as_array().map_or(&[], |v| v));
+        if let Some(next) = page["next_after"].as_str() {
+            println!("more: --after {next}");
+        }
+    }
+    Ok(())
 }
 
 fn print_json(v: &Value) {
