@@ -132,11 +132,16 @@ impl Client {
         let req = req
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| e.to_string())?;
-        let resp = self
-            .http
-            .request(req)
-            .await
-            .map_err(|e| format!("{method} {}{path}: {e}", self.base))?;
+        let resp = self.http.request(req).await.map_err(|e| {
+            if e.is_connect() {
+                format!(
+                    "cannot reach xfer at {}: is `xfer serve` running there? (--url, XFER_URL)",
+                    self.base
+                )
+            } else {
+                format!("{method} {}{path}: {e}", self.base)
+            }
+        })?;
         let status = resp.status().as_u16();
         let bytes = resp
             .into_body()
