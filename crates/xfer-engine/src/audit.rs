@@ -246,7 +246,7 @@ async fn confirm_orphans(
 }
 
 /// Sends read ops as one batch per shard; any failure fails the audit (nothing changes).
-pub async fn read_all(cluster: &Cluster, ops: Vec<Op>) -> Result<Vec<Reply>, ExecError> {
+async fn read_all(cluster: &Cluster, ops: Vec<Op>) -> Result<Vec<Reply>, ExecError> {
     let requests: Vec<Request> = ops
         .into_iter()
         .enumerate()

@@ -208,17 +208,49 @@ impl Executor {
     /// Sends one op to its shard, retrying store failures as the policy says. For account
     /// and read operations outside the transfer protocol (create, get, set a bound).
     pub async fn execute_op(&self, op: Op) -> Result<Reply, ExecError> {
+        let mut replies = self.execute_ops(vec![op]).await?;
+        Ok(replies.pop().expect("one reply per op"))
+    }
+
+    /// Sends ops as one batch per shard and answers one reply per op, in order; the ops a
+    /// store failed are sent again (every op is idempotent) as the retry policy says.
+    pub async fn execute_ops(&self, ops: Vec<Op>) -> Result<Vec<Reply>, ExecError> {
+        let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
         let mut failures = 0;
         let mut maybe_applied = false;
         loop {
-            let e = match self.cluster.execute_one(op.clone()).await? {
-                Ok(reply) => return Ok(reply),
-                Err(e) => e,
+            let unanswered: Vec<Request> = ops
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| replies[*i].is_none())
+                .map(|(i, op)| Request {
+                    tag: i as u32,
+                    op: op.clone(),
+                })
+                .collect();
+            let mut last = None;
+            for (req, sent) in unanswered
+                .iter()
+                .zip(self.cluster.execute(&unanswered).await?)
+            {
+                match sent {
+                    Ok(reply) => replies[req.tag as usize] = Some(reply),
+                    Err(e) => {
+                        maybe_applied |= matches!(e, StoreError::Indeterminate(_));
+                        last = Some(e);
+                    }
+                }
+            }
+            let Some(e) = last else {
+                return Ok(replies.into_iter().flatten().collect());
             };
             failures += 1;
-            maybe_applied |= matches!(e, StoreError::Indeterminate(_));
             if !e.is_retryable() || !self.retry.policy().allows(failures) {
-                let what = format!("{op}: gave up after {failures} failed attempts");
+                let what = match unanswered.as_slice() {
+                    [one] => one.op.to_string(),
+                    many => format!("{} ops", many.len()),
+                };
+                let what = format!("{what}: gave up after {failures} failed attempts");
                 return Err(gave_up(what, Some(&e), maybe_applied));
             }
             self.retry.pause(failures).await;

@@ -495,7 +495,8 @@ async fn setup(a: &BenchArgs, server: &Server) -> Result<(), String> {
                 .map(|i| create_op(&acct(asset, i), &code, xfer_core::LowerBound::default())),
         );
         for chunk in ops.chunks(10_000) {
-            for r in xfer_engine::audit::read_all(e.cluster(), chunk.to_vec())
+            for r in e
+                .execute_ops(chunk.to_vec())
                 .await
                 .map_err(|e| e.to_string())?
             {

@@ -19,7 +19,6 @@ use xfer_core::{
     Account, AccountId, AccountStatus, Code, Rejection, TransferId, TransferKind, TransferRecord,
     TransferSpec,
 };
-use xfer_engine::audit::read_all;
 use xfer_engine::{Cluster, ExecError, Executor, Outcome, Sweeper};
 use xfer_store::{AccountOp, Op, Reply, TransferOp};
 
@@ -228,7 +227,7 @@ impl Service {
                 Op::Transfer(s.id.clone(), TransferOp::Insert(Box::new(record)))
             })
             .collect();
-        let replies = match self.read_or_write(ops).await {
+        let replies = match self.executor.execute_ops(ops).await {
             Ok(r) => r,
             Err(e) => return vec![Err(ApiError::from(e)); specs.len()],
         };
@@ -321,7 +320,7 @@ impl Service {
                 });
             }
         }
-        let replies = self.read_or_write(ops).await?;
+        let replies = self.executor.execute_ops(ops).await?;
         Ok(specs
             .iter()
             .enumerate()
@@ -339,23 +338,6 @@ impl Service {
                 })
             })
             .collect())
-    }
-
-    /// Sends ops as one batch per shard, retrying transient failures like every call.
-    async fn read_or_write(&self, ops: Vec<Op>) -> Result<Vec<Reply>, ExecError> {
-        let mut failures = 0;
-        loop {
-            match read_all(self.cluster(), ops.clone()).await {
-                Ok(r) => return Ok(r),
-                Err(e) => {
-                    failures += 1;
-                    if !self.executor.retry().policy().allows(failures) {
-                        return Err(e);
-                    }
-                    self.executor.retry().pause(failures).await;
-                }
-            }
-        }
     }
 
     /// Reads one transfer.
@@ -391,7 +373,8 @@ impl Service {
             .map(|id| Op::Transfer(id.clone(), TransferOp::Get))
             .collect();
         Ok(self
-            .read_or_write(ops)
+            .executor
+            .execute_ops(ops)
             .await?
             .into_iter()
             .filter_map(|r| match r {
