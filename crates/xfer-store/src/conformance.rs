@@ -19,25 +19,33 @@ const PAST: Timestamp = Timestamp(1);
 /// Runs every case, each on a fresh store from `new_store`. Panics naming the case that
 /// failed.
 pub async fn run_all<S: Store>(new_store: impl Fn() -> S) {
-    accounts_are_created_once(&new_store()).await;
-    prepare_reserves_and_repeats_are_no_ops(&new_store()).await;
-    prepare_refusals_change_nothing(&new_store()).await;
-    incoming_is_not_available(&new_store()).await;
-    counters_never_overflow(&new_store()).await;
-    post_moves_money_once(&new_store()).await;
-    release_gives_back_once_and_marks_ahead(&new_store()).await;
-    release_on_a_missing_account_survives_its_creation(&new_store()).await;
-    late_prepares_are_refused(&new_store()).await;
-    close_waits_for_transfers_in_flight(&new_store()).await;
-    lower_bounds_hold(&new_store()).await;
-    transfers_insert_once(&new_store()).await;
-    claims_and_decisions_compare_and_set(&new_store()).await;
-    holds_capture_void_and_expire(&new_store()).await;
-    refunds_link_once(&new_store()).await;
-    sweeper_scan_is_due_first_and_skips_terminal(&new_store()).await;
-    history_is_newest_first_and_paged(&new_store()).await;
-    prune_drops_only_expired_tombstones(&new_store()).await;
-    batches_are_independent_per_record(&new_store()).await;
+    run_all_opened(|| std::future::ready(new_store())).await
+}
+
+/// [`run_all`] for stores that are opened asynchronously (a database schema created per
+/// case).
+pub async fn run_all_opened<S: Store, F: std::future::Future<Output = S>>(
+    open_store: impl Fn() -> F,
+) {
+    accounts_are_created_once(&open_store().await).await;
+    prepare_reserves_and_repeats_are_no_ops(&open_store().await).await;
+    prepare_refusals_change_nothing(&open_store().await).await;
+    incoming_is_not_available(&open_store().await).await;
+    counters_never_overflow(&open_store().await).await;
+    post_moves_money_once(&open_store().await).await;
+    release_gives_back_once_and_marks_ahead(&open_store().await).await;
+    release_on_a_missing_account_survives_its_creation(&open_store().await).await;
+    late_prepares_are_refused(&open_store().await).await;
+    close_waits_for_transfers_in_flight(&open_store().await).await;
+    lower_bounds_hold(&open_store().await).await;
+    transfers_insert_once(&open_store().await).await;
+    claims_and_decisions_compare_and_set(&open_store().await).await;
+    holds_capture_void_and_expire(&open_store().await).await;
+    refunds_link_once(&open_store().await).await;
+    sweeper_scan_is_due_first_and_skips_terminal(&open_store().await).await;
+    history_is_newest_first_and_paged(&open_store().await).await;
+    prune_drops_only_expired_tombstones(&open_store().await).await;
+    batches_are_independent_per_record(&open_store().await).await;
 }
 
 fn acct(s: &str) -> AccountId {

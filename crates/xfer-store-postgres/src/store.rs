@@ -1,0 +1,367 @@
+//! The connection pool, the migrations and the [`Store`] calls.
+
+use crate::wire;
+use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use std::fmt;
+use std::time::Duration;
+use tokio_postgres::NoTls;
+use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
+use xfer_store::{BoxFuture, HistoryPage, Op, Reply, Store, StoreError};
+
+/// Where one shard lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PostgresConfig {
+    /// A libpq-style URL or key=value string, e.g. `postgres://xfer@127.0.0.1:5432/xfer`.
+    pub url: String,
+    /// The schema holding the shard's tables (created if missing); several shards may share
+    /// a database in different schemas.
+    pub schema: String,
+    /// Connections in the pool: the most batches in flight at once to this shard.
+    pub pool_size: usize,
+    /// How long to wait for a connection (to connect, or for a free one) before a call
+    /// answers `Unavailable`.
+    pub connect_timeout: Duration,
+}
+
+impl PostgresConfig {
+    /// `url` and `schema` with the default pool (8 connections, 5 s timeout).
+    pub fn new(url: impl Into<String>, schema: impl Into<String>) -> PostgresConfig {
+        PostgresConfig {
+            url: url.into(),
+            schema: schema.into(),
+            pool_size: 8,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why a shard could not be opened.
+#[derive(Debug)]
+pub enum OpenError {
+    /// A setting is wrong: which one, and why.
+    Config {
+        /// The setting.
+        field: &'static str,
+        /// Why it is refused.
+        why: String,
+    },
+    /// The server could not be reached or refused the connection.
+    Unreachable(String),
+    /// The schema could not be brought to this version.
+    Migration(String),
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpenError::Config { field, why } => write!(f, "postgres store: {field}: {why}"),
+            OpenError::Unreachable(m) => write!(f, "postgres store: cannot connect: {m}"),
+            OpenError::Migration(m) => write!(f, "postgres store: migration failed: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// The migrations, in order; the schema's `migrations` table records which have run.
+const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("schema.sql"))];
+
+const EXECUTE: &str = "SELECT r::text FROM execute($1::text::jsonb) AS r";
+const SCAN_DUE: &str = "SELECT to_jsonb(t)::text FROM transfers t \
+     WHERE wake_at <= $1 ORDER BY wake_at LIMIT $2";
+const HISTORY: &str = "SELECT seq, transfer FROM history \
+     WHERE account = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3";
+const PRUNE: &str = "SELECT prune($1)";
+const ACCOUNTS: &str = "SELECT account_json(id)::text FROM accounts \
+     WHERE status <> 'unopened' AND id > $1 ORDER BY id LIMIT $2";
+const TRANSFERS: &str = "SELECT to_jsonb(t)::text FROM transfers t \
+     WHERE id > $1 ORDER BY id LIMIT $2";
+
+/// One shard in a PostgreSQL schema. Cheap to share behind an `Arc`; the pool connects
+/// lazily and replaces broken connections.
+pub struct PostgresStore {
+    pool: Pool,
+    name: String,
+}
+
+fn valid_schema(s: &str) -> bool {
+    let mut chars = s.chars();
+    s.len() <= 63
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+impl PostgresStore {
+    /// Connects, creates the schema if missing and runs the migrations it lacks (under an
+    /// advisory lock, so processes starting together do not race).
+    pub async fn open(cfg: &PostgresConfig) -> Result<PostgresStore, OpenError> {
+        if !valid_schema(&cfg.schema) {
+            return Err(OpenError::Config {
+                field: "schema",
+                why: format!(
+                    "{:?} is not a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 63 bytes)",
+                    cfg.schema
+                ),
+            });
+        }
+        if cfg.pool_size == 0 {
+            return Err(OpenError::Config {
+                field: "pool_size",
+                why: "needs at least 1 connection".into(),
+            });
+        }
+        let mut pg: tokio_postgres::Config = cfg.url.parse().map_err(|e| OpenError::Config {
+            field: "url",
+            why: format!("{e}"),
+        })?;
+        pg.options(format!("-c search_path={}", cfg.schema))
+            .application_name("xfer")
+            .connect_timeout(cfg.connect_timeout);
+        let host = match pg.get_hosts().first() {
+            Some(tokio_postgres::config::Host::Tcp(h)) => h.clone(),
+            Some(tokio_postgres::config::Host::Unix(p)) => p.display().to_string(),
+            None => "localhost".into(),
+        };
+        let where_ = format!(
+            "postgres {host}/{}/{}",
+            pg.get_dbname().unwrap_or("-"),
+            cfg.schema
+        );
+        let manager = Manager::from_config(
+            pg,
+            NoTls,
+            ManagerConfig {
+                recycling_method: RecyclingMethod::Fast,
+            },
+        );
+        let pool = Pool::builder(manager)
+            .max_size(cfg.pool_size)
+            .runtime(Runtime::Tokio1)
+            .wait_timeout(Some(cfg.connect_timeout))
+            .create_timeout(Some(cfg.connect_timeout))
+            .build()
+            .map_err(|e| OpenError::Config {
+                field: "pool_size",
+                why: e.to_string(),
+            })?;
+        let store = PostgresStore { pool, name: where_ };
+        store.migrate(&cfg.schema).await?;
+        Ok(store)
+    }
+
+    async fn migrate(&self, schema: &str) -> Result<(), OpenError> {
+        let mut client = self
+            .pool
+            .get()
+            .await
+            .map_err(|e| OpenError::Unreachable(e.to_string()))?;
+        let failed = |e: tokio_postgres::Error| OpenError::Migration(describe(&e));
+        let tx = client.transaction().await.map_err(failed)?;
+        // One lock per schema name, held until commit.
+        tx.execute(
+            "SELECT pg_advisory_xact_lock(hashtext('xfer schema ' || $1::text))",
+            &[&schema],
+        )
+        .await
+        .map_err(failed)?;
+        tx.batch_execute(&format!(
+            "CREATE SCHEMA IF NOT EXISTS {schema}; \
+             CREATE TABLE IF NOT EXISTS migrations \
+                 (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now());"
+        ))
+        .await
+        .map_err(failed)?;
+        for (version, sql) in MIGRATIONS {
+            let done = tx
+                .query_opt("SELECT 1 FROM migrations WHERE version = $1", &[version])
+                .await
+                .map_err(failed)?;
+            if done.is_none() {
+                tx.batch_execute(sql).await.map_err(failed)?;
+                tx.execute("INSERT INTO migrations (version) VALUES ($1)", &[version])
+                    .await
+                    .map_err(failed)?;
+            }
+        }
+        tx.commit().await.map_err(failed)
+    }
+
+    /// Where it lives (host and schema), for logs.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn client(&self) -> Result<deadpool_postgres::Object, StoreError> {
+        self.pool.get().await.map_err(|e| match e {
+            PoolError::Backend(e) => classify(&self.name, e),
+            e => StoreError::Unavailable(format!("{}: {e}", self.name)),
+        })
+    }
+
+    /// Runs one read-only query and answers its rows.
+    async fn rows(
+        &self,
+        sql: &str,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        let client = self.client().await?;
+        let stmt = client
+            .prepare_cached(sql)
+            .await
+            .map_err(|e| classify(&self.name, e))?;
+        client
+            .query(&stmt, params)
+            .await
+            .map_err(|e| classify(&self.name, e))
+    }
+
+    fn corrupted(&self, what: String) -> StoreError {
+        StoreError::Corrupted(format!("{}: {what}", self.name))
+    }
+
+    async fn execute_batch(&self, ops: Vec<Op>) -> Result<Vec<Reply>, StoreError> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Lock rows in one global order (accounts, then transfers, by id) so that two
+        // batches never wait for each other in a cycle; a record's own ops keep their order
+        // (the sort is stable).
+        let mut order: Vec<usize> = (0..ops.len()).collect();
+        order.sort_by(|&a, &b| wire::lock_key(&ops[a]).cmp(&wire::lock_key(&ops[b])));
+        let payload =
+            serde_json::Value::Array(order.iter().map(|&i| wire::encode(&ops[i])).collect())
+                .to_string();
+        let rows = self.rows(EXECUTE, &[&payload]).await?;
+        if rows.len() != ops.len() {
+            return Err(self.corrupted(format!("{} replies to {} ops", rows.len(), ops.len())));
+        }
+        let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
+        for (&at, row) in order.iter().zip(rows) {
+            let text: &str = row.get(0);
+            replies[at] = Some(wire::decode(text).map_err(|e| self.corrupted(e))?);
+        }
+        Ok(replies.into_iter().flatten().collect())
+    }
+}
+
+/// The error's text with the server's detail, if it sent one.
+fn describe(e: &tokio_postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!(
+            "{} ({}){}",
+            db.message(),
+            db.code().code(),
+            db.where_().map(|w| format!(" at {w}")).unwrap_or_default()
+        ),
+        None => e.to_string(),
+    }
+}
+
+/// What a failed call means for the caller. The server answering with an error means the
+/// statement (the whole batch) was rolled back: nothing was applied. Connection trouble
+/// after the statement may have left means anything may have been.
+fn classify(shard: &str, e: tokio_postgres::Error) -> StoreError {
+    let text = format!("{shard}: {}", describe(&e));
+    match e.as_db_error().map(|db| db.code().code()) {
+        // Connection, rollback (serialization, deadlock), resources, lock wait, operator
+        // intervention (shutdown, cancel), system: try again.
+        Some(code) if ["08", "40", "53", "55", "57", "58"].contains(&&code[..2]) => {
+            StoreError::Unavailable(text)
+        }
+        // Anything else the server refuses is a bug or a damaged schema: a human looks.
+        Some(_) => StoreError::Corrupted(text),
+        None => StoreError::Indeterminate(text),
+    }
+}
+
+fn ms(t: Timestamp) -> i64 {
+    wire::ms(t)
+}
+
+fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Store for PostgresStore {
+    fn execute(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Reply>, StoreError>> {
+        Box::pin(self.execute_batch(ops))
+    }
+
+    fn scan_due(
+        &self,
+        now: Timestamp,
+        limit_: usize,
+    ) -> BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>> {
+        Box::pin(async move {
+            let rows = self.rows(SCAN_DUE, &[&ms(now), &limit(limit_)]).await?;
+            rows.iter()
+                .map(|r| wire::decode_transfer(r.get(0)).map_err(|e| self.corrupted(e)))
+                .collect()
+        })
+    }
+
+    fn history<'a>(
+        &'a self,
+        account: &'a AccountId,
+        before: Option<u64>,
+        limit_: usize,
+    ) -> BoxFuture<'a, Result<HistoryPage, StoreError>> {
+        Box::pin(async move {
+            let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+            let rows = self
+                .rows(
+                    HISTORY,
+                    &[&account.as_str(), &before, &limit(limit_.saturating_add(1))],
+                )
+                .await?;
+            let mut entries = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let seq: i64 = r.get(0);
+                let transfer: &str = r.get(1);
+                let transfer = TransferId::new(transfer)
+                    .map_err(|e| self.corrupted(format!("history: {}", e.message)))?;
+                entries.push((seq as u64, transfer));
+            }
+            Ok(HistoryPage::from_one_extra(&mut entries, limit_))
+        })
+    }
+
+    fn prune(&self, limit_: usize) -> BoxFuture<'_, Result<usize, StoreError>> {
+        Box::pin(async move {
+            let n = i32::try_from(limit_).unwrap_or(i32::MAX);
+            let rows = self.rows(PRUNE, &[&n]).await?;
+            let dropped: i32 = rows.first().map_or(0, |r| r.get(0));
+            Ok(dropped.max(0) as usize)
+        })
+    }
+
+    fn accounts<'a>(
+        &'a self,
+        after: Option<&'a AccountId>,
+        limit_: usize,
+    ) -> BoxFuture<'a, Result<Vec<Account>, StoreError>> {
+        Box::pin(async move {
+            let after = after.map_or("", |a| a.as_str());
+            let rows = self.rows(ACCOUNTS, &[&after, &limit(limit_)]).await?;
+            rows.iter()
+                .map(|r| wire::decode_account(r.get(0)).map_err(|e| self.corrupted(e)))
+                .collect()
+        })
+    }
+
+    fn transfers<'a>(
+        &'a self,
+        after: Option<&'a TransferId>,
+        limit_: usize,
+    ) -> BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>> {
+        Box::pin(async move {
+            let after = after.map_or("", |a| a.as_str());
+            let rows = self.rows(TRANSFERS, &[&after, &limit(limit_)]).await?;
+            rows.iter()
+                .map(|r| wire::decode_transfer(r.get(0)).map_err(|e| self.corrupted(e)))
+                .collect()
+        })
+    }
+}
