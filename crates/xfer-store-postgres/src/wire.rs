@@ -210,7 +210,7 @@ impl From<AccountRow> for Account {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "snake_case")]
-enum Prepared {
+enum PrepareWord {
     Prepared,
     AlreadyPrepared,
     AlreadyPosted,
@@ -221,7 +221,7 @@ enum Prepared {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "snake_case")]
-enum Posted {
+enum PostWord {
     Posted,
     AlreadyPosted,
     Missing,
@@ -230,7 +230,7 @@ enum Posted {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "snake_case")]
-enum Released {
+enum ReleaseWord {
     Released,
     AlreadyReleased,
     Marked,
@@ -242,9 +242,9 @@ enum Released {
 #[serde(tag = "r", rename_all = "snake_case")]
 enum ReplyRow {
     Account(AccountRow),
-    Prepare { o: Prepared, code: Option<Code> },
-    Post { o: Posted },
-    Release { o: Released },
+    Prepare { o: PrepareWord, code: Option<Code> },
+    Post { o: PostWord },
+    Release { o: ReleaseWord },
     Transfer(TransferRow),
     Unchanged(TransferRow),
     Refused { code: Code },
@@ -257,26 +257,26 @@ pub(crate) fn decode(text: &str) -> Result<Reply, String> {
     Ok(match row {
         ReplyRow::Account(a) => Reply::Account(Box::new(a.into())),
         ReplyRow::Prepare { o, code } => Reply::Prepare(match o {
-            Prepared::Prepared => PrepareOutcome::Prepared,
-            Prepared::AlreadyPrepared => PrepareOutcome::AlreadyPrepared,
-            Prepared::AlreadyPosted => PrepareOutcome::AlreadyPosted,
-            Prepared::AlreadyReleased => PrepareOutcome::AlreadyReleased,
-            Prepared::TooLate => PrepareOutcome::TooLate,
-            Prepared::Refused => PrepareOutcome::Refused(
+            PrepareWord::Prepared => PrepareOutcome::Prepared,
+            PrepareWord::AlreadyPrepared => PrepareOutcome::AlreadyPrepared,
+            PrepareWord::AlreadyPosted => PrepareOutcome::AlreadyPosted,
+            PrepareWord::AlreadyReleased => PrepareOutcome::AlreadyReleased,
+            PrepareWord::TooLate => PrepareOutcome::TooLate,
+            PrepareWord::Refused => PrepareOutcome::Refused(
                 code.ok_or_else(|| format!("a refused prepare without a code: {text}"))?,
             ),
         }),
         ReplyRow::Post { o } => Reply::Post(match o {
-            Posted::Posted => PostOutcome::Posted,
-            Posted::AlreadyPosted => PostOutcome::AlreadyPosted,
-            Posted::Missing => PostOutcome::Missing,
-            Posted::FoundReleased => PostOutcome::FoundReleased,
+            PostWord::Posted => PostOutcome::Posted,
+            PostWord::AlreadyPosted => PostOutcome::AlreadyPosted,
+            PostWord::Missing => PostOutcome::Missing,
+            PostWord::FoundReleased => PostOutcome::FoundReleased,
         }),
         ReplyRow::Release { o } => Reply::Release(match o {
-            Released::Released => ReleaseOutcome::Released,
-            Released::AlreadyReleased => ReleaseOutcome::AlreadyReleased,
-            Released::Marked => ReleaseOutcome::Marked,
-            Released::FoundPosted => ReleaseOutcome::FoundPosted,
+            ReleaseWord::Released => ReleaseOutcome::Released,
+            ReleaseWord::AlreadyReleased => ReleaseOutcome::AlreadyReleased,
+            ReleaseWord::Marked => ReleaseOutcome::Marked,
+            ReleaseWord::FoundPosted => ReleaseOutcome::FoundPosted,
         }),
         ReplyRow::Transfer(t) => Reply::Transfer(Box::new(t.into())),
         ReplyRow::Unchanged(t) => Reply::Unchanged(Box::new(t.into())),

@@ -2,68 +2,8 @@
 //! real PostgreSQL server: `XFER_TEST_POSTGRES_URL`, by default the local server that
 //! `scripts/services` starts. A server that cannot be reached fails the test; it never skips.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use xfer_store_postgres::{PostgresConfig, PostgresStore};
-
-fn url() -> String {
-    std::env::var("XFER_TEST_POSTGRES_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/xfer_test".into())
-}
-
-/// Fresh schemas for one test run, dropped when it ends (also when it fails).
-struct Schemas {
-    prefix: String,
-    made: AtomicUsize,
-}
-
-impl Schemas {
-    fn new(test: &str) -> Schemas {
-        Schemas {
-            prefix: format!("t_{test}_{}", std::process::id()),
-            made: AtomicUsize::new(0),
-        }
-    }
-
-    async fn open(&self) -> PostgresStore {
-        let n = self.made.fetch_add(1, Ordering::Relaxed);
-        let cfg = PostgresConfig::new(url(), format!("{}_{n}", self.prefix));
-        match PostgresStore::open(&cfg).await {
-            Ok(s) => s,
-            Err(e) => panic!(
-                "{e} (url {}; run scripts/services to start PostgreSQL)",
-                url()
-            ),
-        }
-    }
-}
-
-impl Drop for Schemas {
-    fn drop(&mut self) {
-        let n = self.made.load(Ordering::Relaxed);
-        let url = url();
-        let prefix = self.prefix.clone();
-        // The test's runtime is gone or going; drop the schemas from a small one of our own.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async move {
-                let Ok((client, conn)) = tokio_postgres::connect(&url, tokio_postgres::NoTls).await
-                else {
-                    return;
-                };
-                tokio::spawn(conn);
-                for i in 0..n {
-                    let _ = client
-                        .batch_execute(&format!("DROP SCHEMA IF EXISTS {prefix}_{i} CASCADE"))
-                        .await;
-                }
-            })
-        })
-        .join();
-    }
-}
+mod common;
+use common::Schemas;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance() {
