@@ -17,13 +17,30 @@ pub struct ServeArgs {
     /// 127.0.0.1:7700]
     #[arg(long, env = "XFER_LISTEN")]
     pub listen: Option<SocketAddr>,
+    /// Where the shards live: `embedded` (a data directory, nothing to install) or
+    /// `postgres` (schemas `xfer_shard_N` in the databases of --postgres-url). [default:
+    /// embedded]
+    #[arg(long, env = "XFER_STORE")]
+    pub store: Option<StoreKind>,
     /// The embedded store's data directory (created if absent). [default: ./xfer-data]
     #[arg(long, env = "XFER_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// Shards of the data directory (fixed when it is created; an existing directory must
-    /// be opened with its own count). [default: 4]
+    /// Shards (fixed when the store is created; an existing store must be opened with its
+    /// own count). [default: 4]
     #[arg(long, env = "XFER_SHARDS")]
     pub shards: Option<u16>,
+    /// With --store postgres: a database URL, e.g. postgres://xfer@10.0.0.5/xfer. Repeat
+    /// the flag (or separate with `;` in XFER_POSTGRES_URL) to spread the shards over
+    /// several databases or servers: shard N lives in URL N mod the count, schema
+    /// xfer_shard_N.
+    #[arg(
+        long = "postgres-url",
+        env = "XFER_POSTGRES_URL",
+        value_delimiter = ';',
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub postgres_urls: Vec<String>,
     /// A bearer token and its scopes, as `SECRET:read,write` (scopes: read, write, admin;
     /// admin grants write, write grants read). Repeat the flag, or separate with `;` in
     /// XFER_TOKENS. With no token, auth is off and only loopback is allowed.
@@ -66,6 +83,17 @@ pub struct ServeArgs {
     pub shutdown_grace_ms: Option<u64>,
 }
 
+/// Which store holds the shards.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StoreKind {
+    /// The embedded store in `data_dir`.
+    #[default]
+    Embedded,
+    /// PostgreSQL databases listed in `postgres_urls`.
+    Postgres,
+}
+
 /// Log line format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -82,8 +110,11 @@ pub enum LogFormat {
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     listen: Option<SocketAddr>,
+    store: Option<StoreKind>,
     data_dir: Option<PathBuf>,
     shards: Option<u16>,
+    #[serde(default)]
+    postgres_urls: Vec<String>,
     #[serde(default)]
     tokens: Vec<FileToken>,
     log_format: Option<LogFormat>,
@@ -109,10 +140,14 @@ struct FileToken {
 pub struct ServeConfig {
     /// Where to listen.
     pub listen: SocketAddr,
-    /// The data directory.
+    /// Where the shards live.
+    pub store: StoreKind,
+    /// The data directory (embedded store).
     pub data_dir: PathBuf,
-    /// Shards for a new data directory.
+    /// Shards.
     pub shards: u16,
+    /// The databases of the PostgreSQL store; shard N in URL N mod the count.
+    pub postgres_urls: Vec<String>,
     /// Bearer tokens; empty means auth is off (loopback only).
     pub tokens: Tokens,
     /// Log format.
@@ -139,8 +174,10 @@ impl Default for ServeConfig {
     fn default() -> Self {
         ServeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 7700)),
+            store: StoreKind::Embedded,
             data_dir: PathBuf::from("xfer-data"),
             shards: 4,
+            postgres_urls: Vec::new(),
             tokens: Tokens::default(),
             log_format: LogFormat::Text,
             log: "info".to_string(),
@@ -212,6 +249,12 @@ impl ServeConfig {
                 .or(file.data_dir)
                 .unwrap_or(d.data_dir),
             shards: args.shards.or(file.shards).unwrap_or(d.shards),
+            store: args.store.or(file.store).unwrap_or(d.store),
+            postgres_urls: if args.postgres_urls.is_empty() {
+                file.postgres_urls
+            } else {
+                args.postgres_urls.clone()
+            },
             tokens: Tokens::new(tokens),
             log_format: args.log_format.or(file.log_format).unwrap_or(d.log_format),
             log: args.log.clone().or(file.log).unwrap_or(d.log),
@@ -268,6 +311,19 @@ impl ServeConfig {
                 self.shards
             )));
         }
+        match (self.store, self.postgres_urls.is_empty()) {
+            (StoreKind::Postgres, true) => {
+                return Err(ConfigError(
+                    "store postgres needs at least one --postgres-url (XFER_POSTGRES_URL)".into(),
+                ))
+            }
+            (StoreKind::Embedded, false) => {
+                return Err(ConfigError(
+                    "postgres_urls is set but the store is embedded: add --store postgres".into(),
+                ))
+            }
+            _ => {}
+        }
         if let Err(e) = self.log.parse::<tracing_subscriber::filter::Targets>() {
             return Err(ConfigError(format!("log: {:?}: {e}", self.log)));
         }
@@ -320,5 +376,21 @@ mod tests {
                 .unwrap();
         let e = ServeConfig::merge(file, &ServeArgs::default()).unwrap_err();
         assert!(e.0.contains("tokens[0].scopes"), "{e}");
+    }
+
+    #[test]
+    fn the_postgres_store_needs_a_url_and_a_url_needs_the_postgres_store() {
+        let args = ServeArgs {
+            store: Some(StoreKind::Postgres),
+            ..ServeArgs::default()
+        };
+        let e = ServeConfig::merge(FileConfig::default(), &args).unwrap_err();
+        assert!(e.0.contains("--postgres-url"), "{e}");
+        let file: FileConfig =
+            toml::from_str("postgres_urls = [\"postgres://x@127.0.0.1/a\"]\n").unwrap();
+        let e = ServeConfig::merge(file.clone(), &ServeArgs::default()).unwrap_err();
+        assert!(e.0.contains("--store postgres"), "{e}");
+        let cfg = ServeConfig::merge(file, &args).unwrap();
+        assert_eq!(cfg.postgres_urls.len(), 1);
     }
 }

@@ -29,6 +29,7 @@ pub mod metrics;
 pub mod openapi;
 pub mod server;
 pub mod service;
+pub mod stores;
 pub mod wire;
 
 pub use client::Client;

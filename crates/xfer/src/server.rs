@@ -1,5 +1,5 @@
-//! [`Server`]: `xfer serve` as a library call. [`Server::start`] opens the embedded store
-//! (recovering what a previous run left), builds the shards (each one metered, concurrent
+//! [`Server`]: `xfer serve` as a library call. [`Server::start`] opens the store (the
+//! embedded one recovering what a previous run left, or PostgreSQL; see [`stores`]), builds the shards (each one metered, concurrent
 //! calls merged into one), the executors and the sweeper loop, binds the listener and
 //! serves. [`Server::shutdown`] is the graceful stop SIGTERM/SIGINT trigger:
 //!
@@ -14,6 +14,7 @@ use crate::api::{self, App};
 use crate::config::{LogFormat, ServeConfig};
 use crate::metrics::{CountingSleeper, Metrics, Stopwatch};
 use crate::service::Service;
+use crate::stores;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -24,7 +25,6 @@ use xfer_engine::{
     TokioSleeper,
 };
 use xfer_store::{Coalesce, Intercept, Store};
-use xfer_store_embedded::{Embedded, EmbeddedConfig};
 
 /// A running server.
 pub struct Server {
@@ -39,34 +39,12 @@ impl Server {
     /// could not be done (the directory is in use, the address is taken, …).
     pub async fn start(cfg: ServeConfig) -> Result<Server, String> {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-        let watch = Stopwatch::start();
-        let dir = cfg.data_dir.clone();
-        let store_cfg = EmbeddedConfig {
-            shards: cfg.shards,
-            ..EmbeddedConfig::default()
-        };
-        let store_clock = clock.clone();
-        let (store, report) = tokio::task::spawn_blocking(move || {
-            std::fs::create_dir_all(&dir)
-                .map_err(|e| format!("data directory {}: {e}", dir.display()))?;
-            Embedded::open(&dir, store_cfg, store_clock)
-                .map_err(|e| format!("data directory {}: {e}", dir.display()))
-        })
-        .await
-        .map_err(|e| e.to_string())??;
-        tracing::info!(
-            data_dir = %cfg.data_dir.display(),
-            shards = cfg.shards,
-            accounts = report.accounts,
-            replayed = report.replayed,
-            torn_tail = ?report.torn_tail,
-            ms = (watch.seconds() * 1e3) as u64,
-            "store opened"
-        );
+        let store = stores::open(&cfg, clock.clone()).await?;
 
         let metrics = Arc::new(Metrics::new());
         let shards: Vec<Arc<dyn Store>> = store
-            .shards()
+            .shards
+            .clone()
             .into_iter()
             .enumerate()
             .map(|(i, s)| {

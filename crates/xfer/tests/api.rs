@@ -5,6 +5,8 @@
 //!   accounts, transfers, holds, refunds, admin) on one server, then a check that the
 //!   requests made cover [`xfer::api::ROUTES`], seen from the client and from the server's
 //!   own request metrics;
+//! - the first three also `_on_postgres`: the same requests and answers with the shards in a
+//!   fresh PostgreSQL database;
 //! - `resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts`;
 //! - `bad_input_is_refused_with_its_code_and_field_and_changes_nothing`: a table of bad
 //!   requests, each compared against a snapshot of the accounts and the audit;
@@ -31,6 +33,34 @@ struct TestServer {
     client: Client,
     sent: Mutex<Vec<(String, String)>>,
     dir: Option<tempfile::TempDir>,
+    database: Option<String>,
+}
+
+/// Where a test server keeps its shards.
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Embedded,
+    /// A fresh database on the test server (`XFER_TEST_POSTGRES_BASE`, by default the local
+    /// server `scripts/services` starts), dropped at shutdown.
+    Postgres,
+}
+
+fn postgres_base() -> String {
+    std::env::var("XFER_TEST_POSTGRES_BASE")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+/// Runs one statement on the test server's maintenance database.
+async fn postgres_admin(sql: &str) {
+    let url = format!("{}/postgres", postgres_base());
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("{url}: {e} (run scripts/services to start PostgreSQL)"));
+    tokio::spawn(conn);
+    client
+        .batch_execute(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
 impl Drop for TestServer {
@@ -43,14 +73,15 @@ impl Drop for TestServer {
 
 impl TestServer {
     /// Auth off.
-    async fn start() -> TestServer {
-        TestServer::start_with(Tokens::default(), None).await
+    async fn start(backend: Backend) -> TestServer {
+        TestServer::start_with(backend, Tokens::default(), None).await
     }
 
     /// With `tokens`; the default client sends `token`.
-    async fn start_with(tokens: Tokens, token: Option<&str>) -> TestServer {
+    async fn start_with(backend: Backend, tokens: Tokens, token: Option<&str>) -> TestServer {
+        static DATABASES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let cfg = ServeConfig {
+        let mut cfg = ServeConfig {
             listen: "127.0.0.1:0".parse().unwrap(),
             data_dir: dir.path().join("data"),
             sweep_interval_ms: 100,
@@ -58,6 +89,15 @@ impl TestServer {
             tokens,
             ..ServeConfig::default()
         };
+        let mut database = None;
+        if let Backend::Postgres = backend {
+            let n = DATABASES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let name = format!("xfer_api_{}_{n}", std::process::id());
+            postgres_admin(&format!("CREATE DATABASE {name}")).await;
+            cfg.store = xfer::config::StoreKind::Postgres;
+            cfg.postgres_urls = vec![format!("{}/{name}", postgres_base())];
+            database = Some(name);
+        }
         let server = Server::start(cfg).await.expect("the server starts");
         let client = Client::new(
             &format!("http://{}", server.addr()),
@@ -69,6 +109,7 @@ impl TestServer {
             client,
             sent: Mutex::new(Vec::new()),
             dir: Some(dir),
+            database,
         };
         ts.wait_ready().await;
         ts
@@ -145,6 +186,9 @@ impl TestServer {
         let server = self.server.take().expect("running");
         server.shutdown().await.expect("a clean shutdown");
         drop(self.dir.take());
+        if let Some(db) = self.database.take() {
+            postgres_admin(&format!("DROP DATABASE {db} WITH (FORCE)")).await;
+        }
     }
 
     // ---- domain helpers ----
@@ -915,7 +959,16 @@ async fn metrics(ts: &TestServer) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_is_served_documented_and_exercised() {
-    let ts = TestServer::start().await;
+    every_route(Backend::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_is_served_documented_and_exercised_on_postgres() {
+    every_route(Backend::Postgres).await;
+}
+
+async fn every_route(backend: Backend) {
+    let ts = TestServer::start(backend).await;
     health_and_docs(&ts).await;
     accounts(&ts).await;
     lower_bounds_and_close(&ts).await;
@@ -948,7 +1001,16 @@ async fn every_route_is_served_documented_and_exercised() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts() {
-    let ts = TestServer::start().await;
+    idempotency(Backend::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts_on_postgres() {
+    idempotency(Backend::Postgres).await;
+}
+
+async fn idempotency(backend: Backend) {
+    let ts = TestServer::start(backend).await;
     ts.create_account("bank", "USD", json!("unbounded")).await;
     ts.create_account("alice", "USD", json!(0)).await;
     let body = transfer("once", "bank", "alice", "USD", json!(40));
@@ -1485,7 +1547,16 @@ fn bad_cases() -> Vec<Bad> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_refused_with_its_code_and_field_and_changes_nothing() {
-    let ts = TestServer::start().await;
+    bad_input(Backend::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_with_its_code_and_field_and_changes_nothing_on_postgres() {
+    bad_input(Backend::Postgres).await;
+}
+
+async fn bad_input(backend: Backend) {
+    let ts = TestServer::start(backend).await;
     ts.create_account("bank", "USD", json!("unbounded")).await;
     ts.create_account("alice", "USD", json!(0)).await;
     ts.create_account("bob", "USD", json!(0)).await;
@@ -1556,7 +1627,7 @@ async fn tokens_and_scopes_guard_every_endpoint() {
         .map(|t| Token::parse_flag(t).expect("a token"))
         .collect(),
     );
-    let ts = TestServer::start_with(tokens, Some(ADMIN)).await;
+    let ts = TestServer::start_with(Backend::Embedded, tokens, Some(ADMIN)).await;
     let none = ts.client_with(None);
     let wrong = ts.client_with(Some("unknown-0123456789"));
     let reader = ts.client_with(Some(READER));
