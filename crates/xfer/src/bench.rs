@@ -1,21 +1,26 @@
-//! `xfer bench`: throughput and latency of xfer on the embedded store, fsync on, measured
-//! the way users run it. Not a test: nothing here asserts a speed; figures go to
-//! `docs/benchmarks.md` with the command that produced them.
+//! `xfer bench`: throughput and latency of xfer, durable (fsync on), measured the way users
+//! run it. Not a test: nothing here asserts a speed; figures go to `docs/benchmarks.md`
+//! with the command that produced them.
 //!
-//! It starts `xfer serve` in-process on a fresh data directory, creates and funds the
-//! accounts, then runs `in_flight / batch` clients for `duration`, each submitting `batch`
-//! transfers per request and waiting for their outcomes, either through the engine as a
-//! library (`--via library`: `Executor::submit_many`) or over HTTP (`--via http`:
-//! `POST /v1/transfers`, or `/v1/transfers/batch` when `batch > 1`).
+//! It starts `xfer serve` in-process on a fresh store (`--store embedded`: a new data
+//! directory; `--store postgres`: a new database on the server of `--postgres-url`),
+//! creates and funds the accounts, then runs `in_flight / batch` clients for `duration`,
+//! each submitting `batch` transfers per request and waiting for their outcomes, either
+//! through the engine as a library (`--via library`: `Executor::submit_many`) or over HTTP
+//! (`--via http`: `POST /v1/transfers`, or `/v1/transfers/batch` when `batch > 1`).
+//! `--baseline postgres` then runs the same workload as native PostgreSQL transactions
+//! ([`crate::baseline`]) on `--baseline-clients` connections and prints the ratio.
 //!
 //! Workloads: `uniform` (random accounts on both sides), `hot` (a share of the transfers
 //! debit or credit one account), `multi-asset` (a USD and a POINTS posting, usually on two
 //! shards), `holds` (hold, then capture), `flash-sale` (stock, per-user quota and cash in one
 //! transfer). Latency is per request, submit to outcome (`done` or `canceled`: the
-//! decision and every post); CPU is this process's user + system time.
+//! decision and every post); CPU is this process's user + system time, and the whole
+//! machine's (the database server's included) per transfer.
 
+use crate::baseline::{FreshDatabase, Native};
 use crate::client::Client;
-use crate::config::ServeConfig;
+use crate::config::{ServeConfig, StoreKind};
 use crate::metrics::Stopwatch;
 use crate::server::Server;
 use clap::{Args, ValueEnum};
@@ -56,9 +61,25 @@ pub struct BenchArgs {
     /// merchant being paid).
     #[arg(long, value_enum, default_value_t = HotSide::Debit)]
     pub hot_side: HotSide,
-    /// Shards of the embedded store.
+    /// Where xfer's shards live: the embedded store, or PostgreSQL (a fresh database on the
+    /// server of --postgres-url, dropped after the run).
+    #[arg(long, value_enum, default_value_t = StoreKind::Embedded)]
+    pub store: StoreKind,
+    /// Shards.
     #[arg(long, default_value_t = 4)]
     pub shards: u16,
+    /// The PostgreSQL server for `--store postgres` and `--baseline postgres`. Each run
+    /// creates its own database next to the one named here and drops it after (the user
+    /// needs the CREATEDB right). `scripts/services` starts a local server.
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/xfer_bench")]
+    pub postgres_url: String,
+    /// Then run the same workload without xfer, as native PostgreSQL transactions (one
+    /// per transfer: conditional debit, credit, insert, commit), and print the ratio.
+    #[arg(long, value_enum)]
+    pub baseline: Option<Baseline>,
+    /// Connections of the baseline, each running one transaction at a time.
+    #[arg(long, default_value_t = 64)]
+    pub baseline_clients: u64,
     /// Where the data directory goes (a fresh subdirectory is made and removed).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
@@ -88,6 +109,13 @@ pub enum Via {
     Http,
 }
 
+/// What xfer is compared with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Baseline {
+    /// Native PostgreSQL transactions (see [`crate::baseline`]).
+    Postgres,
+}
+
 /// The hot account's side.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum HotSide {
@@ -114,8 +142,10 @@ fn parse_duration(s: &str) -> Result<u64, String> {
 pub struct BenchReport {
     /// The workload's name.
     pub workload: String,
-    /// `library` or `http`.
+    /// `library`, `http`, or `postgres-native` (the baseline).
     pub via: String,
+    /// `embedded` or `postgres` (xfer's shards), or `-` for the baseline.
+    pub store: String,
     /// Transfers answered in the window.
     pub transfers: u64,
     /// Of which `done`.
@@ -134,6 +164,9 @@ pub struct BenchReport {
     pub cpu_seconds: f64,
     /// CPU per transfer, µs.
     pub cpu_us_per_transfer: f64,
+    /// CPU of the whole machine (every process: xfer, the database server, the load) per
+    /// transfer, µs.
+    pub machine_cpu_us_per_transfer: f64,
     /// Peak resident memory, MiB.
     pub peak_rss_mib: f64,
 }
@@ -236,6 +269,7 @@ fn spec_json(s: &TransferSpec) -> Value {
 enum Target {
     Library(Arc<Server>),
     Http(Client),
+    Native(Native),
 }
 
 impl Target {
@@ -249,6 +283,13 @@ impl Target {
         let mut states = match self {
             Target::Library(s) => finished_states(s.service().executor().submit_many(specs).await)?,
             Target::Http(c) => http_submit(c, &specs).await?,
+            Target::Native(n) => {
+                let mut out = Vec::with_capacity(specs.len());
+                for s in &specs {
+                    out.push(n.transfer(s).await?);
+                }
+                return Ok(out);
+            }
         };
         if holds {
             let held: Vec<TransferId> = ids
@@ -267,6 +308,7 @@ impl Target {
                         .collect();
                     finished_states(e.drive(starts).await)?
                 }
+                Target::Native(_) => unreachable!("answered above"),
                 Target::Http(c) => {
                     let calls = held.iter().map(|id| async move {
                         let path = format!(
@@ -327,6 +369,25 @@ async fn http_submit(c: &Client, specs: &[TransferSpec]) -> Result<Vec<TransferS
         .collect()
 }
 
+/// The whole machine's busy CPU seconds (all cores, every process), from /proc/stat.
+fn machine_cpu() -> f64 {
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| {
+            let f: Vec<f64> = s
+                .lines()
+                .next()?
+                .split_whitespace()
+                .skip(1)
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            // user nice system idle iowait irq softirq steal: all but idle and iowait.
+            let busy = f.iter().take(8).sum::<f64>() - f.get(3)? - f.get(4)?;
+            Some(busy / 100.0)
+        })
+        .unwrap_or(0.0)
+}
+
 /// This process's CPU seconds (user + system) and peak resident MiB, from /proc.
 fn usage() -> (f64, f64) {
     let cpu = std::fs::read_to_string("/proc/self/stat")
@@ -357,49 +418,111 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// Runs the benchmark (see the module docs), printing progress every second.
-pub async fn run(a: BenchArgs) -> Result<BenchReport, String> {
+/// xfer's figures and, with `--baseline`, the baseline's from the same run.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BenchRun {
+    /// xfer.
+    pub xfer: BenchReport,
+    /// The baseline, if asked for.
+    pub baseline: Option<BenchReport>,
+}
+
+/// Runs the benchmark (see the module docs), printing progress every second; then the
+/// baseline, if asked for.
+pub async fn run(a: BenchArgs) -> Result<BenchRun, String> {
     if a.accounts < 2 || a.batch == 0 || a.batch > 8_192 || a.in_flight < a.batch {
         return Err("need --accounts ≥ 2, 1 ≤ --batch ≤ 8192, --in-flight ≥ --batch".into());
     }
+    if a.baseline.is_some() && !matches!(a.workload, Workload::Uniform | Workload::Hot) {
+        return Err("--baseline postgres runs the uniform and hot workloads".into());
+    }
+    if a.baseline.is_some() && !(1..=1_000).contains(&a.baseline_clients) {
+        return Err("--baseline-clients: 1 to 1000".into());
+    }
+    let xfer = run_xfer(&a).await?;
+    let baseline = match a.baseline {
+        Some(Baseline::Postgres) => {
+            let db = FreshDatabase::create(&a.postgres_url, "native").await?;
+            let result = run_native(&a, &db.url).await;
+            db.drop_now().await?;
+            Some(result?)
+        }
+        None => None,
+    };
+    Ok(BenchRun { xfer, baseline })
+}
+
+async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
     let base = a.dir.clone().unwrap_or_else(std::env::temp_dir);
     let dir = base.join(format!(
         "xfer-bench-{}-{}",
         std::process::id(),
         SystemClock.now().as_ms()
     ));
-    let cfg = ServeConfig {
+    let mut cfg = ServeConfig {
         listen: "127.0.0.1:0".parse().expect("an address"),
         data_dir: dir.clone(),
         shards: a.shards,
         ..ServeConfig::default()
     };
+    let db = match a.store {
+        StoreKind::Embedded => None,
+        StoreKind::Postgres => {
+            let db = FreshDatabase::create(&a.postgres_url, "xfer").await?;
+            cfg.store = StoreKind::Postgres;
+            cfg.postgres_urls = vec![db.url.clone()];
+            Some(db)
+        }
+    };
     let server = Arc::new(Server::start(cfg).await?);
     let client = Client::new(&format!("http://{}", server.addr()), None)?;
-    let result = measure(&a, &server, &client).await;
+    let target = match a.via {
+        Via::Library => Target::Library(server.clone()),
+        Via::Http => Target::Http(client.clone()),
+    };
+    let result = match setup(a, &server).await {
+        Ok(()) => measure(a, target, &name(a.via), &name(a.store)).await,
+        Err(e) => Err(e),
+    };
     match Arc::try_unwrap(server) {
         Ok(s) => s.shutdown().await?,
         Err(_) => return Err("the server is still in use".into()),
     }
     let _ = std::fs::remove_dir_all(&dir);
+    if let Some(db) = db {
+        db.drop_now().await?;
+    }
     result
+}
+
+/// The baseline: the same workload, one native transaction per transfer, on
+/// `--baseline-clients` connections.
+async fn run_native(a: &BenchArgs, url: &str) -> Result<BenchReport, String> {
+    let watch = Stopwatch::start();
+    let native = Native::setup(url, a.accounts, a.baseline_clients as usize).await?;
+    println!(
+        "baseline setup: {} accounts created and funded in {:.1}s",
+        a.accounts,
+        watch.seconds()
+    );
+    let b = BenchArgs {
+        batch: 1,
+        in_flight: a.baseline_clients,
+        ..a.clone()
+    };
+    measure(&b, Target::Native(native), "postgres-native", "-").await
 }
 
 async fn measure(
     a: &BenchArgs,
-    server: &Arc<Server>,
-    client: &Client,
+    target: Target,
+    via: &str,
+    store: &str,
 ) -> Result<BenchReport, String> {
-    let target = match a.via {
-        Via::Library => Target::Library(server.clone()),
-        Via::Http => Target::Http(client.clone()),
-    };
-    setup(a, server).await?;
     let clients = a.in_flight / a.batch;
     println!(
-        "bench: workload={} via={} accounts={} in_flight={} batch={} clients={clients} duration={}s shards={}",
+        "bench: workload={} via={via} store={store} accounts={} in_flight={} batch={} clients={clients} duration={}s shards={}",
         name(a.workload),
-        name(a.via),
         a.accounts,
         a.in_flight, a.batch, a.duration, a.shards
     );
@@ -443,6 +566,7 @@ async fn measure(
         });
     }
     let (cpu0, _) = usage();
+    let machine0 = machine_cpu();
     let watch = Stopwatch::start();
     let mut last = 0;
     for s in 1..=a.duration {
@@ -458,6 +582,7 @@ async fn measure(
     stop.store(true, Ordering::Relaxed);
     let seconds = watch.seconds();
     let (cpu1, rss) = usage();
+    let machine = machine_cpu() - machine0;
     let mut latencies = Vec::new();
     while let Some(r) = tasks.join_next().await {
         latencies.extend(r.map_err(|e| e.to_string())?);
@@ -467,7 +592,8 @@ async fn measure(
     let cpu = cpu1 - cpu0;
     Ok(BenchReport {
         workload: name(a.workload),
-        via: name(a.via),
+        via: via.to_string(),
+        store: store.to_string(),
         transfers,
         done: counts[0].load(Ordering::Relaxed),
         canceled: counts[1].load(Ordering::Relaxed),
@@ -477,6 +603,7 @@ async fn measure(
         latency_ms: [0.5, 0.99, 0.999].map(|q| percentile(&latencies, q)),
         cpu_seconds: cpu,
         cpu_us_per_transfer: cpu * 1e6 / transfers.max(1) as f64,
+        machine_cpu_us_per_transfer: machine * 1e6 / transfers.max(1) as f64,
         peak_rss_mib: rss,
     })
 }
@@ -552,14 +679,26 @@ fn name(v: impl ValueEnum) -> String {
         .map_or_else(String::new, |p| p.get_name().to_string())
 }
 
-/// Prints a report as one readable block.
-pub fn print(r: &BenchReport) {
-    println!(
-        "result: workload={} via={} transfers={} per_second={:.0} done={} canceled={} errors={} \
-         latency_ms p50={:.2} p99={:.2} p999={:.2} cpu_s={:.1} cpu_us_per_transfer={:.1} peak_rss_mib={:.0}",
-        r.workload, r.via, r.transfers, r.per_second, r.done, r.canceled, r.errors,
-        r.latency_ms[0], r.latency_ms[1], r.latency_ms[2], r.cpu_seconds, r.cpu_us_per_transfer, r.peak_rss_mib
-    );
+/// Prints a run: one `result:` line per report, and the ratio when there is a baseline.
+pub fn print(run: &BenchRun) {
+    for r in std::iter::once(&run.xfer).chain(&run.baseline) {
+        println!(
+            "result: workload={} via={} store={} transfers={} per_second={:.0} done={} canceled={} errors={} \
+             latency_ms p50={:.2} p99={:.2} p999={:.2} cpu_s={:.1} cpu_us_per_transfer={:.1} \
+             machine_cpu_us_per_transfer={:.1} peak_rss_mib={:.0}",
+            r.workload, r.via, r.store, r.transfers, r.per_second, r.done, r.canceled, r.errors,
+            r.latency_ms[0], r.latency_ms[1], r.latency_ms[2], r.cpu_seconds, r.cpu_us_per_transfer,
+            r.machine_cpu_us_per_transfer, r.peak_rss_mib
+        );
+    }
+    if let Some(b) = &run.baseline {
+        println!(
+            "compare: xfer {:.0} transfers/s vs postgres native {:.0} transfers/s: {:.2}x",
+            run.xfer.per_second,
+            b.per_second,
+            run.xfer.per_second / b.per_second.max(f64::MIN_POSITIVE)
+        );
+    }
 }
 
 #[cfg(test)]
@@ -585,7 +724,11 @@ mod tests {
             duration: 1,
             hot_percent: 100,
             hot_side: HotSide::Credit,
+            store: StoreKind::Embedded,
             shards: 1,
+            postgres_url: String::new(),
+            baseline: None,
+            baseline_clients: 1,
             dir: None,
         };
         let mut rng = Rng::new(1);

@@ -46,8 +46,12 @@ pub struct Remote {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the service: the HTTP API, executors and the sweeper, on the embedded store.
+    /// Run the service: the HTTP API, executors and the sweeper (on the embedded store by
+    /// default, or PostgreSQL).
     Serve(ServeArgs),
+    /// Run a worker: executor and sweeper passes over shared shards (--store postgres),
+    /// no API; takes serve's store and timing settings. Any number may run.
+    Worker(ServeArgs),
     /// Create, show, list or close accounts.
     #[command(subcommand)]
     Account(AccountCommand),
@@ -254,7 +258,9 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
         }
     };
     match command {
-        Command::Serve(_) | Command::Demo(_) => unreachable!("handled by main"),
+        Command::Serve(_) | Command::Worker(_) | Command::Demo(_) => {
+            unreachable!("handled by main")
+        }
         Command::Bench(args) => {
             let report = crate::bench::run(args).await?;
             if json_out {

@@ -19,6 +19,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod baseline;
 pub mod bench;
 pub mod cli;
 pub mod client;
@@ -31,6 +32,7 @@ pub mod server;
 pub mod service;
 pub mod stores;
 pub mod wire;
+pub mod worker;
 
 pub use client::Client;
 pub use config::ServeConfig;

@@ -17,6 +17,7 @@ fn main() {
     let code = runtime.block_on(async move {
         match cli.command {
             Command::Serve(args) => serve(args).await,
+            Command::Worker(args) => worker(args).await,
             Command::Demo(demo) => xfer::demo::run(demo, &cli.remote).await,
             other => cli::run(other, &cli.remote).await,
         }
@@ -41,6 +42,17 @@ async fn serve(args: xfer::config::ServeArgs) -> Result<i32, String> {
     shutdown_signal().await;
     tracing::info!("shutting down: no new connections; finishing requests under way");
     server.shutdown().await?;
+    Ok(0)
+}
+
+async fn worker(args: xfer::config::ServeArgs) -> Result<i32, String> {
+    let cfg = ServeConfig::resolve(&args).map_err(|e| e.to_string())?;
+    init_logging(cfg.log_format, &cfg.log)?;
+    xfer::worker::run(cfg, async {
+        shutdown_signal().await;
+        tracing::info!("shutting down after the pass under way");
+    })
+    .await?;
     Ok(0)
 }
 

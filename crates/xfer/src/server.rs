@@ -42,50 +42,9 @@ impl Server {
         let store = stores::open(&cfg, clock.clone()).await?;
 
         let metrics = Arc::new(Metrics::new());
-        let shards: Vec<Arc<dyn Store>> = store
-            .shards
-            .clone()
-            .into_iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let metered = Intercept::new(s, meter(metrics.clone(), i));
-                Arc::new(Coalesce::new(metered, cfg.store_calls_per_shard)) as Arc<dyn Store>
-            })
-            .collect();
-        let cluster = Arc::new(Cluster::new(shards, Router::hash(usize::from(cfg.shards))));
-        let protocol = Config {
-            lease_ms: cfg.lease_ms,
-            skew_ms: cfg.skew_ms,
-            claim_grace_ms: cfg.lease_ms,
-        };
-        let incarnation = format!("{}-{}", std::process::id(), clock.now().as_ms());
-        let owner =
-            |role: &str| OwnerId::new(&format!("{role}-{incarnation}")).map_err(|e| e.to_string());
-        let executor = Executor::new(
-            cluster.clone(),
-            owner("serve")?,
-            protocol,
-            clock.clone(),
-            Retry::new(
-                RetryPolicy::default(),
-                Arc::new(CountingSleeper(metrics.clone())),
-            ),
-        );
-        let sweeper = Sweeper::new(
-            Executor::new(
-                cluster,
-                owner("sweep")?,
-                protocol,
-                clock,
-                Retry::new(RetryPolicy::default(), Arc::new(TokioSleeper)),
-            ),
-            SweepConfig {
-                interval_ms: cfg.sweep_interval_ms,
-                ..SweepConfig::default()
-            },
-        );
+        let svc = assemble(&cfg, &store, metrics, clock, "serve")?;
         let app = Arc::new(App {
-            svc: Service::new(executor, sweeper, metrics, cfg.stuck_after_ms),
+            svc,
             tokens: cfg.tokens.clone(),
             body_limit: cfg.body_limit_bytes,
         });
@@ -155,6 +114,60 @@ impl Server {
         let _ = stop.send(true);
         task.await.map_err(|e| e.to_string())?
     }
+}
+
+/// The machinery every xfer process runs over the shards (`xfer serve` and `xfer worker`):
+/// each shard metered and its concurrent calls merged, the router, an executor and a
+/// sweeper with owner ids unique to this process (`role-pid-start`), and the [`Service`].
+pub fn assemble(
+    cfg: &ServeConfig,
+    store: &stores::Opened,
+    metrics: Arc<Metrics>,
+    clock: Arc<dyn Clock>,
+    role: &str,
+) -> Result<Service, String> {
+    let shards: Vec<Arc<dyn Store>> = store
+        .shards
+        .clone()
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let metered = Intercept::new(s, meter(metrics.clone(), i));
+            Arc::new(Coalesce::new(metered, cfg.store_calls_per_shard)) as Arc<dyn Store>
+        })
+        .collect();
+    let cluster = Arc::new(Cluster::new(shards, Router::hash(usize::from(cfg.shards))));
+    let protocol = Config {
+        lease_ms: cfg.lease_ms,
+        skew_ms: cfg.skew_ms,
+        claim_grace_ms: cfg.lease_ms,
+    };
+    let incarnation = format!("{}-{}", std::process::id(), clock.now().as_ms());
+    let owner = |r: &str| OwnerId::new(&format!("{r}-{incarnation}")).map_err(|e| e.to_string());
+    let executor = Executor::new(
+        cluster.clone(),
+        owner(role)?,
+        protocol,
+        clock.clone(),
+        Retry::new(
+            RetryPolicy::default(),
+            Arc::new(CountingSleeper(metrics.clone())),
+        ),
+    );
+    let sweeper = Sweeper::new(
+        Executor::new(
+            cluster,
+            owner(&format!("{role}.sweep"))?,
+            protocol,
+            clock,
+            Retry::new(RetryPolicy::default(), Arc::new(TokioSleeper)),
+        ),
+        SweepConfig {
+            interval_ms: cfg.sweep_interval_ms,
+            ..SweepConfig::default()
+        },
+    );
+    Ok(Service::new(executor, sweeper, metrics, cfg.stuck_after_ms))
 }
 
 /// Every call to shard `index` counted and timed.

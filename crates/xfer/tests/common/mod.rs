@@ -1,0 +1,539 @@
+//! What the kill tests share: `xfer` processes started as children, the clients' load and
+//! ledger of what each was told, and the checks after a restart.
+
+#![allow(dead_code)] // each test file uses its own part
+
+use serde_json::{json, Value};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use xfer::client::segment;
+use xfer::Client;
+use xfer_core::Rng;
+use xfer_engine::{Sleeper, TokioSleeper};
+
+pub const CUSTOMERS: usize = 16;
+pub const OPENING: u64 = 10_000;
+pub const TASKS: u64 = 32;
+pub const HOLD_TTL_MS: u64 = 1_500;
+
+/// One `xfer serve` process.
+pub struct Serve {
+    child: Child,
+    url: String,
+    /// Kept open so that the server's stdout never breaks.
+    _stdout: BufReader<ChildStdout>,
+    /// Its stderr (logs), for failure messages.
+    log: PathBuf,
+}
+
+impl Serve {
+    /// Starts `xfer serve` on `data` (logs to `logs/serve-N.log`) and reads its listening line.
+    pub fn start(data: &Path, logs: &Path, n: usize) -> Serve {
+        let data = data.display().to_string();
+        Serve::start_with(&["--data-dir", &data], logs, &format!("serve-{n}"))
+    }
+
+    /// Starts `xfer serve` with `args` besides the test's timing (logs to `logs/NAME.log`)
+    /// and reads its listening line.
+    pub fn start_with(args: &[&str], logs: &Path, name: &str) -> Serve {
+        let log = logs.join(format!("{name}.log"));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_xfer"))
+            .arg("serve")
+            .args(args)
+            .args(["--listen", "127.0.0.1:0"])
+            .args(["--sweep-interval-ms", "100", "--lease-ms", "1000"])
+            .args(["--shutdown-grace-ms", "3000"])
+            .env_remove("XFER_CONFIG")
+            .env_remove("XFER_TOKENS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).expect("a log file"))
+            .spawn()
+            .expect("xfer serve starts");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        let mut line = String::new();
+        stdout
+            .read_line(&mut line)
+            .expect("reading the listening line");
+        let Some(url) = line.trim().strip_prefix("xfer serve: listening on ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "no listening line (got {line:?}); log:\n{}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+        };
+        Serve {
+            url: url.to_string(),
+            child,
+            _stdout: stdout,
+            log,
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&self.url, None).expect("a client")
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits (at most 20 s) until `/readyz` answers 200.
+    pub async fn ready(&self) {
+        let c = self.client();
+        for _ in 0..1_000 {
+            if let Ok(a) = c.get("/readyz").await {
+                if a.status == 200 {
+                    return;
+                }
+            }
+            TokioSleeper.sleep(20).await;
+        }
+        panic!("not ready after 20 s; log:\n{}", self.log_text());
+    }
+
+    /// SIGKILL, then reap.
+    pub fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
+    }
+
+    /// SIGTERM, then wait (at most 15 s) for the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "kill -TERM {pid} failed");
+        for _ in 0..1_500 {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        panic!(
+            "still running 15 s after SIGTERM; log:\n{}",
+            self.log_text()
+        );
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        // A failing test must not leave a server running.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// What a client was told about a transfer.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Known {
+    /// 200 with a terminal state (`done`, `canceled`): it must stay exactly that.
+    Terminal(String),
+    /// 200 `held`, and no capture was sent: it must expire (`canceled`).
+    Held,
+    /// 200 `held`, then a capture whose answer was lost: `done` or `canceled`.
+    HeldCaptureUnknown,
+    /// 202: durably accepted; it must exist and finish.
+    Accepted,
+    /// The request failed (connection lost, 5xx): absent, or present and finishing.
+    Unknown,
+}
+
+/// Everything the clients were told, and every id they ever sent.
+#[derive(Default)]
+pub struct Ledger {
+    pub known: Mutex<BTreeMap<String, Known>>,
+    /// Every submission's path and body, to retry the unanswered ones.
+    pub sent: Mutex<BTreeMap<String, (String, Value)>>,
+    /// Answers that should never happen (4xx on well-formed requests), for the assertion.
+    pub odd: Mutex<Vec<String>>,
+    pub requests: AtomicU64,
+}
+
+impl Ledger {
+    pub fn set(&self, id: &str, k: Known) {
+        self.known.lock().unwrap().insert(id.to_string(), k);
+    }
+
+    pub fn odd(&self, what: String) {
+        self.odd.lock().unwrap().push(what);
+    }
+
+    /// What the clients were told about the transfers whose ids start with `prefix`.
+    pub fn counts(&self, prefix: &str) -> BTreeMap<&'static str, usize> {
+        let mut out = BTreeMap::new();
+        let known = self.known.lock().unwrap();
+        for (_, k) in known.iter().filter(|(id, _)| id.starts_with(prefix)) {
+            let name = match k {
+                Known::Terminal(s) if s == "done" => "done",
+                Known::Terminal(_) => "canceled",
+                Known::Held | Known::HeldCaptureUnknown => "held",
+                Known::Accepted => "accepted",
+                Known::Unknown => "unknown",
+            };
+            *out.entry(name).or_default() += 1;
+        }
+        out
+    }
+}
+
+pub fn customer(i: usize) -> String {
+    format!("c{i}")
+}
+
+pub fn posting(from: &str, to: &str, amount: u64) -> Value {
+    json!({"from": from, "to": to, "asset": "USD", "amount": amount})
+}
+
+/// The issuer and the customers, each funded with [`OPENING`] (transfers `fund-i`).
+pub async fn setup(c: &Client, ledger: &Ledger) {
+    let mut accounts = vec![("issuer".to_string(), json!("unbounded"))];
+    accounts.extend((0..CUSTOMERS).map(|i| (customer(i), json!(0))));
+    for (id, bound) in accounts {
+        let a = c
+            .post(
+                "/v1/accounts",
+                &json!({"id": id, "asset": "USD", "lower_bound": bound}),
+            )
+            .await
+            .expect("create account");
+        assert_eq!(a.status, 201, "create {id}: {}", a.text);
+    }
+    for i in 0..CUSTOMERS {
+        let id = format!("fund-{i}");
+        let body = json!({"id": id, "postings": [posting("issuer", &customer(i), OPENING)]});
+        let t = c.post("/v1/transfers", &body).await.expect("fund").ok();
+        assert_eq!(t.expect("funded")["state"], "done");
+        ledger.set(&id, Known::Terminal("done".into()));
+    }
+}
+
+/// One client task: random transfers between customers until `stop` or a failed request.
+pub async fn client_task(
+    c: Client,
+    ledger: Arc<Ledger>,
+    stop: Arc<AtomicBool>,
+    tag: String,
+    seed: u64,
+) {
+    let mut rng = Rng::new(seed);
+    let mut n = 0;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        let id = format!("{tag}-{n}");
+        let from = rng.below(CUSTOMERS as u64) as usize;
+        let to = (from + 1 + rng.below(CUSTOMERS as u64 - 1) as usize) % CUSTOMERS;
+        // Balances average OPENING: the larger amounts are often refused.
+        let amount = 1 + rng.below(OPENING / 2);
+        let roll = rng.below(100);
+        let mut body =
+            json!({"id": id, "postings": [posting(&customer(from), &customer(to), amount)]});
+        let hold = roll < 20;
+        let wait = roll >= 45;
+        if hold {
+            body["hold"] = json!({"ttl_ms": HOLD_TTL_MS});
+            body["timeout_ms"] = json!(1_000);
+        }
+        let path = if hold || wait {
+            "/v1/transfers"
+        } else {
+            "/v1/transfers?wait=false"
+        };
+        ledger.requests.fetch_add(1, Ordering::Relaxed);
+        // Unknown until answered: a kill can come at any instant.
+        ledger.set(&id, Known::Unknown);
+        ledger
+            .sent
+            .lock()
+            .unwrap()
+            .insert(id.clone(), (path.to_string(), body.clone()));
+        let a = match c.post(path, &body).await {
+            Ok(a) => a,
+            Err(_) => return,
+        };
+        let state = a.body["state"].as_str().unwrap_or("").to_string();
+        match (a.status, state.as_str()) {
+            (200, "done" | "canceled") => ledger.set(&id, Known::Terminal(state.clone())),
+            (200, "held") if hold => ledger.set(&id, Known::Held),
+            // 202: accepted (or, rarely, a wait ran out of retries: still running).
+            (202, _) => ledger.set(&id, Known::Accepted),
+            (s, _) if s >= 500 => continue,
+            _ => {
+                ledger.odd(format!("{path} {id}: {} {}", a.status, a.text));
+                continue;
+            }
+        }
+        if !(hold && state == "held" && rng.chance(700_000)) {
+            continue;
+        }
+        // Capture most holds after a short pause; the rest expire.
+        TokioSleeper.sleep(rng.below(100)).await;
+        ledger.set(&id, Known::HeldCaptureUnknown);
+        let capture = format!("/v1/transfers/{}/capture", segment(&id));
+        let a = match c.post(&capture, &json!({})).await {
+            Ok(a) => a,
+            Err(_) => return,
+        };
+        match (a.status, a.body["state"].as_str(), a.code()) {
+            (200, Some("done"), _) => ledger.set(&id, Known::Terminal("done".into())),
+            (_, _, "hold_expired") => ledger.set(&id, Known::Terminal("canceled".into())),
+            (s, _, _) if s >= 500 => {}
+            _ => ledger.odd(format!("capture {id}: {} {}", a.status, a.text)),
+        }
+    }
+}
+
+/// Runs [`TASKS`] client tasks spread over `clients` and calls `stop` (blocking: kills,
+/// waits) after `load_ms`, while they run. Answers when every task has ended.
+pub async fn load<F>(clients: &[Client], ledger: &Arc<Ledger>, cycle: u64, load_ms: u64, stop: F)
+where
+    F: FnOnce() + Send + 'static,
+{
+    let halt = Arc::new(AtomicBool::new(false));
+    let mut tasks = tokio::task::JoinSet::new();
+    for t in 0..TASKS {
+        tasks.spawn(client_task(
+            clients[t as usize % clients.len()].clone(),
+            ledger.clone(),
+            halt.clone(),
+            format!("k{cycle}-{t}"),
+            cycle * 1_000 + t,
+        ));
+    }
+    TokioSleeper.sleep(load_ms).await;
+    // Blocking (waitpid): off the runtime's workers, while the clients keep sending.
+    tokio::task::spawn_blocking(stop).await.expect("stopping");
+    halt.store(true, Ordering::Relaxed);
+    while let Some(r) = tasks.join_next().await {
+        r.expect("a client task");
+    }
+}
+
+pub async fn get_transfer(c: &Client, id: &str) -> Option<Value> {
+    let a = c
+        .get(&format!("/v1/transfers/{}", segment(id)))
+        .await
+        .expect("GET transfer");
+    match a.status {
+        200 => Some(a.body),
+        404 => None,
+        s => panic!("GET {id}: {s} {}", a.text),
+    }
+}
+
+/// Every transfer in `known`, read by 16 concurrent readers: `None` when absent.
+pub async fn get_all(
+    c: &Client,
+    known: &BTreeMap<String, Known>,
+) -> BTreeMap<String, Option<Value>> {
+    let ids: Vec<String> = known.keys().cloned().collect();
+    let mut readers = tokio::task::JoinSet::new();
+    for chunk in ids.chunks(ids.len().div_ceil(16).max(1)) {
+        let (c, chunk) = (c.clone(), chunk.to_vec());
+        readers.spawn(async move {
+            let mut out = Vec::with_capacity(chunk.len());
+            for id in chunk {
+                let t = get_transfer(&c, &id).await;
+                out.push((id, t));
+            }
+            out
+        });
+    }
+    let mut all = BTreeMap::new();
+    while let Some(r) = readers.join_next().await {
+        all.extend(r.expect("a reader"));
+    }
+    all
+}
+
+/// Right after a restart: every acknowledged outcome is there. Answers how many transfers
+/// were found unfinished (left to the sweeper, or holds).
+pub async fn check_acknowledged(c: &Client, ledger: &Ledger) -> usize {
+    let known = ledger.known.lock().unwrap().clone();
+    let found = get_all(c, &known).await;
+    let mut unfinished = 0;
+    for (id, k) in &known {
+        let t = &found[id];
+        let state = t.as_ref().and_then(|t| t["state"].as_str()).unwrap_or("");
+        if t.is_some() && state != "done" && state != "canceled" {
+            unfinished += 1;
+        }
+        match k {
+            Known::Terminal(s) => assert_eq!(state, s, "{id} was answered {s}: now {t:?}"),
+            Known::Held | Known::HeldCaptureUnknown | Known::Accepted => {
+                assert!(t.is_some(), "{id} was answered {k:?} and is gone")
+            }
+            Known::Unknown => {}
+        }
+    }
+    unfinished
+}
+
+/// What a client does after losing an answer: it sends the same request again (same id,
+/// same body) to the restarted server, and must get an answer consistent with whatever
+/// happened before. Answers how many were retried.
+pub async fn retry_unknown(c: &Client, ledger: &Ledger) -> usize {
+    let unknown: Vec<String> = ledger
+        .known
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, k)| **k == Known::Unknown)
+        .map(|(id, _)| id.clone())
+        .collect();
+    for id in &unknown {
+        let (path, body) = ledger.sent.lock().unwrap()[id].clone();
+        let a = c.post(&path, &body).await.expect("a retry is answered");
+        let state = a.body["state"].as_str().unwrap_or("").to_string();
+        let k = match (a.status, state.as_str()) {
+            (200, "done" | "canceled") => Known::Terminal(state),
+            (200, "held") => Known::Held,
+            (202, _) => Known::Accepted,
+            _ => panic!("retry of {id}: {} {}", a.status, a.text),
+        };
+        ledger.set(id, k);
+    }
+    unknown.len()
+}
+
+/// Waits (at most 30 s) until nothing is in flight; answers the audit report.
+pub async fn quiet(c: &Client, logs: &Path) -> Value {
+    for _ in 0..300 {
+        let a = c.get("/v1/audit").await.expect("GET /v1/audit");
+        assert_eq!(a.status, 200, "audit: {}", a.text);
+        if a.body["in_flight"]
+            .as_object()
+            .is_some_and(|m| m.is_empty())
+        {
+            return a.body;
+        }
+        TokioSleeper.sleep(100).await;
+    }
+    let stuck = c.get("/v1/admin/stuck").await.map(|a| a.text);
+    panic!(
+        "transfers still in flight after 30 s: {stuck:?}; warnings:\n{}",
+        log_warnings(logs).join("\n")
+    );
+}
+
+/// Once quiet: every transfer is terminal and agrees with what its client was told, the
+/// audit is clean, and the done transfers replay to every customer's balance.
+pub async fn check_settled(c: &Client, ledger: &Ledger, report: &Value) {
+    assert_eq!(report["clean"], true, "audit not clean: {report}");
+    let known = ledger.known.lock().unwrap().clone();
+    let found = get_all(c, &known).await;
+    let mut net: BTreeMap<String, i64> = BTreeMap::new();
+    for (id, k) in &known {
+        let Some(t) = &found[id] else {
+            assert_eq!(k, &Known::Unknown, "{id} was answered {k:?} and is gone");
+            continue;
+        };
+        let state = t["state"].as_str().unwrap_or("");
+        let fine = match k {
+            Known::Terminal(s) => state == s,
+            Known::Held => state == "canceled" && t["reason"]["code"] == "hold_expired",
+            Known::HeldCaptureUnknown | Known::Accepted | Known::Unknown => {
+                state == "done" || state == "canceled"
+            }
+        };
+        assert!(fine, "{id} was answered {k:?}; now {t}");
+        if state == "done" {
+            for p in t["postings"].as_array().expect("postings") {
+                let amount = p["amount"].as_i64().expect("an amount");
+                *net.entry(p["from"].as_str().unwrap().into()).or_default() -= amount;
+                *net.entry(p["to"].as_str().unwrap().into()).or_default() += amount;
+            }
+        }
+    }
+    let mut total = 0;
+    for i in 0..CUSTOMERS {
+        let id = customer(i);
+        let a = c
+            .get(&format!("/v1/accounts/{id}"))
+            .await
+            .expect("GET account")
+            .ok()
+            .expect("the account");
+        let balance = a["balance"].as_i64().expect("a balance");
+        assert_eq!(
+            balance,
+            net.get(&id).copied().unwrap_or(0),
+            "{id}: the balance is not the replay of its done transfers: {a}"
+        );
+        assert_eq!(
+            (a["reserved"].as_i64(), a["incoming"].as_i64()),
+            (Some(0), Some(0)),
+            "{a}"
+        );
+        total += balance;
+    }
+    assert_eq!(
+        total,
+        (CUSTOMERS as u64 * OPENING) as i64,
+        "customer money is conserved"
+    );
+}
+
+pub fn summary(counts: &BTreeMap<&'static str, usize>) -> String {
+    counts
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The servers' log lines at WARN or ERROR (ANSI colours stripped).
+pub fn log_warnings(logs: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(logs)
+        .expect("the log dir")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    files.sort();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        for line in text.lines() {
+            let plain = strip_ansi(line);
+            if plain.contains(" WARN ") || plain.contains(" ERROR ") {
+                let name = f.file_name().unwrap().to_string_lossy().into_owned();
+                out.push(format!("{name}: {plain}"));
+            }
+        }
+    }
+    out
+}
+
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(ch) = chars.next() {
+        if ch == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+pub fn odd_answers(ledger: &Ledger) {
+    let odd = ledger.odd.lock().unwrap();
+    assert!(odd.is_empty(), "unexpected answers: {odd:#?}");
+}

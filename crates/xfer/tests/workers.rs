@@ -1,0 +1,379 @@
+//! Several xfer processes over shared PostgreSQL shards under concurrent load: two
+//! `xfer serve` and two `xfer worker`, sharing the work only through claims. The test runs
+//! its own PostgreSQL server (initdb in a temporary directory, as the `postgres` user when
+//! run as root) so that it may kill it without disturbing anything else.
+//!
+//! Cycle 1: SIGKILL one server and one worker mid-load, restart them. Cycle 2: SIGKILL the
+//! PostgreSQL server (the postmaster and every backend) mid-load, restart it (crash
+//! recovery), the xfer processes stay up and reconnect. Cycle 3: SIGKILL everything at
+//! once, restart everything. After each: every acknowledged outcome is there, everything
+//! reaches a terminal state, the audit is clean, the history replays to the balances.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use xfer::metrics::Stopwatch;
+use xfer::Client;
+use xfer_core::Rng;
+
+/// A PostgreSQL server of the test's own, on a free loopback port.
+struct Postgres {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+}
+
+fn as_postgres_user(cmd: &Path) -> Command {
+    // PostgreSQL refuses to run as root (uid from `id -u`: no libc needed).
+    let uid = Command::new("id").arg("-u").output().expect("id -u");
+    if String::from_utf8_lossy(&uid.stdout).trim() == "0" {
+        let mut c = Command::new("runuser");
+        c.args(["-u", "postgres", "--"]).arg(cmd);
+        c
+    } else {
+        Command::new(cmd)
+    }
+}
+
+fn run(mut c: Command, what: &str) {
+    let out = c
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl Postgres {
+    /// initdb (trust auth, loopback only) and start.
+    fn start() -> Postgres {
+        let bin = std::fs::read_dir("/usr/lib/postgresql")
+            .expect("PostgreSQL's server binaries in /usr/lib/postgresql (scripts/services installs them)")
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+            .filter(|b| b.join("initdb").exists())
+            .max()
+            .expect("an initdb");
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let dir = std::env::temp_dir().join(format!("xfer-pg-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("the PostgreSQL directory");
+        let _ = Command::new("chown")
+            .args(["postgres:postgres"])
+            .arg(&dir)
+            .status();
+        let pg = Postgres { bin, dir, port };
+        let mut init = as_postgres_user(&pg.bin.join("initdb"));
+        init.arg("-D")
+            .arg(pg.data())
+            .args(["-A", "trust", "-U", "postgres", "--no-sync"]);
+        run(init, "initdb");
+        pg.up();
+        pg
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// Starts the server and waits until it accepts connections (crash recovery first, after
+    /// a kill).
+    fn up(&self) {
+        let mut c = as_postgres_user(&self.bin.join("pg_ctl"));
+        c.arg("-D")
+            .arg(self.data())
+            .arg("-o")
+            .arg(format!(
+                "-p {} -k {} -c listen_addresses=127.0.0.1 -c max_connections=200",
+                self.port,
+                self.dir.display()
+            ))
+            .arg("-l")
+            .arg(self.dir.join("server.log"))
+            .args(["-w", "-t", "60", "start"]);
+        run(c, "pg_ctl start");
+    }
+
+    /// SIGKILL to the postmaster and every backend at once: a crash.
+    fn kill(&self) {
+        let pid_file =
+            std::fs::read_to_string(self.data().join("postmaster.pid")).expect("postmaster.pid");
+        let pid = pid_file.lines().next().expect("a pid").trim().to_string();
+        let children = Command::new("pgrep")
+            .args(["-P", &pid])
+            .output()
+            .expect("pgrep");
+        let mut pids = vec![pid];
+        pids.extend(
+            String::from_utf8_lossy(&children.stdout)
+                .split_whitespace()
+                .map(String::from),
+        );
+        let status = Command::new("kill")
+            .arg("-KILL")
+            .args(&pids)
+            .status()
+            .expect("kill");
+        assert!(status.success(), "kill -KILL {pids:?}");
+        // Wait until they are gone, so the restart finds no live process.
+        for _ in 0..500 {
+            let alive = Command::new("kill")
+                .arg("-0")
+                .args(&pids)
+                .stderr(Stdio::null())
+                .status()
+                .expect("kill -0");
+            if !alive.success() {
+                let all_gone = pids.iter().all(|p| {
+                    !Command::new("kill")
+                        .args(["-0", p])
+                        .stderr(Stdio::null())
+                        .status()
+                        .expect("kill -0")
+                        .success()
+                });
+                if all_gone {
+                    return;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("PostgreSQL processes {pids:?} survived SIGKILL");
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let mut c = as_postgres_user(&self.bin.join("pg_ctl"));
+        c.arg("-D")
+            .arg(self.data())
+            .args(["-m", "immediate", "stop"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let _ = c.status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One `xfer worker` process.
+struct Worker {
+    child: Child,
+}
+
+impl Worker {
+    fn start(url: &str, logs: &Path, name: &str) -> Worker {
+        let log = logs.join(format!("{name}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_xfer"))
+            .arg("worker")
+            .args(["--store", "postgres", "--postgres-url", url])
+            .args(["--sweep-interval-ms", "100", "--lease-ms", "1000"])
+            .env_remove("XFER_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("a log file"))
+            .spawn()
+            .expect("xfer worker starts");
+        Worker { child }
+    }
+
+    fn kill(mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
+    }
+
+    /// SIGTERM; answers the exit status (at most 15 s).
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        for _ in 0..1_500 {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("worker still running 15 s after SIGTERM");
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn serve(url: &str, logs: &Path, name: &str) -> Serve {
+    Serve::start_with(&["--store", "postgres", "--postgres-url", url], logs, name)
+}
+
+/// After a stop: every acknowledged outcome, retries of the unanswered, quiet, settled.
+async fn check(c: &Client, ledger: &Ledger, logs: &Path) -> (usize, usize, f64) {
+    let watch = Stopwatch::start();
+    let unfinished = check_acknowledged(c, ledger).await;
+    let retried = retry_unknown(c, ledger).await;
+    let report = quiet(c, logs).await;
+    check_settled(c, ledger, &report).await;
+    odd_answers(ledger);
+    (unfinished, retried, watch.seconds())
+}
+
+/// From each process's log: how many abandoned transfers its sweeper finished.
+fn recovered_by(logs: &Path) -> String {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(logs)
+        .expect("the log dir")
+        .map(|e| e.expect("an entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        let n: u64 = text
+            .lines()
+            .filter(|l| l.contains("sweeper finished abandoned transfers"))
+            .filter_map(|l| {
+                let at = l.find("finished=")? + "finished=".len();
+                l[at..]
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .sum();
+        let name = f.file_stem().unwrap().to_string_lossy().into_owned();
+        out.push(format!("{name} {n}"));
+    }
+    out.join(", ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn servers_workers_and_the_database_killed_under_load_lose_nothing_acknowledged() {
+    let tmp = tempfile::tempdir().expect("a temp dir");
+    let logs = tmp.path();
+    let pg = Arc::new(Postgres::start());
+    let url = pg.url();
+    let ledger = Arc::new(Ledger::default());
+    let mut a = serve(&url, logs, "serve-a0");
+    let b = serve(&url, logs, "serve-b0");
+    let mut w1 = Worker::start(&url, logs, "worker-1-0");
+    let w2 = Worker::start(&url, logs, "worker-2-0");
+    a.ready().await;
+    b.ready().await;
+    setup(&a.client(), &ledger).await;
+    let mut rng = Rng::new(7);
+
+    // Cycle 1: a server and a worker die; the other server and worker go on.
+    let before = ledger.requests.load(Ordering::Relaxed);
+    let load_ms = 1_000 + rng.below(1_000);
+    let clients = [a.client(), b.client()];
+    let (tx, rx) = std::sync::mpsc::channel();
+    load(&clients, &ledger, 1, load_ms, move || {
+        a.kill();
+        w1.kill();
+        tx.send(()).expect("sent");
+    })
+    .await;
+    rx.recv().expect("killed");
+    let sent = ledger.requests.load(Ordering::Relaxed) - before;
+    let counts = ledger.counts("k1-");
+    a = serve(&url, logs, "serve-a1");
+    w1 = Worker::start(&url, logs, "worker-1-1");
+    a.ready().await;
+    let (unfinished, retried, s) = check(&a.client(), &ledger, logs).await;
+    println!(
+        "cycle 1: SIGKILL of serve-a and worker-1 after {load_ms} ms and {sent} requests \
+         (answered: {}); {unfinished} unfinished found, {retried} unanswered retried, all \
+         terminal {s:.2} s after the restart; every acknowledged outcome kept, audit clean, \
+         balances replay",
+        summary(&counts)
+    );
+
+    // Cycle 2: the database server dies and comes back; the xfer processes stay up.
+    let before = ledger.requests.load(Ordering::Relaxed);
+    let load_ms = 1_000 + rng.below(1_000);
+    let clients = [a.client(), b.client()];
+    let pg2 = pg.clone();
+    load(&clients, &ledger, 2, load_ms, move || {
+        pg2.kill();
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        pg2.up();
+    })
+    .await;
+    let sent = ledger.requests.load(Ordering::Relaxed) - before;
+    let counts = ledger.counts("k2-");
+    let (unfinished, retried, s) = check(&b.client(), &ledger, logs).await;
+    println!(
+        "cycle 2: SIGKILL of PostgreSQL (postmaster and backends) after {load_ms} ms and {sent} \
+         requests, restarted 300 ms later (answered: {}); {unfinished} unfinished found, \
+         {retried} unanswered retried, all terminal {s:.2} s later; every acknowledged outcome \
+         kept, audit clean, balances replay",
+        summary(&counts)
+    );
+
+    // Cycle 3: everything dies at once.
+    let before = ledger.requests.load(Ordering::Relaxed);
+    let load_ms = 1_000 + rng.below(1_000);
+    let clients = [a.client(), b.client()];
+    let pg3 = pg.clone();
+    load(&clients, &ledger, 3, load_ms, move || {
+        pg3.kill();
+        a.kill();
+        b.kill();
+        w1.kill();
+        w2.kill();
+    })
+    .await;
+    let sent = ledger.requests.load(Ordering::Relaxed) - before;
+    let counts = ledger.counts("k3-");
+    let watch = Stopwatch::start();
+    pg.up();
+    let a = serve(&url, logs, "serve-a3");
+    let b = serve(&url, logs, "serve-b3");
+    let w1 = Worker::start(&url, logs, "worker-1-3");
+    let w2 = Worker::start(&url, logs, "worker-2-3");
+    a.ready().await;
+    b.ready().await;
+    let ready_s = watch.seconds();
+    let (unfinished, retried, s) = check(&b.client(), &ledger, logs).await;
+    println!(
+        "cycle 3: SIGKILL of PostgreSQL, both servers and both workers after {load_ms} ms and \
+         {sent} requests (answered: {}); all restarted and ready in {ready_s:.2} s, \
+         {unfinished} unfinished found, {retried} unanswered retried, all terminal {s:.2} s \
+         later; every acknowledged outcome kept, audit clean, balances replay",
+        summary(&counts)
+    );
+
+    for (name, status) in [
+        ("serve-a", a.terminate()),
+        ("serve-b", b.terminate()),
+        ("worker-1", w1.terminate()),
+        ("worker-2", w2.terminate()),
+    ] {
+        assert!(status.success(), "{name} after SIGTERM: {status}");
+    }
+    println!(
+        "transfers finished by each process's sweeper: {}",
+        recovered_by(logs)
+    );
+    let warnings = log_warnings(logs);
+    println!("{} warning lines in the logs", warnings.len());
+    for w in warnings.iter().take(20) {
+        println!("{w}");
+    }
+}
