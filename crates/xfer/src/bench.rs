@@ -61,8 +61,8 @@ pub struct BenchArgs {
     /// merchant being paid).
     #[arg(long, value_enum, default_value_t = HotSide::Debit)]
     pub hot_side: HotSide,
-    /// Where xfer's shards live: the embedded store, or PostgreSQL (a fresh database on the
-    /// server of --postgres-url, dropped after the run).
+    /// Where xfer's shards live: the embedded store, or PostgreSQL (a fresh database per
+    /// shard on the server of --postgres-url, dropped after the run).
     #[arg(long, value_enum, default_value_t = StoreKind::Embedded)]
     pub store: StoreKind,
     /// Shards.
@@ -465,15 +465,15 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
         shards: a.shards,
         ..ServeConfig::default()
     };
-    let db = match a.store {
-        StoreKind::Embedded => None,
-        StoreKind::Postgres => {
-            let db = FreshDatabase::create(&a.postgres_url, "xfer").await?;
-            cfg.store = StoreKind::Postgres;
-            cfg.postgres_urls = vec![db.url.clone()];
-            Some(db)
+    // PostgreSQL: one fresh database per shard.
+    let mut dbs = Vec::new();
+    if a.store == StoreKind::Postgres {
+        for n in 0..a.shards {
+            dbs.push(FreshDatabase::create(&a.postgres_url, &format!("xfer{n}")).await?);
         }
-    };
+        cfg.store = StoreKind::Postgres;
+        cfg.postgres_urls = dbs.iter().map(|d| d.url.clone()).collect();
+    }
     let server = Arc::new(Server::start(cfg).await?);
     let client = Client::new(&format!("http://{}", server.addr()), None)?;
     let target = match a.via {
@@ -489,7 +489,7 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
         Err(_) => return Err("the server is still in use".into()),
     }
     let _ = std::fs::remove_dir_all(&dir);
-    if let Some(db) = db {
+    for db in dbs {
         db.drop_now().await?;
     }
     result
