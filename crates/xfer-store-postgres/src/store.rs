@@ -21,16 +21,23 @@ pub struct PostgresConfig {
     /// How long to wait for a connection (to connect, or for a free one) before a call
     /// answers `Unavailable`.
     pub connect_timeout: Duration,
+    /// How long a statement may take before the call answers `Indeterminate` (the server
+    /// may still apply it; every step is idempotent, so the caller retries) and its
+    /// connection is discarded. Guards against a server or network that stops answering
+    /// without closing the connection.
+    pub call_timeout: Duration,
 }
 
 impl PostgresConfig {
-    /// `url` and `schema` with the default pool (8 connections, 5 s timeout).
+    /// `url` and `schema` with the default pool (8 connections, 5 s to connect, 30 s per
+    /// call).
     pub fn new(url: impl Into<String>, schema: impl Into<String>) -> PostgresConfig {
         PostgresConfig {
             url: url.into(),
             schema: schema.into(),
             pool_size: 8,
             connect_timeout: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -82,6 +89,7 @@ const TRANSFERS: &str = "SELECT to_jsonb(t)::text FROM transfers t \
 pub struct PostgresStore {
     pool: Pool,
     name: String,
+    call_timeout: Duration,
 }
 
 fn valid_schema(s: &str) -> bool {
@@ -146,7 +154,11 @@ impl PostgresStore {
                 field: "pool_size",
                 why: e.to_string(),
             })?;
-        let store = PostgresStore { pool, name: where_ };
+        let store = PostgresStore {
+            pool,
+            name: where_,
+            call_timeout: cfg.call_timeout,
+        };
         store.migrate(&cfg.schema).await?;
         Ok(store)
     }
@@ -207,14 +219,21 @@ impl PostgresStore {
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
         let client = self.client().await?;
-        let stmt = client
-            .prepare_cached(sql)
-            .await
-            .map_err(|e| classify(&self.name, e))?;
-        client
-            .query(&stmt, params)
-            .await
-            .map_err(|e| classify(&self.name, e))
+        let call = async {
+            let stmt = client.prepare_cached(sql).await?;
+            client.query(&stmt, params).await
+        };
+        match tokio::time::timeout(self.call_timeout, call).await {
+            Ok(rows) => rows.map_err(|e| classify(&self.name, e)),
+            Err(_) => {
+                // The statement may still run: never hand this connection out again.
+                let _ = deadpool_postgres::Object::take(client);
+                Err(StoreError::Indeterminate(format!(
+                    "{}: no answer within {:?}",
+                    self.name, self.call_timeout
+                )))
+            }
+        }
     }
 
     fn corrupted(&self, what: String) -> StoreError {

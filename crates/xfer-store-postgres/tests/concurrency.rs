@@ -1,6 +1,9 @@
-//! Many batches at once on one shard, all touching one hot account and one issuer in
-//! shuffled orders: none may deadlock or wait for PostgreSQL's deadlock detector (the store
-//! locks rows in one global order), and no update may be lost.
+//! The PostgreSQL store under contention and trouble: many batches at once on one shard, all
+//! touching one hot account and one issuer in shuffled orders, must neither deadlock nor
+//! wait for PostgreSQL's deadlock detector (the store locks rows in one global order) nor
+//! lose an update; a call that outlives its timeout answers `Indeterminate` and its retry
+//! agrees with whatever the abandoned statement did; an unreachable server or a bad schema
+//! name is a clear error.
 
 mod common;
 use common::Schemas;
@@ -161,4 +164,63 @@ async fn an_unreachable_server_is_a_clear_error() {
         .unwrap()
         .to_string();
     assert!(err.contains("schema"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_outlives_its_timeout_is_indeterminate_and_its_retry_consistent() {
+    let schemas = Schemas::new("slow");
+    let (store, schema) = schemas
+        .open_with(|cfg| cfg.call_timeout = std::time::Duration::from_millis(300))
+        .await;
+    let create = Op::Account(
+        acct("a"),
+        AccountOp::Create {
+            asset: usd(),
+            lower_bound: LowerBound::Unbounded,
+        },
+    );
+    store.execute(vec![create]).await.unwrap();
+    let prepare = Op::Account(
+        acct("a"),
+        AccountOp::Prepare {
+            transfer: TransferId::new("t1").unwrap(),
+            asset: usd(),
+            debit: 5,
+            credit: 0,
+            deadline: FUTURE,
+            horizon: FUTURE,
+        },
+    );
+
+    // Another session holds the account's row: the step waits past its timeout.
+    let (locker, conn) = tokio_postgres::connect(&common::url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    locker
+        .batch_execute(&format!(
+            "SET search_path = {schema}; BEGIN; SELECT * FROM accounts WHERE id = 'a' FOR UPDATE"
+        ))
+        .await
+        .unwrap();
+    match store.execute(vec![prepare.clone()]).await {
+        Err(StoreError::Indeterminate(m)) => assert!(m.contains("no answer within"), "{m}"),
+        other => panic!("expected Indeterminate, got {other:?}"),
+    }
+    locker.batch_execute("COMMIT").await.unwrap();
+
+    // The abandoned statement may apply once the lock is free; the retry must agree with
+    // whatever it did, and the reservation must be there exactly once.
+    let retried = store.execute(vec![prepare]).await.unwrap();
+    assert!(
+        matches!(
+            retried[..],
+            [Reply::Prepare(
+                PrepareOutcome::Prepared | PrepareOutcome::AlreadyPrepared
+            )]
+        ),
+        "{retried:?}"
+    );
+    let got = store.accounts(None, 10).await.unwrap();
+    assert_eq!(got[0].reserved, 5, "reserved once: {:?}", got[0]);
 }

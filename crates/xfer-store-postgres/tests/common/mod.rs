@@ -29,11 +29,19 @@ impl Schemas {
     }
 
     pub async fn open_with_pool(&self, pool_size: usize) -> PostgresStore {
+        self.open_with(|cfg| cfg.pool_size = pool_size).await.0
+    }
+
+    /// A store with `tune` applied to its configuration, and its schema's name.
+    pub async fn open_with(
+        &self,
+        tune: impl FnOnce(&mut PostgresConfig),
+    ) -> (PostgresStore, String) {
         let n = self.made.fetch_add(1, Ordering::Relaxed);
         let mut cfg = PostgresConfig::new(url(), format!("{}_{n}", self.prefix));
-        cfg.pool_size = pool_size;
+        tune(&mut cfg);
         match PostgresStore::open(&cfg).await {
-            Ok(s) => s,
+            Ok(s) => (s, cfg.schema),
             Err(e) => panic!(
                 "{e} (url {}; run scripts/services to start PostgreSQL)",
                 url()
