@@ -94,6 +94,35 @@ pub enum StoreKind {
     Postgres,
 }
 
+/// One shard of an explicit layout (`[[shard]]` in the file).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields, tag = "store", rename_all = "snake_case")]
+pub enum ShardSpec {
+    /// One of the embedded store's shards in `data_dir` (the embedded entries, in order, are
+    /// its shards 0, 1, …).
+    Embedded,
+    /// A PostgreSQL schema.
+    Postgres {
+        /// The database.
+        url: String,
+        /// The schema; by default `xfer_shard_N` with N the shard's index in the list.
+        schema: Option<String>,
+    },
+}
+
+/// A placement rule (`[[route]]` in the file): accounts whose id starts with `prefix`, or
+/// of `asset`, live on `shards` (indexes into the shard list), spread by hash.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSpec {
+    /// An account id prefix, e.g. `points:`.
+    pub prefix: Option<String>,
+    /// An asset code, e.g. `POINTS`.
+    pub asset: Option<String>,
+    /// The shards.
+    pub shards: Vec<usize>,
+}
+
 /// Log line format.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -115,6 +144,12 @@ pub struct FileConfig {
     shards: Option<u16>,
     #[serde(default)]
     postgres_urls: Vec<String>,
+    /// An explicit shard list, each with its own store (mixed deployments).
+    #[serde(default)]
+    shard: Vec<ShardSpec>,
+    /// Placement rules: matching accounts live on the listed shards.
+    #[serde(default)]
+    route: Vec<RouteSpec>,
     #[serde(default)]
     tokens: Vec<FileToken>,
     log_format: Option<LogFormat>,
@@ -148,6 +183,11 @@ pub struct ServeConfig {
     pub shards: u16,
     /// The databases of the PostgreSQL store; shard N in URL N mod the count.
     pub postgres_urls: Vec<String>,
+    /// An explicit shard list (mixed stores); when set, `store`, `shards` and
+    /// `postgres_urls` are not used.
+    pub layout: Vec<ShardSpec>,
+    /// Placement rules, checked in order; other accounts are spread over every shard.
+    pub routes: Vec<RouteSpec>,
     /// Bearer tokens; empty means auth is off (loopback only).
     pub tokens: Tokens,
     /// Log format.
@@ -178,6 +218,8 @@ impl Default for ServeConfig {
             data_dir: PathBuf::from("xfer-data"),
             shards: 4,
             postgres_urls: Vec::new(),
+            layout: Vec::new(),
+            routes: Vec::new(),
             tokens: Tokens::default(),
             log_format: LogFormat::Text,
             log: "info".to_string(),
@@ -205,6 +247,15 @@ impl std::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl ServeConfig {
+    /// How many shards there are (the explicit list's length, or `shards`).
+    pub fn shard_count(&self) -> usize {
+        if self.layout.is_empty() {
+            usize::from(self.shards)
+        } else {
+            self.layout.len()
+        }
+    }
+
     /// Merges defaults, the file named by `--config` (if any), and the flags/environment.
     pub fn resolve(args: &ServeArgs) -> Result<ServeConfig, ConfigError> {
         let file = match &args.config {
@@ -241,6 +292,22 @@ impl ServeConfig {
                     .map_err(|e| ConfigError(format!("--auth-token #{}: {e}", i + 1)))?,
             );
         }
+        if !file.shard.is_empty() {
+            let set = [
+                ("store", args.store.is_some() || file.store.is_some()),
+                ("shards", args.shards.is_some() || file.shards.is_some()),
+                (
+                    "postgres_urls",
+                    !args.postgres_urls.is_empty() || !file.postgres_urls.is_empty(),
+                ),
+            ];
+            if let Some((name, _)) = set.iter().find(|(_, on)| *on) {
+                return Err(ConfigError(format!(
+                    "{name} is set together with a [[shard]] list: the list says where each \
+                     shard lives; remove {name}"
+                )));
+            }
+        }
         let cfg = ServeConfig {
             listen: args.listen.or(file.listen).unwrap_or(d.listen),
             data_dir: args
@@ -255,6 +322,8 @@ impl ServeConfig {
             } else {
                 args.postgres_urls.clone()
             },
+            layout: file.shard,
+            routes: file.route,
             tokens: Tokens::new(tokens),
             log_format: args.log_format.or(file.log_format).unwrap_or(d.log_format),
             log: args.log.clone().or(file.log).unwrap_or(d.log),
@@ -310,6 +379,35 @@ impl ServeConfig {
                 "shards: {} is more than 256",
                 self.shards
             )));
+        }
+        let count = self.shard_count();
+        for (i, r) in self.routes.iter().enumerate() {
+            if r.prefix.is_some() == r.asset.is_some() {
+                return Err(ConfigError(format!(
+                    "route[{i}]: give exactly one of prefix and asset"
+                )));
+            }
+            if r.shards.is_empty() {
+                return Err(ConfigError(format!(
+                    "route[{i}].shards: needs at least one"
+                )));
+            }
+            if let Some(s) = r.shards.iter().find(|s| **s >= count) {
+                return Err(ConfigError(format!(
+                    "route[{i}].shards: shard {s} does not exist (there are {count})"
+                )));
+            }
+            if let Some(a) = &r.asset {
+                if let Err(e) = xfer_core::AssetCode::new(a, "asset") {
+                    return Err(ConfigError(format!("route[{i}].asset: {}", e.message)));
+                }
+            }
+        }
+        if !self.layout.is_empty() {
+            if self.layout.len() > 256 {
+                return Err(ConfigError("shard: more than 256".into()));
+            }
+            return Ok(());
         }
         match (self.store, self.postgres_urls.is_empty()) {
             (StoreKind::Postgres, true) => {
@@ -392,5 +490,35 @@ mod tests {
         assert!(e.0.contains("--store postgres"), "{e}");
         let cfg = ServeConfig::merge(file, &args).unwrap();
         assert_eq!(cfg.postgres_urls.len(), 1);
+    }
+
+    #[test]
+    fn shard_lists_and_routes_are_checked() {
+        let parse = |t: &str| ServeConfig::merge(toml::from_str(t).unwrap(), &ServeArgs::default());
+        let two = "[[shard]]\nstore = \"embedded\"\n[[shard]]\nstore = \"postgres\"\nurl = \"postgres://h/d\"\n";
+        let cfg = parse(&format!(
+            "{two}[[route]]\nprefix = \"points:\"\nshards = [1]\n"
+        ))
+        .unwrap();
+        assert_eq!((cfg.shard_count(), cfg.routes.len()), (2, 1));
+        let e = parse(&format!("{two}[[route]]\nprefix = \"p:\"\nshards = [2]\n")).unwrap_err();
+        assert!(
+            e.0.contains("route[0].shards: shard 2 does not exist"),
+            "{e}"
+        );
+        let e = parse(&format!(
+            "{two}[[route]]\nprefix = \"p:\"\nasset = \"USD\"\nshards = [0]\n"
+        ))
+        .unwrap_err();
+        assert!(e.0.contains("exactly one of prefix and asset"), "{e}");
+        let e = parse(&format!("{two}[[route]]\nasset = \"us d\"\nshards = [0]\n")).unwrap_err();
+        assert!(e.0.contains("route[0].asset"), "{e}");
+        let e = parse(&format!("shards = 3\n{two}")).unwrap_err();
+        assert!(
+            e.0.contains("shards is set together with a [[shard]] list"),
+            "{e}"
+        );
+        let e = toml::from_str::<FileConfig>("[[shard]]\nstore = \"redis\"\n").unwrap_err();
+        assert!(e.to_string().contains("redis"), "{e}");
     }
 }

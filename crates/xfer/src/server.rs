@@ -21,8 +21,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use xfer_core::{Clock, OwnerId, SystemClock};
 use xfer_engine::{
-    Cluster, Config, Executor, Retry, RetryPolicy, Router, Sleeper, SweepConfig, Sweeper,
-    TokioSleeper,
+    Cluster, Config, Executor, Match, Retry, RetryPolicy, Router, Rule, Sleeper, SweepConfig,
+    Sweeper, TokioSleeper,
 };
 use xfer_store::{Coalesce, Intercept, Store};
 
@@ -136,7 +136,22 @@ pub fn assemble(
             Arc::new(Coalesce::new(metered, cfg.store_calls_per_shard)) as Arc<dyn Store>
         })
         .collect();
-    let cluster = Arc::new(Cluster::new(shards, Router::hash(usize::from(cfg.shards))));
+    let mut router = Router::hash(shards.len());
+    for r in &cfg.routes {
+        let matches = match (&r.prefix, &r.asset) {
+            (Some(p), _) => Match::Prefix(p.clone()),
+            (None, Some(a)) => Match::Asset(
+                xfer_core::AssetCode::new(a, "asset").map_err(|e| format!("route: {e}"))?,
+            ),
+            (None, None) => return Err("route: give a prefix or an asset".into()),
+        };
+        // Shard indexes were checked against the layout (`ServeConfig::check`).
+        router = router.with_rule(Rule {
+            matches,
+            shards: r.shards.clone(),
+        });
+    }
+    let cluster = Arc::new(Cluster::new(shards, router));
     let protocol = Config {
         lease_ms: cfg.lease_ms,
         skew_ms: cfg.skew_ms,

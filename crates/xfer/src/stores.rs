@@ -1,8 +1,9 @@
-//! The shards a configuration names, opened: the embedded store's data directory, or
-//! PostgreSQL schemas spread over the listed databases. [`Opened`] is what the server runs
-//! on and how it is closed.
+//! The shards a configuration names, opened: the embedded store's data directory,
+//! PostgreSQL schemas spread over the listed databases, or an explicit `[[shard]]` list that
+//! mixes them (each shard its own store; `[[route]]` rules place accounts). [`Opened`] is
+//! what the server runs on and how it is closed.
 
-use crate::config::{ServeConfig, StoreKind};
+use crate::config::{ServeConfig, ShardSpec, StoreKind};
 use crate::metrics::Stopwatch;
 use std::sync::Arc;
 use xfer_core::Clock;
@@ -38,66 +39,113 @@ pub fn postgres_schema(n: usize) -> String {
     format!("xfer_shard_{n}")
 }
 
-/// Opens the configured shards (recovering the embedded store; migrating PostgreSQL).
+/// The shard list a configuration describes: its explicit `[[shard]]` list, or `shards`
+/// shards of `store`.
+pub fn layout(cfg: &ServeConfig) -> Vec<ShardSpec> {
+    if !cfg.layout.is_empty() {
+        return cfg.layout.clone();
+    }
+    (0..usize::from(cfg.shards))
+        .map(|n| match cfg.store {
+            StoreKind::Embedded => ShardSpec::Embedded,
+            StoreKind::Postgres => ShardSpec::Postgres {
+                url: cfg.postgres_urls[n % cfg.postgres_urls.len()].clone(),
+                schema: None,
+            },
+        })
+        .collect()
+}
+
+/// Opens the configured shards (recovering the embedded store; migrating PostgreSQL), in
+/// the order of [`layout`].
 pub async fn open(cfg: &ServeConfig, clock: Arc<dyn Clock>) -> Result<Opened, String> {
     let watch = Stopwatch::start();
-    match cfg.store {
-        StoreKind::Embedded => {
-            let dir = cfg.data_dir.clone();
-            let store_cfg = EmbeddedConfig {
-                shards: cfg.shards,
-                ..EmbeddedConfig::default()
-            };
-            let (store, report) = tokio::task::spawn_blocking(move || {
-                std::fs::create_dir_all(&dir)
-                    .map_err(|e| format!("data directory {}: {e}", dir.display()))?;
-                Embedded::open(&dir, store_cfg, clock)
-                    .map_err(|e| format!("data directory {}: {e}", dir.display()))
-            })
-            .await
-            .map_err(|e| e.to_string())??;
-            tracing::info!(
-                data_dir = %cfg.data_dir.display(),
-                shards = cfg.shards,
-                accounts = report.accounts,
-                replayed = report.replayed,
-                torn_tail = ?report.torn_tail,
-                ms = (watch.seconds() * 1e3) as u64,
-                "store opened"
-            );
-            let shards = store
-                .shards()
-                .into_iter()
-                .map(|s| s as Arc<dyn Store>)
-                .collect();
-            Ok(Opened {
-                shards,
-                closer: Closer::Embedded(store),
-            })
-        }
-        StoreKind::Postgres => {
-            let mut shards: Vec<Arc<dyn Store>> = Vec::new();
-            for n in 0..usize::from(cfg.shards) {
-                let url = &cfg.postgres_urls[n % cfg.postgres_urls.len()];
-                let mut pg = PostgresConfig::new(url.clone(), postgres_schema(n));
+    let layout = layout(cfg);
+    let embedded_count = layout
+        .iter()
+        .filter(|s| matches!(s, ShardSpec::Embedded))
+        .count();
+    let mut embedded = match embedded_count {
+        0 => None,
+        n => Some(open_embedded(cfg, clock, n).await?),
+    };
+    let mut embedded_shards = embedded
+        .as_ref()
+        .map(|e| e.shards())
+        .unwrap_or_default()
+        .into_iter();
+    let mut shards: Vec<Arc<dyn Store>> = Vec::with_capacity(layout.len());
+    for (n, spec) in layout.iter().enumerate() {
+        match spec {
+            ShardSpec::Embedded => {
+                let s = embedded_shards
+                    .next()
+                    .expect("one embedded shard per entry");
+                shards.push(s);
+            }
+            ShardSpec::Postgres { url, schema } => {
+                let schema = schema.clone().unwrap_or_else(|| postgres_schema(n));
+                let mut pg = PostgresConfig::new(url.clone(), schema);
                 // Every call the coalescer lets through, plus the sweeper's scans.
                 pg.pool_size = cfg.store_calls_per_shard + 2;
-                let store = PostgresStore::open(&pg)
-                    .await
-                    .map_err(|e| format!("shard {n}: {e}"))?;
+                let store = match PostgresStore::open(&pg).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        if let Some(e) = embedded.take() {
+                            let _ = tokio::task::spawn_blocking(move || e.close()).await;
+                        }
+                        return Err(format!("shard {n}: {e}"));
+                    }
+                };
                 tracing::info!(shard = n, at = store.name(), "postgres shard opened");
                 shards.push(Arc::new(store));
             }
-            tracing::info!(
-                shards = cfg.shards,
-                databases = cfg.postgres_urls.len(),
-                ms = (watch.seconds() * 1e3) as u64,
-                "store opened"
-            );
-            Ok(Opened {
-                shards,
-                closer: Closer::Nothing,
-            })
         }
     }
+    tracing::info!(
+        shards = shards.len(),
+        embedded = embedded_count,
+        postgres = shards.len() - embedded_count,
+        ms = (watch.seconds() * 1e3) as u64,
+        "store opened"
+    );
+    Ok(Opened {
+        shards,
+        closer: match embedded {
+            Some(e) => Closer::Embedded(e),
+            None => Closer::Nothing,
+        },
+    })
+}
+
+/// The embedded store in `data_dir` with `count` shards.
+async fn open_embedded(
+    cfg: &ServeConfig,
+    clock: Arc<dyn Clock>,
+    count: usize,
+) -> Result<Embedded, String> {
+    let watch = Stopwatch::start();
+    let dir = cfg.data_dir.clone();
+    let store_cfg = EmbeddedConfig {
+        shards: u16::try_from(count).map_err(|_| "too many embedded shards")?,
+        ..EmbeddedConfig::default()
+    };
+    let (store, report) = tokio::task::spawn_blocking(move || {
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("data directory {}: {e}", dir.display()))?;
+        Embedded::open(&dir, store_cfg, clock)
+            .map_err(|e| format!("data directory {}: {e}", dir.display()))
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    tracing::info!(
+        data_dir = %cfg.data_dir.display(),
+        shards = count,
+        accounts = report.accounts,
+        replayed = report.replayed,
+        torn_tail = ?report.torn_tail,
+        ms = (watch.seconds() * 1e3) as u64,
+        "embedded store opened"
+    );
+    Ok(store)
 }

@@ -8,7 +8,7 @@
 //! lapsed (or whose hold expired), claim and finish them, prune tombstones past their
 //! horizon. The same [`Service::sweep`](crate::service::Service::sweep) as the server's.
 
-use crate::config::{ServeConfig, StoreKind};
+use crate::config::{ServeConfig, ShardSpec};
 use crate::metrics::Metrics;
 use crate::server::assemble;
 use crate::stores;
@@ -20,7 +20,10 @@ use xfer_engine::{Sleeper, TokioSleeper};
 /// Runs passes until `shutdown` completes, then finishes the pass under way. Answers the
 /// number of passes.
 pub async fn run(cfg: ServeConfig, shutdown: impl Future<Output = ()>) -> Result<u64, String> {
-    if cfg.store == StoreKind::Embedded {
+    if stores::layout(&cfg)
+        .iter()
+        .any(|s| matches!(s, ShardSpec::Embedded))
+    {
         return Err(
             "xfer worker needs shards other processes can reach (--store postgres); \
                     the embedded store belongs to the one process that opened it"

@@ -22,6 +22,9 @@ use xfer::client::Answer;
 use xfer::{Client, ServeConfig, Server};
 use xfer_engine::{Sleeper, TokioSleeper};
 
+mod common;
+use common::{postgres_admin, postgres_base};
+
 /// A server on port 0 over its own temporary directory, and a client that remembers every
 /// request it sent (method and path) for the coverage check.
 ///
@@ -43,24 +46,6 @@ enum Backend {
     /// A fresh database on the test server (`XFER_TEST_POSTGRES_BASE`, by default the local
     /// server `scripts/services` starts), dropped at shutdown.
     Postgres,
-}
-
-fn postgres_base() -> String {
-    std::env::var("XFER_TEST_POSTGRES_BASE")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
-}
-
-/// Runs one statement on the test server's maintenance database.
-async fn postgres_admin(sql: &str) {
-    let url = format!("{}/postgres", postgres_base());
-    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
-        .await
-        .unwrap_or_else(|e| panic!("{url}: {e} (run scripts/services to start PostgreSQL)"));
-    tokio::spawn(conn);
-    client
-        .batch_execute(sql)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
 
 impl Drop for TestServer {

@@ -537,3 +537,23 @@ pub fn odd_answers(ledger: &Ledger) {
     let odd = ledger.odd.lock().unwrap();
     assert!(odd.is_empty(), "unexpected answers: {odd:#?}");
 }
+
+/// The test PostgreSQL server (`XFER_TEST_POSTGRES_BASE`, by default the local server
+/// `scripts/services` starts), without a database name.
+pub fn postgres_base() -> String {
+    std::env::var("XFER_TEST_POSTGRES_BASE")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
+}
+
+/// Runs one statement on the test server's maintenance database.
+pub async fn postgres_admin(sql: &str) {
+    let url = format!("{}/postgres", postgres_base());
+    let (client, conn) = tokio_postgres::connect(&url, tokio_postgres::NoTls)
+        .await
+        .unwrap_or_else(|e| panic!("{url}: {e} (run scripts/services to start PostgreSQL)"));
+    tokio::spawn(conn);
+    client
+        .batch_execute(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}

@@ -1,0 +1,150 @@
+//! One deployment over two kinds of store: cash on the embedded store, points on
+//! PostgreSQL (`[[shard]]` and `[[route]]` in the configuration file), and a payment in
+//! points plus cash as one transfer across both (seed 004). The postings happen together or
+//! not at all, each account's row is where its route says (read back with SQL), and all of
+//! it survives a restart.
+
+mod common;
+
+use common::{postgres_admin, postgres_base};
+use serde_json::{json, Value};
+use xfer::config::{FileConfig, ServeArgs, ServeConfig};
+use xfer::{Client, Server};
+use xfer_engine::{Sleeper, TokioSleeper};
+
+async fn start(cfg: &ServeConfig) -> (Server, Client) {
+    let server = Server::start(cfg.clone()).await.expect("the server starts");
+    let client = Client::new(&format!("http://{}", server.addr()), None).expect("a client");
+    for _ in 0..250 {
+        if client.get("/readyz").await.map(|a| a.status) == Ok(200) {
+            return (server, client);
+        }
+        TokioSleeper.sleep(20).await;
+    }
+    panic!("not ready");
+}
+
+async fn balance(c: &Client, id: &str) -> i64 {
+    let a = c
+        .get(&format!("/v1/accounts/{id}"))
+        .await
+        .expect("GET account");
+    assert_eq!(a.status, 200, "{id}: {}", a.text);
+    a.body["balance"].as_i64().expect("a balance")
+}
+
+async fn pay(c: &Client, id: &str, points: u64, cents: u64) -> Value {
+    let body = json!({"id": id, "postings": [
+        {"from": "points:alice", "to": "points:shop", "asset": "POINTS", "amount": points},
+        {"from": "cash:alice", "to": "cash:shop", "asset": "USD", "amount": cents},
+    ]});
+    let a = c.post("/v1/transfers", &body).await.expect("POST transfer");
+    assert_eq!(a.status, 200, "{id}: {}", a.text);
+    a.body
+}
+
+/// The balance PostgreSQL holds for `id` in `schema`, read with SQL (None: no row there).
+async fn row_balance(url: &str, schema: &str, id: &str) -> Option<i64> {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .expect("connect");
+    tokio::spawn(conn);
+    client
+        .query_opt(
+            &format!("SELECT balance FROM {schema}.accounts WHERE id = $1"),
+            &[&id],
+        )
+        .await
+        .expect("query")
+        .map(|r| r.get(0))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn points_on_postgres_and_cash_embedded_move_together_in_one_transfer() {
+    let db = format!("xfer_mixed_{}", std::process::id());
+    postgres_admin(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await;
+    postgres_admin(&format!("CREATE DATABASE {db}")).await;
+    let url = format!("{}/{db}", postgres_base());
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file: FileConfig = toml::from_str(&format!(
+        r#"
+        listen = "127.0.0.1:0"
+        data_dir = "{}"
+        [[shard]]
+        store = "embedded"
+        [[shard]]
+        store = "postgres"
+        url = "{url}"
+        schema = "points"
+        [[route]]
+        prefix = "points:"
+        shards = [1]
+        [[route]]
+        prefix = "cash:"
+        shards = [0]
+        "#,
+        dir.path().join("data").display()
+    ))
+    .expect("the file parses");
+    let cfg = ServeConfig::merge(file, &ServeArgs::default()).expect("a valid configuration");
+    let (server, c) = start(&cfg).await;
+
+    for (id, asset, bound) in [
+        ("points:issuer", "POINTS", json!("unbounded")),
+        ("points:alice", "POINTS", json!(0)),
+        ("points:shop", "POINTS", json!(0)),
+        ("cash:issuer", "USD", json!("unbounded")),
+        ("cash:alice", "USD", json!(0)),
+        ("cash:shop", "USD", json!(0)),
+    ] {
+        let a = c
+            .post(
+                "/v1/accounts",
+                &json!({"id": id, "asset": asset, "lower_bound": bound}),
+            )
+            .await
+            .expect("create");
+        assert_eq!(a.status, 201, "{id}: {}", a.text);
+    }
+    for (id, from, to, asset, amount) in [
+        ("fund-p", "points:issuer", "points:alice", "POINTS", 1_000),
+        ("fund-c", "cash:issuer", "cash:alice", "USD", 5_000),
+    ] {
+        let body = json!({"id": id, "postings": [{"from": from, "to": to, "asset": asset, "amount": amount}]});
+        let a = c.post("/v1/transfers", &body).await.expect("fund");
+        assert_eq!(a.body["state"], "done", "{}", a.text);
+    }
+
+    // Paid with both: both legs move.
+    let paid = pay(&c, "order-1", 300, 2_000).await;
+    assert_eq!(paid["state"], "done", "{paid}");
+    // Not enough cash: the points leg, which alone would pass, does not move either.
+    let refused = pay(&c, "order-2", 300, 4_000).await;
+    assert_eq!(refused["state"], "canceled", "{refused}");
+    assert_eq!(refused["reason"]["code"], "exceeds_available", "{refused}");
+
+    let expect = [
+        ("points:alice", 700),
+        ("points:shop", 300),
+        ("cash:alice", 3_000),
+        ("cash:shop", 2_000),
+    ];
+    for (id, b) in expect {
+        assert_eq!(balance(&c, id).await, b, "{id}");
+    }
+    // Where the rows are: points in PostgreSQL, cash not (it is in the data directory).
+    assert_eq!(row_balance(&url, "points", "points:alice").await, Some(700));
+    assert_eq!(row_balance(&url, "points", "points:shop").await, Some(300));
+    assert_eq!(row_balance(&url, "points", "cash:alice").await, None);
+    let audit = c.get("/v1/audit").await.expect("audit").body;
+    assert_eq!(audit["clean"], true, "{audit}");
+    server.shutdown().await.expect("a clean shutdown");
+
+    // Both stores keep it across a restart.
+    let (server, c) = start(&cfg).await;
+    for (id, b) in expect {
+        assert_eq!(balance(&c, id).await, b, "{id} after the restart");
+    }
+    server.shutdown().await.expect("a clean shutdown");
+    postgres_admin(&format!("DROP DATABASE {db} WITH (FORCE)")).await;
+}
