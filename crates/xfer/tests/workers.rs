@@ -172,6 +172,7 @@ impl Drop for Postgres {
 /// One `xfer worker` process.
 struct Worker {
     child: Child,
+    log: PathBuf,
 }
 
 impl Worker {
@@ -187,34 +188,23 @@ impl Worker {
             .stderr(std::fs::File::create(&log).expect("a log file"))
             .spawn()
             .expect("xfer worker starts");
-        Worker { child }
+        Worker { child, log }
     }
 
     fn kill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("reaped");
+        sigkill(&mut self.child);
     }
 
     /// SIGTERM; answers the exit status (at most 15 s).
     fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        for _ in 0..1_500 {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        panic!("worker still running 15 s after SIGTERM");
+        let log = self.log.clone();
+        sigterm(&mut self.child, &log)
     }
 }
 
 impl Drop for Worker {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        reap(&mut self.child);
     }
 }
 

@@ -99,40 +99,56 @@ impl Serve {
 
     /// SIGKILL, then reap.
     pub fn kill(mut self) {
-        self.child.kill().expect("SIGKILL");
-        self.child.wait().expect("reaped");
+        sigkill(&mut self.child);
     }
 
     /// SIGTERM, then wait (at most 15 s) for the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        let sent = Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .expect("kill runs");
-        assert!(sent.success(), "kill -TERM {pid} failed");
-        for _ in 0..1_500 {
-            if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
+        let log = self.log.clone();
+        sigterm(&mut self.child, &log)
+    }
+}
+
+/// SIGKILL, then reap.
+pub fn sigkill(child: &mut Child) {
+    child.kill().expect("SIGKILL");
+    child.wait().expect("reaped");
+}
+
+/// SIGTERM, then wait (at most 15 s) for the exit status; past that, kill it and fail with
+/// its log.
+pub fn sigterm(child: &mut Child, log: &Path) -> std::process::ExitStatus {
+    let pid = child.id().to_string();
+    let sent = Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .expect("kill runs");
+    assert!(sent.success(), "kill -TERM {pid} failed");
+    for _ in 0..1_500 {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status;
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        panic!(
-            "still running 15 s after SIGTERM; log:\n{}",
-            self.log_text()
-        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!(
+        "still running 15 s after SIGTERM; log:\n{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+}
+
+/// Kills and reaps `child` if it still runs (a failing test must not leave it running).
+pub fn reap(child: &mut Child) {
+    if let Ok(None) = child.try_wait() {
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 
 impl Drop for Serve {
     fn drop(&mut self) {
-        // A failing test must not leave a server running.
-        if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        reap(&mut self.child);
     }
 }
 
