@@ -6,6 +6,8 @@
 use crate::auth::{Scope, Token, Tokens};
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use xfer_core::AssetCode;
+use xfer_engine::{Match, Rule};
 
 /// Flags of `xfer serve`, each also read from its environment variable.
 #[derive(Clone, Debug, Default, clap::Args)]
@@ -110,17 +112,43 @@ pub enum ShardSpec {
     },
 }
 
-/// A placement rule (`[[route]]` in the file): accounts whose id starts with `prefix`, or
-/// of `asset`, live on `shards` (indexes into the shard list), spread by hash.
+/// A placement rule as the file gives it (`[[route]]`): accounts whose id starts with
+/// `prefix`, or of `asset`, live on `shards` (indexes into the shard list), spread by hash.
+/// [`ServeConfig::merge`] turns it into the router's [`Rule`].
 #[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RouteSpec {
-    /// An account id prefix, e.g. `points:`.
-    pub prefix: Option<String>,
-    /// An asset code, e.g. `POINTS`.
-    pub asset: Option<String>,
-    /// The shards.
-    pub shards: Vec<usize>,
+struct RouteSpec {
+    prefix: Option<String>,
+    asset: Option<String>,
+    shards: Vec<usize>,
+}
+
+impl RouteSpec {
+    /// The rule, or why `route[i]` is refused (shard indexes are checked against the
+    /// layout in [`ServeConfig::check`]).
+    fn rule(&self, i: usize) -> Result<Rule, ConfigError> {
+        let matches = match (&self.prefix, &self.asset) {
+            (Some(p), None) => Match::Prefix(p.clone()),
+            (None, Some(a)) => Match::Asset(
+                AssetCode::new(a, "asset")
+                    .map_err(|e| ConfigError(format!("route[{i}].asset: {}", e.message)))?,
+            ),
+            _ => {
+                return Err(ConfigError(format!(
+                    "route[{i}]: give exactly one of prefix and asset"
+                )))
+            }
+        };
+        if self.shards.is_empty() {
+            return Err(ConfigError(format!(
+                "route[{i}].shards: needs at least one"
+            )));
+        }
+        Ok(Rule {
+            matches,
+            shards: self.shards.clone(),
+        })
+    }
 }
 
 /// Log line format.
@@ -187,7 +215,7 @@ pub struct ServeConfig {
     /// `postgres_urls` are not used.
     pub layout: Vec<ShardSpec>,
     /// Placement rules, checked in order; other accounts are spread over every shard.
-    pub routes: Vec<RouteSpec>,
+    pub routes: Vec<Rule>,
     /// Bearer tokens; empty means auth is off (loopback only).
     pub tokens: Tokens,
     /// Log format.
@@ -323,7 +351,12 @@ impl ServeConfig {
                 args.postgres_urls.clone()
             },
             layout: file.shard,
-            routes: file.route,
+            routes: file
+                .route
+                .iter()
+                .enumerate()
+                .map(|(i, r)| r.rule(i))
+                .collect::<Result<_, _>>()?,
             tokens: Tokens::new(tokens),
             log_format: args.log_format.or(file.log_format).unwrap_or(d.log_format),
             log: args.log.clone().or(file.log).unwrap_or(d.log),
@@ -382,25 +415,10 @@ impl ServeConfig {
         }
         let count = self.shard_count();
         for (i, r) in self.routes.iter().enumerate() {
-            if r.prefix.is_some() == r.asset.is_some() {
-                return Err(ConfigError(format!(
-                    "route[{i}]: give exactly one of prefix and asset"
-                )));
-            }
-            if r.shards.is_empty() {
-                return Err(ConfigError(format!(
-                    "route[{i}].shards: needs at least one"
-                )));
-            }
             if let Some(s) = r.shards.iter().find(|s| **s >= count) {
                 return Err(ConfigError(format!(
                     "route[{i}].shards: shard {s} does not exist (there are {count})"
                 )));
-            }
-            if let Some(a) = &r.asset {
-                if let Err(e) = xfer_core::AssetCode::new(a, "asset") {
-                    return Err(ConfigError(format!("route[{i}].asset: {}", e.message)));
-                }
             }
         }
         if !self.layout.is_empty() {

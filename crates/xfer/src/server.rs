@@ -1,7 +1,8 @@
 //! [`Server`]: `xfer serve` as a library call. [`Server::start`] opens the store (the
-//! embedded one recovering what a previous run left, or PostgreSQL; see [`stores`]), builds the shards (each one metered, concurrent
-//! calls merged into one), the executors and the sweeper loop, binds the listener and
-//! serves. [`Server::shutdown`] is the graceful stop SIGTERM/SIGINT trigger:
+//! embedded one recovering what a previous run left, or PostgreSQL; see [`stores`]),
+//! builds the shards (each one metered, concurrent calls merged into one), the executors
+//! and the sweeper loop ([`assemble`]), binds the listener and serves.
+//! [`Server::shutdown`] is the graceful stop SIGTERM/SIGINT trigger:
 //!
 //! 1. stop accepting; requests under way finish (their transfers are driven to an outcome);
 //! 2. wait up to `shutdown_grace_ms` for transfers answered "accepted" to finish; the rest
@@ -21,8 +22,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use xfer_core::{Clock, OwnerId, SystemClock};
 use xfer_engine::{
-    Cluster, Config, Executor, Match, Retry, RetryPolicy, Router, Rule, Sleeper, SweepConfig,
-    Sweeper, TokioSleeper,
+    Cluster, Config, Executor, Retry, RetryPolicy, Router, Sleeper, SweepConfig, Sweeper,
+    TokioSleeper,
 };
 use xfer_store::{Coalesce, Intercept, Store};
 
@@ -136,21 +137,13 @@ pub fn assemble(
             Arc::new(Coalesce::new(metered, cfg.store_calls_per_shard)) as Arc<dyn Store>
         })
         .collect();
-    let mut router = Router::hash(shards.len());
-    for r in &cfg.routes {
-        let matches = match (&r.prefix, &r.asset) {
-            (Some(p), _) => Match::Prefix(p.clone()),
-            (None, Some(a)) => Match::Asset(
-                xfer_core::AssetCode::new(a, "asset").map_err(|e| format!("route: {e}"))?,
-            ),
-            (None, None) => return Err("route: give a prefix or an asset".into()),
-        };
-        // Shard indexes were checked against the layout (`ServeConfig::check`).
-        router = router.with_rule(Rule {
-            matches,
-            shards: r.shards.clone(),
+    // Rules were checked against the layout (`ServeConfig::check`).
+    let router = cfg
+        .routes
+        .iter()
+        .fold(Router::hash(shards.len()), |r, rule| {
+            r.with_rule(rule.clone())
         });
-    }
     let cluster = Arc::new(Cluster::new(shards, router));
     let protocol = Config {
         lease_ms: cfg.lease_ms,
