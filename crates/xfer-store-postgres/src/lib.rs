@@ -15,4 +15,5 @@
 mod store;
 mod wire;
 
-pub use store::{OpenError, PostgresConfig, PostgresStore};
+pub use deadpool_postgres::Pool;
+pub use store::{describe, pool, OpenError, PostgresConfig, PostgresStore};

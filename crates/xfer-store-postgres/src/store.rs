@@ -137,22 +137,10 @@ impl PostgresStore {
             pg.get_dbname().unwrap_or("-"),
             cfg.schema
         );
-        let manager = Manager::from_config(
-            pg,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(cfg.pool_size)
-            .runtime(Runtime::Tokio1)
-            .wait_timeout(Some(cfg.connect_timeout))
-            .create_timeout(Some(cfg.connect_timeout))
-            .build()
-            .map_err(|e| OpenError::Config {
+        let pool =
+            pool(pg, cfg.pool_size, cfg.connect_timeout).map_err(|why| OpenError::Config {
                 field: "pool_size",
-                why: e.to_string(),
+                why,
             })?;
         let store = PostgresStore {
             pool,
@@ -212,7 +200,8 @@ impl PostgresStore {
         })
     }
 
-    /// Runs one read-only query and answers its rows.
+    /// Runs one statement (a batch of steps, or a scan) and answers its rows; past
+    /// `call_timeout` the answer is `Indeterminate` and the connection is dropped.
     async fn rows(
         &self,
         sql: &str,
@@ -265,8 +254,27 @@ impl PostgresStore {
     }
 }
 
-/// The error's text with the server's detail, if it sent one.
-fn describe(e: &tokio_postgres::Error) -> String {
+/// A pool of at most `size` connections to `pg` (no TLS), recycled when found closed, that
+/// waits at most `timeout` to connect or for a free connection.
+pub fn pool(pg: tokio_postgres::Config, size: usize, timeout: Duration) -> Result<Pool, String> {
+    let manager = Manager::from_config(
+        pg,
+        NoTls,
+        ManagerConfig {
+            recycling_method: RecyclingMethod::Fast,
+        },
+    );
+    Pool::builder(manager)
+        .max_size(size)
+        .runtime(Runtime::Tokio1)
+        .wait_timeout(Some(timeout))
+        .create_timeout(Some(timeout))
+        .build()
+        .map_err(|e| e.to_string())
+}
+
+/// The error's text with the server's detail (message, SQLSTATE, where), if it sent one.
+pub fn describe(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!(
             "{} ({}){}",

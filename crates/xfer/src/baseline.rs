@@ -11,9 +11,9 @@
 //! Every run gets a fresh database next to the one named in the URL ([`FreshDatabase`]),
 //! dropped afterwards, so runs never see each other's rows.
 
-use deadpool_postgres::{Manager, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use tokio_postgres::NoTls;
 use xfer_core::{TransferSpec, TransferState};
+use xfer_store_postgres::{describe, Pool};
 
 /// A database created for one run on the server of a URL, dropped by [`FreshDatabase::drop_now`].
 pub struct FreshDatabase {
@@ -67,7 +67,7 @@ impl FreshDatabase {
         let result = client
             .batch_execute(sql)
             .await
-            .map_err(|e| format!("{sql}: {}", crate::baseline::db_error(&e)));
+            .map_err(|e| format!("{sql}: {}", describe(&e)));
         drop(client);
         let _ = conn.await;
         result
@@ -83,14 +83,6 @@ impl FreshDatabase {
     }
 }
 
-/// The server's message for a database error, not just "db error".
-pub(crate) fn db_error(e: &tokio_postgres::Error) -> String {
-    match e.as_db_error() {
-        Some(db) => format!("{} ({})", db.message(), db.code().code()),
-        None => e.to_string(),
-    }
-}
-
 /// Native transactions against one database.
 #[derive(Clone)]
 pub struct Native {
@@ -102,18 +94,7 @@ impl Native {
     /// (`usd-0`, `usd-1`, …), with `pool_size` connections.
     pub async fn setup(url: &str, accounts: u64, pool_size: usize) -> Result<Native, String> {
         let cfg: tokio_postgres::Config = url.parse().map_err(|e| format!("{url:?}: {e}"))?;
-        let manager = Manager::from_config(
-            cfg,
-            NoTls,
-            ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
-            },
-        );
-        let pool = Pool::builder(manager)
-            .max_size(pool_size)
-            .runtime(Runtime::Tokio1)
-            .build()
-            .map_err(|e| e.to_string())?;
+        let pool = xfer_store_postgres::pool(cfg, pool_size, std::time::Duration::from_secs(30))?;
         let client = pool.get().await.map_err(|e| e.to_string())?;
         client
             .batch_execute(&format!(
@@ -127,7 +108,7 @@ impl Native {
                 accounts.saturating_sub(1)
             ))
             .await
-            .map_err(|e| format!("baseline setup: {}", db_error(&e)))?;
+            .map_err(|e| format!("baseline setup: {}", describe(&e)))?;
         Ok(Native { pool })
     }
 
@@ -138,7 +119,7 @@ impl Native {
         };
         let (from, to) = (p.from.as_str(), p.to.as_str());
         let amount = i64::try_from(p.amount.units()).map_err(|e| e.to_string())?;
-        let err = |e: tokio_postgres::Error| db_error(&e);
+        let err = |e: tokio_postgres::Error| describe(&e);
         let mut client = self.pool.get().await.map_err(|e| e.to_string())?;
         let debit = client
             .prepare_cached(
