@@ -20,7 +20,7 @@
 
 use crate::baseline::{FreshDatabase, Native};
 use crate::client::Client;
-use crate::config::{ServeConfig, StoreKind};
+use crate::config::{ServeConfig, ShardSpec, StoreKind};
 use crate::metrics::Stopwatch;
 use crate::server::Server;
 use clap::{Args, ValueEnum};
@@ -32,6 +32,7 @@ use xfer_core::{
     TransferSpec, TransferState,
 };
 use xfer_engine::{Machine, Outcome, Sleeper, TokioSleeper};
+use xfer_store_redis::{RedisConfig, RedisStore};
 
 /// What `xfer bench` runs.
 #[derive(Clone, Debug, Args)]
@@ -61,8 +62,9 @@ pub struct BenchArgs {
     /// merchant being paid).
     #[arg(long, value_enum, default_value_t = HotSide::Debit)]
     pub hot_side: HotSide,
-    /// Where xfer's shards live: the embedded store, or PostgreSQL (a fresh database per
-    /// shard on the server of --postgres-url, dropped after the run).
+    /// Where xfer's shards live: the embedded store, PostgreSQL (a fresh database per
+    /// shard on the server of --postgres-url, dropped after the run) or Redis (fresh key
+    /// prefixes on --redis-url, deleted after the run).
     #[arg(long, value_enum, default_value_t = StoreKind::Embedded)]
     pub store: StoreKind,
     /// Shards.
@@ -73,6 +75,14 @@ pub struct BenchArgs {
     /// needs the CREATEDB right). `scripts/services` starts a local server.
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/xfer_bench")]
     pub postgres_url: String,
+    /// The Redis server for `--store redis`, or with --redis-cluster the nodes of a Redis
+    /// Cluster (repeat the flag). `scripts/services` starts a local server on 6379 and a
+    /// Cluster of three masters on 7001-7003.
+    #[arg(long = "redis-url", default_value = "redis://127.0.0.1:6379")]
+    pub redis_urls: Vec<String>,
+    /// The --redis-url nodes are one Redis Cluster.
+    #[arg(long)]
+    pub redis_cluster: bool,
     /// Then run the same workload without xfer, as native PostgreSQL transactions (one
     /// per transfer: conditional debit, credit, insert, commit), and print the ratio.
     #[arg(long, value_enum)]
@@ -474,6 +484,27 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
         cfg.store = StoreKind::Postgres;
         cfg.postgres_urls = dbs.iter().map(|d| d.url.clone()).collect();
     }
+    // Redis: fresh prefixes (hash tags), one per shard.
+    let mut redis = Vec::new();
+    if a.store == StoreKind::Redis {
+        for n in 0..usize::from(a.shards) {
+            let prefix = format!("xfer_bench_{}_{n}", std::process::id());
+            let (url, cluster) = if a.redis_cluster {
+                (None, a.redis_urls.clone())
+            } else {
+                (Some(a.redis_urls[n % a.redis_urls.len()].clone()), vec![])
+            };
+            redis.push(match &url {
+                Some(u) => RedisConfig::new(u.clone(), prefix.clone()),
+                None => RedisConfig::cluster(cluster.clone(), prefix.clone()),
+            });
+            cfg.layout.push(ShardSpec::Redis {
+                url,
+                cluster,
+                prefix: Some(prefix),
+            });
+        }
+    }
     let server = Arc::new(Server::start(cfg).await?);
     let client = Client::new(&format!("http://{}", server.addr()), None)?;
     let target = match a.via {
@@ -491,6 +522,10 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
     let _ = std::fs::remove_dir_all(&dir);
     for db in dbs {
         db.drop_now().await?;
+    }
+    for rc in redis {
+        let store = RedisStore::open(&rc).await.map_err(|e| e.to_string())?;
+        store.destroy().await.map_err(|e| e.to_string())?;
     }
     result
 }
@@ -727,6 +762,8 @@ mod tests {
             store: StoreKind::Embedded,
             shards: 1,
             postgres_url: String::new(),
+            redis_urls: vec![],
+            redis_cluster: false,
             baseline: None,
             baseline_clients: 1,
             dir: None,

@@ -19,9 +19,9 @@ pub struct ServeArgs {
     /// 127.0.0.1:7700]
     #[arg(long, env = "XFER_LISTEN")]
     pub listen: Option<SocketAddr>,
-    /// Where the shards live: `embedded` (a data directory, nothing to install) or
-    /// `postgres` (schemas `xfer_shard_N` in the databases of --postgres-url). [default:
-    /// embedded]
+    /// Where the shards live: `embedded` (a data directory, nothing to install),
+    /// `postgres` (schemas `xfer_shard_N` in the databases of --postgres-url) or `redis`
+    /// (keys tagged `{xfer_shard_N}` on the servers of --redis-url). [default: embedded]
     #[arg(long, env = "XFER_STORE")]
     pub store: Option<StoreKind>,
     /// The embedded store's data directory (created if absent). [default: ./xfer-data]
@@ -43,6 +43,21 @@ pub struct ServeArgs {
         hide_env_values = true
     )]
     pub postgres_urls: Vec<String>,
+    /// With --store redis: a server URL, e.g. redis://10.0.0.6:6379. Repeat the flag (or
+    /// separate with `;` in XFER_REDIS_URL) to spread the shards over several servers: shard
+    /// N lives on URL N mod the count, its keys tagged {xfer_shard_N}. With --redis-cluster
+    /// the URLs are nodes of one Redis Cluster, which places each shard's tag on a master.
+    #[arg(
+        long = "redis-url",
+        env = "XFER_REDIS_URL",
+        value_delimiter = ';',
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub redis_urls: Vec<String>,
+    /// The --redis-url nodes are one Redis Cluster.
+    #[arg(long, env = "XFER_REDIS_CLUSTER")]
+    pub redis_cluster: bool,
     /// A bearer token and its scopes, as `SECRET:read,write` (scopes: read, write, admin;
     /// admin grants write, write grants read). Repeat the flag, or separate with `;` in
     /// XFER_TOKENS. With no token, auth is off and only loopback is allowed.
@@ -94,6 +109,19 @@ pub enum StoreKind {
     Embedded,
     /// PostgreSQL databases listed in `postgres_urls`.
     Postgres,
+    /// Redis servers (or one Cluster) listed in `redis_urls`.
+    Redis,
+}
+
+impl StoreKind {
+    /// The name the flag and the file use.
+    pub fn name(self) -> &'static str {
+        match self {
+            StoreKind::Embedded => "embedded",
+            StoreKind::Postgres => "postgres",
+            StoreKind::Redis => "redis",
+        }
+    }
 }
 
 /// One shard of an explicit layout (`[[shard]]` in the file).
@@ -109,6 +137,16 @@ pub enum ShardSpec {
         url: String,
         /// The schema; by default `xfer_shard_N` with N the shard's index in the list.
         schema: Option<String>,
+    },
+    /// Keys on a Redis server or Cluster under one hash tag.
+    Redis {
+        /// The server (give this or `cluster`).
+        url: Option<String>,
+        /// Nodes of a Redis Cluster (give this or `url`).
+        #[serde(default)]
+        cluster: Vec<String>,
+        /// The hash tag; by default `xfer_shard_N` with N the shard's index in the list.
+        prefix: Option<String>,
     },
 }
 
@@ -172,6 +210,9 @@ pub struct FileConfig {
     shards: Option<u16>,
     #[serde(default)]
     postgres_urls: Vec<String>,
+    #[serde(default)]
+    redis_urls: Vec<String>,
+    redis_cluster: Option<bool>,
     /// An explicit shard list, each with its own store (mixed deployments).
     #[serde(default)]
     shard: Vec<ShardSpec>,
@@ -211,8 +252,13 @@ pub struct ServeConfig {
     pub shards: u16,
     /// The databases of the PostgreSQL store; shard N in URL N mod the count.
     pub postgres_urls: Vec<String>,
-    /// An explicit shard list (mixed stores); when set, `store`, `shards` and
-    /// `postgres_urls` are not used.
+    /// The servers of the Redis store; shard N on URL N mod the count, or all on one
+    /// Cluster when `redis_cluster`.
+    pub redis_urls: Vec<String>,
+    /// `redis_urls` are nodes of one Redis Cluster.
+    pub redis_cluster: bool,
+    /// An explicit shard list (mixed stores); when set, `store`, `shards`, `postgres_urls`
+    /// and `redis_urls` are not used.
     pub layout: Vec<ShardSpec>,
     /// Placement rules, checked in order; other accounts are spread over every shard.
     pub routes: Vec<Rule>,
@@ -246,6 +292,8 @@ impl Default for ServeConfig {
             data_dir: PathBuf::from("xfer-data"),
             shards: 4,
             postgres_urls: Vec::new(),
+            redis_urls: Vec::new(),
+            redis_cluster: false,
             layout: Vec::new(),
             routes: Vec::new(),
             tokens: Tokens::default(),
@@ -328,6 +376,10 @@ impl ServeConfig {
                     "postgres_urls",
                     !args.postgres_urls.is_empty() || !file.postgres_urls.is_empty(),
                 ),
+                (
+                    "redis_urls",
+                    !args.redis_urls.is_empty() || !file.redis_urls.is_empty(),
+                ),
             ];
             if let Some((name, _)) = set.iter().find(|(_, on)| *on) {
                 return Err(ConfigError(format!(
@@ -350,6 +402,12 @@ impl ServeConfig {
             } else {
                 args.postgres_urls.clone()
             },
+            redis_urls: if args.redis_urls.is_empty() {
+                file.redis_urls
+            } else {
+                args.redis_urls.clone()
+            },
+            redis_cluster: args.redis_cluster || file.redis_cluster.unwrap_or(false),
             layout: file.shard,
             routes: file
                 .route
@@ -425,20 +483,50 @@ impl ServeConfig {
             if self.layout.len() > 256 {
                 return Err(ConfigError("shard: more than 256".into()));
             }
+            for (i, s) in self.layout.iter().enumerate() {
+                if let ShardSpec::Redis { url, cluster, .. } = s {
+                    if url.is_some() != cluster.is_empty() {
+                        return Err(ConfigError(format!(
+                            "shard[{i}]: a redis shard needs exactly one of url (a server) and \
+                             cluster (the nodes of a Redis Cluster)"
+                        )));
+                    }
+                }
+            }
             return Ok(());
         }
-        match (self.store, self.postgres_urls.is_empty()) {
-            (StoreKind::Postgres, true) => {
-                return Err(ConfigError(
-                    "store postgres needs at least one --postgres-url (XFER_POSTGRES_URL)".into(),
-                ))
-            }
-            (StoreKind::Embedded, false) => {
-                return Err(ConfigError(
-                    "postgres_urls is set but the store is embedded: add --store postgres".into(),
-                ))
-            }
-            _ => {}
+        let needs = |kind: StoreKind, set: bool, name: &str, flag: &str, env: &str| match (
+            self.store == kind,
+            set,
+        ) {
+            (true, false) => Err(ConfigError(format!(
+                "store {name} needs at least one --{flag} ({env})"
+            ))),
+            (false, true) => Err(ConfigError(format!(
+                "{}s is set but the store is {}: add --store {name}",
+                flag.replace('-', "_"),
+                self.store.name()
+            ))),
+            _ => Ok(()),
+        };
+        needs(
+            StoreKind::Postgres,
+            !self.postgres_urls.is_empty(),
+            "postgres",
+            "postgres-url",
+            "XFER_POSTGRES_URL",
+        )?;
+        needs(
+            StoreKind::Redis,
+            !self.redis_urls.is_empty(),
+            "redis",
+            "redis-url",
+            "XFER_REDIS_URL",
+        )?;
+        if self.redis_cluster && self.store != StoreKind::Redis {
+            return Err(ConfigError(
+                "redis_cluster is set but the store is not redis: add --store redis".into(),
+            ));
         }
         if let Err(e) = self.log.parse::<tracing_subscriber::filter::Targets>() {
             return Err(ConfigError(format!("log: {:?}: {e}", self.log)));
@@ -508,6 +596,34 @@ mod tests {
         assert!(e.0.contains("--store postgres"), "{e}");
         let cfg = ServeConfig::merge(file, &args).unwrap();
         assert_eq!(cfg.postgres_urls.len(), 1);
+    }
+
+    #[test]
+    fn the_redis_store_needs_a_url_and_a_cluster_needs_the_redis_store() {
+        let args = ServeArgs {
+            store: Some(StoreKind::Redis),
+            ..ServeArgs::default()
+        };
+        let e = ServeConfig::merge(FileConfig::default(), &args).unwrap_err();
+        assert!(e.0.contains("--redis-url"), "{e}");
+        let file: FileConfig =
+            toml::from_str("redis_urls = [\"redis://127.0.0.1:7001\"]\nredis_cluster = true\n")
+                .unwrap();
+        let e = ServeConfig::merge(file.clone(), &ServeArgs::default()).unwrap_err();
+        assert!(e.0.contains("--store redis"), "{e}");
+        let cfg = ServeConfig::merge(file, &args).unwrap();
+        assert!(cfg.redis_cluster && cfg.redis_urls.len() == 1);
+        let parse = |t: &str| ServeConfig::merge(toml::from_str(t).unwrap(), &ServeArgs::default());
+        let e = parse("[[shard]]\nstore = \"redis\"\n").unwrap_err();
+        assert!(
+            e.0.contains("shard[0]: a redis shard needs exactly one of url"),
+            "{e}"
+        );
+        let both =
+            "[[shard]]\nstore = \"redis\"\nurl = \"redis://h:1\"\ncluster = [\"redis://h:2\"]\n";
+        assert!(parse(both).is_err());
+        let ok = "[[shard]]\nstore = \"redis\"\ncluster = [\"redis://h:2\"]\nprefix = \"points\"\n";
+        assert_eq!(parse(ok).unwrap().shard_count(), 1);
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The shards a configuration names, opened: the embedded store's data directory,
-//! PostgreSQL schemas spread over the listed databases, or an explicit `[[shard]]` list that
-//! mixes them (each shard its own store; `[[route]]` rules place accounts). [`Opened`] is
+//! PostgreSQL schemas spread over the listed databases, Redis key prefixes spread over the
+//! listed servers (or one Cluster), or an explicit `[[shard]]` list that mixes them (each shard its own store; `[[route]]` rules place accounts). [`Opened`] is
 //! what the server runs on and how it is closed.
 
 use crate::config::{ServeConfig, ShardSpec, StoreKind};
@@ -10,6 +10,7 @@ use xfer_core::Clock;
 use xfer_store::Store;
 use xfer_store_embedded::{Embedded, EmbeddedConfig};
 use xfer_store_postgres::{PostgresConfig, PostgresStore};
+use xfer_store_redis::{RedisConfig, RedisStore};
 
 /// Opened shards, in shard order.
 pub struct Opened {
@@ -34,7 +35,7 @@ impl Opened {
     }
 }
 
-/// The schema of PostgreSQL shard `n`.
+/// The schema of PostgreSQL shard `n`; also the hash tag of Redis shard `n`.
 pub fn postgres_schema(n: usize) -> String {
     format!("xfer_shard_{n}")
 }
@@ -51,6 +52,16 @@ pub fn layout(cfg: &ServeConfig) -> Vec<ShardSpec> {
             StoreKind::Postgres => ShardSpec::Postgres {
                 url: cfg.postgres_urls[n % cfg.postgres_urls.len()].clone(),
                 schema: None,
+            },
+            StoreKind::Redis if cfg.redis_cluster => ShardSpec::Redis {
+                url: None,
+                cluster: cfg.redis_urls.clone(),
+                prefix: None,
+            },
+            StoreKind::Redis => ShardSpec::Redis {
+                url: Some(cfg.redis_urls[n % cfg.redis_urls.len()].clone()),
+                cluster: vec![],
+                prefix: None,
             },
         })
         .collect()
@@ -90,14 +101,32 @@ pub async fn open(cfg: &ServeConfig, clock: Arc<dyn Clock>) -> Result<Opened, St
                 pg.pool_size = cfg.store_calls_per_shard + 2;
                 let store = match PostgresStore::open(&pg).await {
                     Ok(s) => s,
-                    Err(e) => {
-                        if let Some(e) = embedded.take() {
-                            let _ = tokio::task::spawn_blocking(move || e.close()).await;
-                        }
-                        return Err(format!("shard {n}: {e}"));
-                    }
+                    Err(e) => return fail(embedded.take(), format!("shard {n}: {e}")).await,
                 };
                 tracing::info!(shard = n, at = store.name(), "postgres shard opened");
+                shards.push(Arc::new(store));
+            }
+            ShardSpec::Redis {
+                url,
+                cluster,
+                prefix,
+            } => {
+                let prefix = prefix.clone().unwrap_or_else(|| postgres_schema(n));
+                let rc = match url {
+                    Some(url) => RedisConfig::new(url.clone(), prefix),
+                    None => RedisConfig::cluster(cluster.clone(), prefix),
+                };
+                let store = match RedisStore::open(&rc).await {
+                    Ok(s) => s,
+                    Err(e) => return fail(embedded.take(), format!("shard {n}: {e}")).await,
+                };
+                // Loudly, every time: acknowledged transfers are only as safe as the server.
+                for d in store.durability().await {
+                    if let Some(w) = d.warning() {
+                        tracing::warn!(shard = n, "{w}");
+                    }
+                }
+                tracing::info!(shard = n, store = ?store, "redis shard opened");
                 shards.push(Arc::new(store));
             }
         }
@@ -105,7 +134,7 @@ pub async fn open(cfg: &ServeConfig, clock: Arc<dyn Clock>) -> Result<Opened, St
     tracing::info!(
         shards = shards.len(),
         embedded = embedded_count,
-        postgres = shards.len() - embedded_count,
+        databases = shards.len() - embedded_count,
         ms = (watch.seconds() * 1e3) as u64,
         "store opened"
     );
@@ -116,6 +145,14 @@ pub async fn open(cfg: &ServeConfig, clock: Arc<dyn Clock>) -> Result<Opened, St
             None => Closer::Nothing,
         },
     })
+}
+
+/// Closes the embedded store opened so far, then answers the error that stopped the opening.
+async fn fail(embedded: Option<Embedded>, error: String) -> Result<Opened, String> {
+    if let Some(e) = embedded {
+        let _ = tokio::task::spawn_blocking(move || e.close()).await;
+    }
+    Err(error)
 }
 
 /// The embedded store in `data_dir` with `count` shards.

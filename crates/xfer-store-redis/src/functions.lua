@@ -1,0 +1,575 @@
+#!lua name=xfer_1
+-- xfer's Redis shard: every protocol step as one server-side function on one record.
+--
+-- Loaded once per server (FUNCTION LOAD REPLACE when a store opens). A function runs
+-- atomically on the server, so the step's check and its write are one step next to the
+-- data, never a read followed by a conditional write from the client. Every key a call
+-- touches is passed in KEYS and carries the shard's hash tag `{prefix}`, so a record and the
+-- shard's indexes sit in one Cluster slot.
+--
+-- The rules are those of `xfer_store::record` (Rust), which the Memory store runs directly;
+-- the conformance suite holds this file to them.
+--
+-- Layout of one shard (see `keys.rs`):
+--   {p}:a:<account>   hash: asset, balance, reserved, incoming, lower (absent: unbounded),
+--                     status (open | closed | unopened), and one field per intent,
+--                     i:<transfer> = "<state> <debit> <credit> <horizon>"
+--   {p}:h:<account>   sorted set: the account's history, "<seq> <transfer>" scored by seq
+--   {p}:t:<transfer>  hash: spec (JSON), rev (the reversed postings, JSON), state, created,
+--                     updated, deadline, hold, owner, lease, epoch, reason (JSON),
+--                     refunded_by (absent fields: none)
+--   {p}:accounts, {p}:transfers   sorted sets of ids (score 0: byte order, for paging)
+--   {p}:due           sorted set: non-terminal transfers scored by their wake time
+--   {p}:tombs         sorted set: "<account> <transfer>" of every tombstone, by horizon
+--   {p}:seq           the history counter
+
+local NEVER = '9223372036854775807'
+
+-- Exact signed integers as decimal strings ("-12", "0", "345"). Lua numbers are doubles,
+-- exact only below 2^53, and balances reach 2^63: every sum and comparison of amounts goes
+-- through these, in limbs of seven digits. Timestamps (milliseconds, below 2^53 for any
+-- real clock) are compared as numbers.
+local W, BASE = 7, 10000000
+local I64_MIN, I64_MAX = '-9223372036854775808', NEVER
+
+local function corrupt(what)
+  error({ err = 'XFERCORRUPT ' .. what })
+end
+
+local function int(s, what)
+  if type(s) ~= 'string' or not string.match(s, '^%-?%d+$') then
+    corrupt(what .. ' is not an integer: ' .. tostring(s))
+  end
+  return s
+end
+
+local function split(x)
+  if string.byte(x, 1) == 45 then
+    return -1, string.sub(x, 2)
+  end
+  return 1, x
+end
+
+local function ucmp(a, b)
+  if #a ~= #b then
+    return (#a < #b) and -1 or 1
+  end
+  if a == b then
+    return 0
+  end
+  return (a < b) and -1 or 1
+end
+
+local function limb(s, i)
+  if i <= 0 then
+    return 0
+  end
+  return tonumber(string.sub(s, math.max(1, i - W + 1), i))
+end
+
+-- Limbs, least significant first, back to digits without leading zeros.
+local function join(limbs)
+  local n = #limbs
+  while n > 1 and limbs[n] == 0 do
+    n = n - 1
+  end
+  local parts = { string.format('%d', limbs[n]) }
+  for k = n - 1, 1, -1 do
+    parts[#parts + 1] = string.format('%07d', limbs[k])
+  end
+  return table.concat(parts)
+end
+
+local function uadd(a, b)
+  local limbs, carry, i, j = {}, 0, #a, #b
+  while i > 0 or j > 0 or carry > 0 do
+    local s = limb(a, i) + limb(b, j) + carry
+    if s >= BASE then
+      carry, s = 1, s - BASE
+    else
+      carry = 0
+    end
+    limbs[#limbs + 1] = s
+    i, j = i - W, j - W
+  end
+  return join(limbs)
+end
+
+-- a - b for a >= b.
+local function usub(a, b)
+  local limbs, borrow, i, j = {}, 0, #a, #b
+  while i > 0 do
+    local s = limb(a, i) - limb(b, j) - borrow
+    if s < 0 then
+      borrow, s = 1, s + BASE
+    else
+      borrow = 0
+    end
+    limbs[#limbs + 1] = s
+    i, j = i - W, j - W
+  end
+  return join(limbs)
+end
+
+local function add(x, y)
+  local sx, a = split(x)
+  local sy, b = split(y)
+  local sign, r
+  if sx == sy then
+    sign, r = sx, uadd(a, b)
+  else
+    local c = ucmp(a, b)
+    if c == 0 then
+      return '0'
+    elseif c > 0 then
+      sign, r = sx, usub(a, b)
+    else
+      sign, r = sy, usub(b, a)
+    end
+  end
+  if sign < 0 and r ~= '0' then
+    return '-' .. r
+  end
+  return r
+end
+
+local function neg(x)
+  if x == '0' then
+    return '0'
+  elseif string.byte(x, 1) == 45 then
+    return string.sub(x, 2)
+  end
+  return '-' .. x
+end
+
+local function sub(x, y)
+  return add(x, neg(y))
+end
+
+local function cmp(x, y)
+  local sx, a = split(x)
+  local sy, b = split(y)
+  if sx ~= sy then
+    return (sx < sy) and -1 or 1
+  end
+  local c = ucmp(a, b)
+  if sx > 0 then
+    return c
+  end
+  return -c
+end
+
+local function fits(x)
+  return cmp(x, I64_MIN) >= 0 and cmp(x, I64_MAX) <= 0
+end
+
+-- The store's clock: the server's, in milliseconds since the Unix epoch.
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function ms(s, what)
+  local n = tonumber(s)
+  if not n then
+    corrupt(what .. ' is not a timestamp: ' .. tostring(s))
+  end
+  return n
+end
+
+-- ---------------------------------------------------------------------------------------
+-- Accounts. KEYS: the account, its history, the account index, the tombstone index, the
+-- history counter. ARGV: the step, the account id, the step's arguments (see `wire.rs`).
+
+local function intent_of(v, key)
+  local state, debit, credit, horizon = string.match(v, '^(%a+) (%d+) (%d+) (%-?%d+)$')
+  if not state then
+    corrupt('intent ' .. v .. ' in ' .. key)
+  end
+  return state, debit, credit, horizon
+end
+
+local function account_reply(key)
+  local flat = redis.call('HGETALL', key)
+  table.insert(flat, 1, 'account')
+  return flat
+end
+
+local function has_open_intent(key)
+  local flat = redis.call('HGETALL', key)
+  for n = 1, #flat, 2 do
+    if string.sub(flat[n], 1, 2) == 'i:' and string.sub(flat[n + 1], 1, 5) == 'open ' then
+      return true
+    end
+  end
+  return false
+end
+
+local function has_intents(key)
+  for _, f in ipairs(redis.call('HKEYS', key)) do
+    if string.sub(f, 1, 2) == 'i:' then
+      return true
+    end
+  end
+  return false
+end
+
+local function sums(key)
+  local a = redis.call('HMGET', key, 'balance', 'reserved', 'incoming')
+  return int(a[1], key .. ' balance'), int(a[2], key .. ' reserved'), int(a[3], key .. ' incoming')
+end
+
+local function account(keys, args)
+  local key, hist, index, tombs, seq = keys[1], keys[2], keys[3], keys[4], keys[5]
+  local k, aid = args[1], args[2]
+  local status = redis.call('HGET', key, 'status')
+
+  if k == 'create' then
+    local asset, lower = args[3], args[4] -- lower '': unbounded
+    if not status then
+      redis.call('HSET', key, 'asset', asset, 'balance', '0', 'reserved', '0',
+        'incoming', '0', 'status', 'open')
+      if lower ~= '' then
+        redis.call('HSET', key, 'lower', lower)
+      end
+      redis.call('ZADD', index, 0, aid)
+      return account_reply(key)
+    elseif status == 'unopened' then
+      -- Keep the tombstones: a late prepare must still find them.
+      redis.call('HSET', key, 'status', 'open', 'asset', asset)
+      if lower ~= '' then
+        redis.call('HSET', key, 'lower', lower)
+      else
+        redis.call('HDEL', key, 'lower')
+      end
+      return account_reply(key)
+    end
+    local a = redis.call('HMGET', key, 'asset', 'lower')
+    if a[1] == asset and (a[2] or '') == lower then
+      return account_reply(key)
+    end
+    return { 'refused', 'account_exists_with_different_body' }
+  end
+
+  if k == 'release' then
+    local tid, asset, horizon = args[3], args[4], args[5]
+    local member = aid .. ' ' .. tid
+    if not status then
+      -- A release may reach an account nobody created yet: it leaves a placeholder that
+      -- holds the released mark, so a prepare arriving after the creation finds it.
+      redis.call('HSET', key, 'asset', asset, 'balance', '0', 'reserved', '0', 'incoming', '0',
+        'lower', '0', 'status', 'unopened', 'i:' .. tid, 'released 0 0 ' .. horizon)
+      redis.call('ZADD', index, 0, aid)
+      redis.call('ZADD', tombs, horizon, member)
+      return { 'release', 'marked' }
+    end
+    local v = redis.call('HGET', key, 'i:' .. tid)
+    if not v then
+      redis.call('HSET', key, 'i:' .. tid, 'released 0 0 ' .. horizon)
+      redis.call('ZADD', tombs, horizon, member)
+      return { 'release', 'marked' }
+    end
+    local state, debit, credit, h = intent_of(v, key)
+    if state == 'released' then
+      return { 'release', 'already_released' }
+    elseif state == 'posted' then
+      return { 'release', 'found_posted' }
+    end
+    local _, res, inc = sums(key)
+    redis.call('HSET', key, 'reserved', sub(res, debit), 'incoming', sub(inc, credit),
+      'i:' .. tid, 'released ' .. debit .. ' ' .. credit .. ' ' .. h)
+    redis.call('ZADD', tombs, h, member)
+    return { 'release', 'released' }
+  end
+
+  if k == 'prune' then
+    -- Drops one tombstone the index says is due, if the record agrees; a placeholder left
+    -- with no intents goes too.
+    local tid, now = args[3], now_ms()
+    local member = aid .. ' ' .. tid
+    if not status then
+      redis.call('ZREM', tombs, member)
+      return { 'pruned', '0' }
+    end
+    local dropped = '0'
+    local v = redis.call('HGET', key, 'i:' .. tid)
+    if not v then
+      redis.call('ZREM', tombs, member)
+    else
+      local state, _, _, h = intent_of(v, key)
+      if state ~= 'open' and ms(h, key .. ' horizon') <= now then
+        redis.call('HDEL', key, 'i:' .. tid)
+        redis.call('ZREM', tombs, member)
+        dropped = '1'
+      elseif state == 'open' then
+        redis.call('ZREM', tombs, member)
+      end
+    end
+    if status == 'unopened' and not has_intents(key) then
+      redis.call('DEL', key)
+      redis.call('ZREM', index, aid)
+    end
+    return { 'pruned', dropped }
+  end
+
+  if not status then
+    if k == 'prepare' then
+      return { 'prepare', 'refused', 'account_not_found' }
+    elseif k == 'post' then
+      return { 'post', 'missing' }
+    end
+    return { 'not_found' }
+  end
+
+  if k == 'prepare' then
+    local tid, asset, debit, credit, deadline, horizon =
+      args[3], args[4], args[5], args[6], args[7], args[8]
+    -- An existing intent or tombstone answers first, then the deadline, then the rules.
+    local v = redis.call('HGET', key, 'i:' .. tid)
+    if v then
+      local state = intent_of(v, key)
+      if state == 'open' then
+        return { 'prepare', 'already_prepared' }
+      elseif state == 'posted' then
+        return { 'prepare', 'already_posted' }
+      end
+      return { 'prepare', 'already_released' }
+    end
+    if now_ms() >= ms(deadline, 'deadline') then
+      return { 'prepare', 'too_late' }
+    end
+    if status == 'closed' then
+      return { 'prepare', 'refused', 'account_closed' }
+    elseif status == 'unopened' then
+      return { 'prepare', 'refused', 'account_not_found' }
+    end
+    local a = redis.call('HMGET', key, 'asset', 'lower')
+    if a[1] ~= asset then
+      return { 'prepare', 'refused', 'asset_mismatch' }
+    end
+    local bal, res, inc = sums(key)
+    if a[2] and cmp(debit, sub(sub(bal, res), int(a[2], key .. ' lower'))) > 0 then
+      return { 'prepare', 'refused', 'exceeds_available' }
+    end
+    -- Every number the record will ever hold must fit an i64 (see record.rs).
+    local res2, inc2 = add(res, debit), add(inc, credit)
+    if not (fits(res2) and fits(inc2) and fits(sub(bal, res2)) and fits(add(bal, inc2))) then
+      return { 'prepare', 'refused', 'balance_would_overflow' }
+    end
+    redis.call('HSET', key, 'reserved', res2, 'incoming', inc2,
+      'i:' .. tid, 'open ' .. debit .. ' ' .. credit .. ' ' .. horizon)
+    local n = string.format('%d', redis.call('INCR', seq))
+    redis.call('ZADD', hist, n, n .. ' ' .. tid)
+    return { 'prepare', 'prepared' }
+  end
+
+  if k == 'post' then
+    -- Only an open intent moves money.
+    local tid = args[3]
+    local v = redis.call('HGET', key, 'i:' .. tid)
+    if not v then
+      return { 'post', 'missing' }
+    end
+    local state, debit, credit, h = intent_of(v, key)
+    if state == 'posted' then
+      return { 'post', 'already_posted' }
+    elseif state == 'released' then
+      return { 'post', 'found_released' }
+    end
+    local bal, res, inc = sums(key)
+    redis.call('HSET', key, 'balance', add(bal, sub(credit, debit)),
+      'reserved', sub(res, debit), 'incoming', sub(inc, credit),
+      'i:' .. tid, 'posted ' .. debit .. ' ' .. credit .. ' ' .. h)
+    redis.call('ZADD', tombs, h, aid .. ' ' .. tid)
+    return { 'post', 'posted' }
+  end
+
+  if k == 'close' then
+    if status == 'unopened' then
+      return { 'not_found' }
+    elseif status == 'open' then
+      if has_open_intent(key) then
+        return { 'refused', 'account_has_transfers_in_flight' }
+      end
+      redis.call('HSET', key, 'status', 'closed')
+    end
+    return account_reply(key)
+  end
+
+  if k == 'set_lower_bound' then
+    local lower = args[3] -- '': unbounded
+    if status == 'unopened' then
+      return { 'not_found' }
+    end
+    local bal, res = sums(key)
+    if lower ~= '' and cmp(sub(bal, res), lower) < 0 then
+      return { 'refused', 'lower_bound_above_available' }
+    end
+    if lower ~= '' then
+      redis.call('HSET', key, 'lower', lower)
+    else
+      redis.call('HDEL', key, 'lower')
+    end
+    return account_reply(key)
+  end
+
+  if k == 'get' then
+    if status == 'unopened' then
+      return { 'not_found' }
+    end
+    return account_reply(key)
+  end
+  corrupt('unknown account step ' .. tostring(k))
+end
+
+-- ---------------------------------------------------------------------------------------
+-- Transfers. KEYS: the transfer, the transfer index, the due index. ARGV: the step, the
+-- transfer id, the step's arguments (see `wire.rs`).
+
+local function transfer_reply(kind, key)
+  local flat = redis.call('HGETALL', key)
+  table.insert(flat, 1, kind)
+  return flat
+end
+
+-- Keeps the due index in step with the record: TransferRecord::wake_at.
+local function index_wake(key, due, tid)
+  local f = redis.call('HMGET', key, 'state', 'lease', 'hold')
+  local state, lease, hold = f[1], f[2], f[3]
+  if state == 'done' or state == 'canceled' then
+    redis.call('ZREM', due, tid)
+  elseif state == 'held' then
+    local wake = hold or NEVER
+    if ms(lease, key .. ' lease') > ms(wake, key .. ' hold') then
+      wake = lease
+    end
+    redis.call('ZADD', due, wake, tid)
+  else
+    redis.call('ZADD', due, lease, tid)
+  end
+end
+
+local function transfer(keys, args)
+  local key, index, due = keys[1], keys[2], keys[3]
+  local k, tid = args[1], args[2]
+
+  if k == 'insert' then
+    if redis.call('EXISTS', key) == 0 then
+      redis.call('HSET', key, unpack(args, 3))
+      redis.call('ZADD', index, 0, tid)
+      index_wake(key, due, tid)
+      return transfer_reply('transfer', key)
+    end
+    -- Same id: the client compares the bodies (nothing changes either way).
+    return transfer_reply('unchanged', key)
+  end
+
+  local f = redis.call('HMGET', key, 'state', 'epoch', 'lease', 'hold', 'refunded_by', 'rev')
+  local state, epoch, lease, hold, refunded_by, rev = f[1], f[2], f[3], f[4], f[5], f[6]
+  if not state then
+    return { 'not_found' }
+  end
+  local changed = false
+
+  if k == 'claim' then
+    local owner, at, lease_until = args[3], args[4], args[5]
+    local expired = ms(lease, key .. ' lease') <= ms(at, 'now')
+    local nxt
+    if state == 'initial' then
+      nxt = 'pending'
+    elseif (state == 'pending' or state == 'applied' or state == 'canceling') and expired then
+      nxt = state
+    elseif state == 'held' and expired and hold and ms(hold, key .. ' hold') <= ms(at, 'now') then
+      nxt = 'canceling'
+    end
+    if nxt then
+      if state == 'held' then
+        redis.call('HSET', key, 'reason', '"expired"')
+      end
+      redis.call('HSET', key, 'state', nxt, 'owner', owner, 'lease', lease_until,
+        'epoch', add(int(epoch, key .. ' epoch'), '1'), 'updated', at)
+      changed = true
+    end
+  elseif k == 'decide' then
+    -- The commit point: compare-and-set on state and epoch.
+    local want, to, reason, at = args[3], args[4], args[5], args[6]
+    if state == 'pending' and epoch == want
+      and (to == 'applied' or to == 'held' or to == 'canceling') then
+      redis.call('HSET', key, 'state', to, 'updated', at)
+      if reason ~= '' then
+        redis.call('HSET', key, 'reason', reason)
+      else
+        redis.call('HDEL', key, 'reason')
+      end
+      changed = true
+    end
+  elseif k == 'capture' or k == 'void' then
+    local owner, at, lease_until = args[3], args[4], args[5]
+    if state == 'initial' or state == 'pending' then
+      return { 'refused', 'transfer_is_not_held' }
+    elseif state == 'held' then
+      -- A capture resent long after it was made cannot beat the expiry: the store's clock
+      -- judges too.
+      if k == 'capture' and hold
+        and ms(hold, key .. ' hold') <= math.max(ms(at, 'now'), now_ms()) then
+        return { 'refused', 'hold_expired' }
+      end
+      if k == 'capture' then
+        redis.call('HSET', key, 'state', 'applied')
+      else
+        redis.call('HSET', key, 'state', 'canceling', 'reason', '"voided"')
+      end
+      redis.call('HSET', key, 'owner', owner, 'lease', lease_until,
+        'epoch', add(int(epoch, key .. ' epoch'), '1'), 'updated', at)
+      changed = true
+    end
+  elseif k == 'finish' then
+    local at = args[3]
+    if state == 'applied' or state == 'canceling' then
+      redis.call('HSET', key, 'state', (state == 'applied') and 'done' or 'canceled',
+        'updated', at)
+      redis.call('HDEL', key, 'owner')
+      changed = true
+    end
+  elseif k == 'link_refund' then
+    local refund, replacing, postings = args[3], args[4], args[5]
+    if state ~= 'done' then
+      return { 'refused', 'original_is_not_done' }
+    end
+    if rev ~= postings then
+      return { 'refused', 'refund_must_reverse_original' }
+    end
+    if refunded_by == refund then
+      -- linked by this refund before: a repeat
+    elseif not refunded_by or refunded_by == replacing then
+      redis.call('HSET', key, 'refunded_by', refund)
+      changed = true
+    else
+      return { 'refused', 'original_already_refunded' }
+    end
+  elseif k == 'redrive' then
+    local at = args[3]
+    if state ~= 'done' and state ~= 'canceled' and ms(lease, key .. ' lease') > ms(at, 'now') then
+      redis.call('HSET', key, 'lease', at)
+      changed = true
+    end
+  elseif k ~= 'get' then
+    corrupt('unknown transfer step ' .. tostring(k))
+  end
+  if changed then
+    index_wake(key, due, tid)
+    return transfer_reply('transfer', key)
+  end
+  return transfer_reply('unchanged', key)
+end
+
+-- Tombstones whose horizon the store's clock has passed, at most ARGV[1] of them.
+-- KEYS: the tombstone index.
+local function tombs_due(keys, args)
+  return redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms(), 'LIMIT', 0, tonumber(args[1]))
+end
+
+redis.register_function('xfer_1_account', account)
+redis.register_function('xfer_1_transfer', transfer)
+redis.register_function { function_name = 'xfer_1_tombs_due', callback = tombs_due,
+  flags = { 'no-writes' } }

@@ -1,0 +1,74 @@
+//! Key names of one shard: every key carries the shard's hash tag `{prefix}`, so all of a
+//! shard's keys are in one Cluster slot (see `functions.lua` for what each key holds).
+
+use xfer_core::{AccountId, TransferId};
+
+/// The key names of one shard.
+#[derive(Clone, Debug)]
+pub(crate) struct Keys {
+    tag: String,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str) -> Keys {
+        Keys {
+            tag: format!("{{{prefix}}}"),
+        }
+    }
+
+    pub(crate) fn account(&self, id: &AccountId) -> String {
+        format!("{}:a:{id}", self.tag)
+    }
+
+    pub(crate) fn history(&self, id: &AccountId) -> String {
+        format!("{}:h:{id}", self.tag)
+    }
+
+    pub(crate) fn transfer(&self, id: &TransferId) -> String {
+        format!("{}:t:{id}", self.tag)
+    }
+
+    pub(crate) fn accounts(&self) -> String {
+        format!("{}:accounts", self.tag)
+    }
+
+    pub(crate) fn transfers(&self) -> String {
+        format!("{}:transfers", self.tag)
+    }
+
+    pub(crate) fn due(&self) -> String {
+        format!("{}:due", self.tag)
+    }
+
+    pub(crate) fn tombs(&self) -> String {
+        format!("{}:tombs", self.tag)
+    }
+
+    pub(crate) fn seq(&self) -> String {
+        format!("{}:seq", self.tag)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_carries_the_shard_tag() {
+        let k = Keys::new("xfer_shard_3");
+        let a = AccountId::new("cash:alice").unwrap();
+        let t = TransferId::new("t-1").unwrap();
+        for key in [
+            k.account(&a),
+            k.history(&a),
+            k.transfer(&t),
+            k.accounts(),
+            k.transfers(),
+            k.due(),
+            k.tombs(),
+            k.seq(),
+        ] {
+            assert!(key.starts_with("{xfer_shard_3}:"), "{key}");
+        }
+    }
+}

@@ -1,0 +1,426 @@
+//! What travels between [`Op`]/[`Reply`] and the functions in `functions.lua`: one `FCALL`
+//! per op (its keys, the step's name, the record's id, the step's arguments as strings), and
+//! one flat array of strings per reply (`[kind, …]`; records as `HGETALL` gives them).
+//!
+//! Numbers go as decimal text both ways (the functions do exact integer arithmetic on it);
+//! the parts Redis only stores (a transfer's spec, a cancel reason, the reversed postings a
+//! refund must match) are the domain types' own JSON.
+
+use crate::keys::Keys;
+use redis::{Cmd, Value};
+use serde::de::value::{Error as DeError, StrDeserializer};
+use serde::Deserialize;
+use xfer_core::{
+    Account, AccountId, AccountStatus, AssetCode, CancelReason, Code, Intent, IntentState,
+    LowerBound, OwnerId, Timestamp, TransferId, TransferRecord, TransferSpec, TransferState,
+};
+use xfer_store::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
+
+pub(crate) const ACCOUNT_FN: &str = "xfer_1_account";
+pub(crate) const TRANSFER_FN: &str = "xfer_1_transfer";
+pub(crate) const TOMBS_DUE_FN: &str = "xfer_1_tombs_due";
+
+/// A timestamp as the functions store it: milliseconds, a saturated "never" as `i64::MAX`.
+pub(crate) fn ms(t: Timestamp) -> String {
+    i64::try_from(t.0).unwrap_or(i64::MAX).to_string()
+}
+
+fn bound(lb: LowerBound) -> String {
+    match lb {
+        LowerBound::Bounded(n) => n.to_string(),
+        LowerBound::Unbounded => String::new(),
+    }
+}
+
+/// A unit enum variant's serde name (`TransferState::Applied` → `applied`).
+fn word<T: serde::Serialize>(v: &T) -> String {
+    match serde_json::to_value(v) {
+        Ok(serde_json::Value::String(s)) => s,
+        other => unreachable!("a unit variant serialises as a string, not {other:?}"),
+    }
+}
+
+fn json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("domain types serialise")
+}
+
+fn fcall(name: &str, keys: &[String], args: Vec<String>) -> Cmd {
+    let mut cmd = redis::cmd("FCALL");
+    cmd.arg(name).arg(keys.len()).arg(keys).arg(args);
+    cmd
+}
+
+/// The `FCALL` that runs `op`.
+pub(crate) fn command(keys: &Keys, op: &Op) -> Cmd {
+    match op {
+        Op::Account(id, op) => {
+            let mut args = vec![String::new(), id.to_string()];
+            args[0] = match op {
+                AccountOp::Create { asset, lower_bound } => {
+                    args.extend([asset.to_string(), bound(*lower_bound)]);
+                    "create"
+                }
+                AccountOp::Prepare {
+                    transfer,
+                    asset,
+                    debit,
+                    credit,
+                    deadline,
+                    horizon,
+                } => {
+                    args.extend([
+                        transfer.to_string(),
+                        asset.to_string(),
+                        debit.to_string(),
+                        credit.to_string(),
+                        ms(*deadline),
+                        ms(*horizon),
+                    ]);
+                    "prepare"
+                }
+                AccountOp::Post { transfer, .. } => {
+                    args.push(transfer.to_string());
+                    "post"
+                }
+                AccountOp::Release {
+                    transfer,
+                    asset,
+                    horizon,
+                } => {
+                    args.extend([transfer.to_string(), asset.to_string(), ms(*horizon)]);
+                    "release"
+                }
+                AccountOp::Close => "close",
+                AccountOp::SetLowerBound { lower_bound } => {
+                    args.push(bound(*lower_bound));
+                    "set_lower_bound"
+                }
+                AccountOp::Get => "get",
+            }
+            .into();
+            fcall(ACCOUNT_FN, &account_keys(keys, id), args)
+        }
+        Op::Transfer(id, op) => {
+            let mut args = vec![String::new(), id.to_string()];
+            let lease = |args: &mut Vec<String>, o: &OwnerId, now, until| {
+                args.extend([o.to_string(), ms(now), ms(until)]);
+            };
+            args[0] = match op {
+                TransferOp::Insert(rec) => {
+                    args.extend(record_fields(rec));
+                    "insert"
+                }
+                TransferOp::Claim {
+                    owner,
+                    now,
+                    lease_until,
+                } => {
+                    lease(&mut args, owner, *now, *lease_until);
+                    "claim"
+                }
+                TransferOp::Decide {
+                    epoch,
+                    to,
+                    reason,
+                    now,
+                } => {
+                    args.extend([
+                        epoch.to_string(),
+                        word(to),
+                        reason.as_ref().map(json).unwrap_or_default(),
+                        ms(*now),
+                    ]);
+                    "decide"
+                }
+                TransferOp::Capture {
+                    owner,
+                    now,
+                    lease_until,
+                } => {
+                    lease(&mut args, owner, *now, *lease_until);
+                    "capture"
+                }
+                TransferOp::Void {
+                    owner,
+                    now,
+                    lease_until,
+                } => {
+                    lease(&mut args, owner, *now, *lease_until);
+                    "void"
+                }
+                TransferOp::Finish { now } => {
+                    args.push(ms(*now));
+                    "finish"
+                }
+                TransferOp::LinkRefund {
+                    refund,
+                    replacing,
+                    postings,
+                } => {
+                    args.extend([
+                        refund.to_string(),
+                        replacing
+                            .as_ref()
+                            .map(|r| r.to_string())
+                            .unwrap_or_default(),
+                        json(postings),
+                    ]);
+                    "link_refund"
+                }
+                TransferOp::Redrive { now } => {
+                    args.push(ms(*now));
+                    "redrive"
+                }
+                TransferOp::Get => "get",
+            }
+            .into();
+            fcall(TRANSFER_FN, &transfer_keys(keys, id), args)
+        }
+    }
+}
+
+/// The `FCALL` that drops the tombstone `transfer` on `account` if it is due.
+pub(crate) fn prune_command(keys: &Keys, account: &AccountId, transfer: &str) -> Cmd {
+    let args = vec!["prune".into(), account.to_string(), transfer.to_string()];
+    fcall(ACCOUNT_FN, &account_keys(keys, account), args)
+}
+
+fn account_keys(keys: &Keys, id: &AccountId) -> [String; 5] {
+    [
+        keys.account(id),
+        keys.history(id),
+        keys.accounts(),
+        keys.tombs(),
+        keys.seq(),
+    ]
+}
+
+fn transfer_keys(keys: &Keys, id: &TransferId) -> [String; 3] {
+    [keys.transfer(id), keys.transfers(), keys.due()]
+}
+
+/// A new transfer record as the hash's field/value pairs (absent fields: none).
+fn record_fields(r: &TransferRecord) -> Vec<String> {
+    let mut f: Vec<String> = [
+        ("spec", json(&r.spec)),
+        ("rev", json(&r.spec.reversed_postings())),
+        ("state", word(&r.state)),
+        ("created", ms(r.created_at)),
+        ("updated", ms(r.updated_at)),
+        ("deadline", ms(r.deadline)),
+        ("lease", ms(r.lease_until)),
+        ("epoch", r.epoch.to_string()),
+    ]
+    .into_iter()
+    .flat_map(|(k, v)| [k.to_string(), v])
+    .collect();
+    let optional = [
+        ("hold", r.hold_expires_at.map(ms)),
+        ("owner", r.owner.as_ref().map(|o| o.to_string())),
+        ("reason", r.reason.as_ref().map(json)),
+        ("refunded_by", r.refunded_by.as_ref().map(|t| t.to_string())),
+    ];
+    for (k, v) in optional {
+        if let Some(v) = v {
+            f.extend([k.to_string(), v]);
+        }
+    }
+    f
+}
+
+/// A reply as strings; `Err` says what was wrong with it.
+pub(crate) fn strings(v: Value) -> Result<Vec<String>, String> {
+    match v {
+        Value::Array(items) => items
+            .into_iter()
+            .map(|i| match i {
+                Value::BulkString(b) => String::from_utf8(b).map_err(|e| e.to_string()),
+                Value::SimpleString(s) => Ok(s),
+                Value::Int(n) => Ok(n.to_string()),
+                other => Err(format!("unexpected reply element {other:?}")),
+            })
+            .collect(),
+        other => Err(format!("expected an array, got {other:?}")),
+    }
+}
+
+fn enum_word<'de, T: Deserialize<'de>>(s: &'de str, what: &str) -> Result<T, String> {
+    T::deserialize(StrDeserializer::<DeError>::new(s)).map_err(|e| format!("{what} {s:?}: {e}"))
+}
+
+fn num<T: std::str::FromStr>(s: &str, what: &str) -> Result<T, String> {
+    s.parse()
+        .map_err(|_| format!("{what} is not a number: {s:?}"))
+}
+
+/// Parses one reply of the step `op`.
+pub(crate) fn decode(op: &Op, v: Value) -> Result<Reply, String> {
+    let s = strings(v)?;
+    let (kind, rest) = s.split_first().ok_or("an empty reply")?;
+    let arg = |n: usize| rest.get(n).map(String::as_str).ok_or("a short reply");
+    Ok(match kind.as_str() {
+        "account" => match op {
+            Op::Account(id, _) => Reply::Account(Box::new(account(id, rest)?)),
+            Op::Transfer(..) => return Err("an account reply to a transfer step".into()),
+        },
+        "prepare" => Reply::Prepare(match arg(0)? {
+            "prepared" => PrepareOutcome::Prepared,
+            "already_prepared" => PrepareOutcome::AlreadyPrepared,
+            "already_posted" => PrepareOutcome::AlreadyPosted,
+            "already_released" => PrepareOutcome::AlreadyReleased,
+            "too_late" => PrepareOutcome::TooLate,
+            "refused" => PrepareOutcome::Refused(enum_word(arg(1)?, "code")?),
+            o => return Err(format!("unknown prepare outcome {o:?}")),
+        }),
+        "post" => Reply::Post(match arg(0)? {
+            "posted" => PostOutcome::Posted,
+            "already_posted" => PostOutcome::AlreadyPosted,
+            "missing" => PostOutcome::Missing,
+            "found_released" => PostOutcome::FoundReleased,
+            o => return Err(format!("unknown post outcome {o:?}")),
+        }),
+        "release" => Reply::Release(match arg(0)? {
+            "released" => ReleaseOutcome::Released,
+            "already_released" => ReleaseOutcome::AlreadyReleased,
+            "marked" => ReleaseOutcome::Marked,
+            "found_posted" => ReleaseOutcome::FoundPosted,
+            o => return Err(format!("unknown release outcome {o:?}")),
+        }),
+        "transfer" => Reply::Transfer(Box::new(transfer(rest)?)),
+        "unchanged" => {
+            let rec = transfer(rest)?;
+            // An insert over an existing id changes nothing either way; the same body is a
+            // repeat, a different one a refusal (TransferSpec::same_body).
+            match op {
+                Op::Transfer(_, TransferOp::Insert(new)) if !rec.spec.same_body(&new.spec) => {
+                    Reply::Refused(Code::IdExistsWithDifferentBody)
+                }
+                _ => Reply::Unchanged(Box::new(rec)),
+            }
+        }
+        "refused" => Reply::Refused(enum_word(arg(0)?, "code")?),
+        "not_found" => Reply::NotFound,
+        k => return Err(format!("unknown reply kind {k:?}")),
+    })
+}
+
+fn pairs(flat: &[String]) -> Result<impl Iterator<Item = (&str, &str)>, String> {
+    if !flat.len().is_multiple_of(2) {
+        return Err("a record with an odd number of fields".into());
+    }
+    Ok(flat.chunks(2).map(|p| (p[0].as_str(), p[1].as_str())))
+}
+
+/// An account from its hash's fields.
+pub(crate) fn account(id: &AccountId, flat: &[String]) -> Result<Account, String> {
+    let (mut asset, mut status) = (None, None);
+    let (mut balance, mut reserved, mut incoming) = (None, None, None);
+    let mut lower_bound = LowerBound::Unbounded;
+    let mut intents = std::collections::BTreeMap::new();
+    for (k, v) in pairs(flat)? {
+        match k {
+            "asset" => asset = Some(AssetCode::new(v, "asset").map_err(|e| e.to_string())?),
+            "balance" => balance = Some(num::<i64>(v, "balance")?),
+            "reserved" => reserved = Some(num::<i64>(v, "reserved")?),
+            "incoming" => incoming = Some(num::<i64>(v, "incoming")?),
+            "lower" => lower_bound = LowerBound::Bounded(num(v, "lower")?),
+            "status" => status = Some(enum_word::<AccountStatus>(v, "status")?),
+            _ => {
+                let Some(t) = k.strip_prefix("i:") else {
+                    return Err(format!("unknown account field {k:?}"));
+                };
+                let parts: Vec<&str> = v.split(' ').collect();
+                let [state, debit, credit, horizon] = parts[..] else {
+                    return Err(format!("intent {t}: {v:?}"));
+                };
+                let t = TransferId::new(t).map_err(|e| e.to_string())?;
+                let intent = Intent {
+                    state: enum_word::<IntentState>(state, "intent state")?,
+                    debit: num(debit, "debit")?,
+                    credit: num(credit, "credit")?,
+                    horizon: Timestamp(num(horizon, "horizon")?),
+                };
+                intents.insert(t, intent);
+            }
+        }
+    }
+    let missing = |f: &str| format!("account without {f}");
+    Ok(Account {
+        id: id.clone(),
+        asset: asset.ok_or_else(|| missing("asset"))?,
+        balance: balance.ok_or_else(|| missing("balance"))?,
+        reserved: reserved.ok_or_else(|| missing("reserved"))?,
+        incoming: incoming.ok_or_else(|| missing("incoming"))?,
+        lower_bound,
+        status: status.ok_or_else(|| missing("status"))?,
+        intents,
+    })
+}
+
+/// A transfer from its hash's fields.
+pub(crate) fn transfer(flat: &[String]) -> Result<TransferRecord, String> {
+    let (mut spec, mut state, mut created, mut updated) = (None, None, None, None);
+    let (mut deadline, mut lease, mut epoch) = (None, None, None);
+    let (mut hold, mut owner, mut reason, mut refunded_by) = (None, None, None, None);
+    let stamp = |v: &str, what| num::<u64>(v, what).map(Timestamp);
+    for (k, v) in pairs(flat)? {
+        match k {
+            "spec" => {
+                spec = Some(
+                    serde_json::from_str::<TransferSpec>(v).map_err(|e| format!("spec: {e}"))?,
+                )
+            }
+            "rev" => {}
+            "state" => state = Some(enum_word::<TransferState>(v, "state")?),
+            "created" => created = Some(stamp(v, "created")?),
+            "updated" => updated = Some(stamp(v, "updated")?),
+            "deadline" => deadline = Some(stamp(v, "deadline")?),
+            "lease" => lease = Some(stamp(v, "lease")?),
+            "epoch" => epoch = Some(num::<u64>(v, "epoch")?),
+            "hold" => hold = Some(stamp(v, "hold")?),
+            "owner" => owner = Some(OwnerId::new(v).map_err(|e| e.to_string())?),
+            "reason" => {
+                reason = Some(
+                    serde_json::from_str::<CancelReason>(v).map_err(|e| format!("reason: {e}"))?,
+                )
+            }
+            "refunded_by" => refunded_by = Some(TransferId::new(v).map_err(|e| e.to_string())?),
+            _ => return Err(format!("unknown transfer field {k:?}")),
+        }
+    }
+    let missing = |f: &str| format!("transfer without {f}");
+    Ok(TransferRecord {
+        spec: spec.ok_or_else(|| missing("spec"))?,
+        state: state.ok_or_else(|| missing("state"))?,
+        created_at: created.ok_or_else(|| missing("created"))?,
+        updated_at: updated.ok_or_else(|| missing("updated"))?,
+        deadline: deadline.ok_or_else(|| missing("deadline"))?,
+        hold_expires_at: hold,
+        owner,
+        lease_until: lease.ok_or_else(|| missing("lease"))?,
+        epoch: epoch.ok_or_else(|| missing("epoch"))?,
+        reason,
+        refunded_by,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_reasons_the_functions_write_are_the_domain_types_json() {
+        // functions.lua writes these two itself (a hold that expires, a void).
+        assert_eq!(json(&CancelReason::Expired), r#""expired""#);
+        assert_eq!(json(&CancelReason::Voided), r#""voided""#);
+    }
+
+    #[test]
+    fn states_travel_as_their_serde_words() {
+        assert_eq!(word(&TransferState::Canceling), "canceling");
+        let s: TransferState = enum_word("held", "state").unwrap();
+        assert_eq!(s, TransferState::Held);
+        let c: Code = enum_word("exceeds_available", "code").unwrap();
+        assert_eq!(c, Code::ExceedsAvailable);
+    }
+}

@@ -1,0 +1,17 @@
+//! The store conformance suite (the same one the Memory, embedded and PostgreSQL stores
+//! pass) against a real Redis server and a real Redis Cluster of three masters.
+
+mod common;
+use common::{Server, Shards};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_on_a_single_server() {
+    let shards = Shards::new(Server::Single, "conf");
+    xfer_store::conformance::run_all_opened(|| shards.open()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_on_a_cluster() {
+    let shards = Shards::new(Server::Cluster, "conf");
+    xfer_store::conformance::run_all_opened(|| shards.open()).await;
+}
