@@ -5,8 +5,8 @@
 //!   accounts, transfers, holds, refunds, admin) on one server, then a check that the
 //!   requests made cover [`xfer::api::ROUTES`], seen from the client and from the server's
 //!   own request metrics;
-//! - the first three also `_on_postgres`: the same requests and answers with the shards in a
-//!   fresh PostgreSQL database;
+//! - the first three also `_on_postgres` and `_on_redis`: the same requests and answers with
+//!   the shards in a fresh PostgreSQL database, or under fresh prefixes on the Redis Cluster;
 //! - `resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts`;
 //! - `bad_input_is_refused_with_its_code_and_field_and_changes_nothing`: a table of bad
 //!   requests, each compared against a snapshot of the accounts and the audit;
@@ -37,6 +37,7 @@ struct TestServer {
     sent: Mutex<Vec<(String, String)>>,
     dir: Option<tempfile::TempDir>,
     database: Option<String>,
+    redis: Vec<xfer_store_redis::RedisConfig>,
 }
 
 /// Where a test server keeps its shards.
@@ -46,6 +47,8 @@ enum Backend {
     /// A fresh database on the test server (`XFER_TEST_POSTGRES_BASE`, by default the local
     /// server `scripts/services` starts), dropped at shutdown.
     Postgres,
+    /// Four shards under fresh prefixes on the test Redis Cluster, deleted at shutdown.
+    Redis,
 }
 
 impl Drop for TestServer {
@@ -83,6 +86,22 @@ impl TestServer {
             cfg.postgres_urls = vec![format!("{}/{name}", postgres_base())];
             database = Some(name);
         }
+        let mut redis = vec![];
+        if let Backend::Redis = backend {
+            let n = DATABASES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            for shard in 0..4 {
+                let prefix = format!("xfer_api_{}_{n}_{shard}", std::process::id());
+                cfg.layout.push(xfer::config::ShardSpec::Redis {
+                    url: None,
+                    cluster: common::redis_cluster_nodes(),
+                    prefix: Some(prefix.clone()),
+                });
+                redis.push(xfer_store_redis::RedisConfig::cluster(
+                    common::redis_cluster_nodes(),
+                    prefix,
+                ));
+            }
+        }
         let server = Server::start(cfg).await.expect("the server starts");
         let client = Client::new(
             &format!("http://{}", server.addr()),
@@ -95,6 +114,7 @@ impl TestServer {
             sent: Mutex::new(Vec::new()),
             dir: Some(dir),
             database,
+            redis,
         };
         ts.wait_ready().await;
         ts
@@ -173,6 +193,12 @@ impl TestServer {
         drop(self.dir.take());
         if let Some(db) = self.database.take() {
             postgres_admin(&format!("DROP DATABASE {db} WITH (FORCE)")).await;
+        }
+        for rc in std::mem::take(&mut self.redis) {
+            let store = xfer_store_redis::RedisStore::open(&rc)
+                .await
+                .expect("reopen");
+            store.destroy().await.expect("delete the shard's keys");
         }
     }
 
@@ -952,6 +978,11 @@ async fn every_route_is_served_documented_and_exercised_on_postgres() {
     every_route(Backend::Postgres).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_is_served_documented_and_exercised_on_redis() {
+    every_route(Backend::Redis).await;
+}
+
 async fn every_route(backend: Backend) {
     let ts = TestServer::start(backend).await;
     health_and_docs(&ts).await;
@@ -992,6 +1023,11 @@ async fn resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts_on_postgres() {
     idempotency(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts_on_redis() {
+    idempotency(Backend::Redis).await;
 }
 
 async fn idempotency(backend: Backend) {
@@ -1538,6 +1574,11 @@ async fn bad_input_is_refused_with_its_code_and_field_and_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_refused_with_its_code_and_field_and_changes_nothing_on_postgres() {
     bad_input(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_with_its_code_and_field_and_changes_nothing_on_redis() {
+    bad_input(Backend::Redis).await;
 }
 
 async fn bad_input(backend: Backend) {

@@ -1,8 +1,8 @@
-//! One deployment over two kinds of store: cash on the embedded store, points on
-//! PostgreSQL (`[[shard]]` and `[[route]]` in the configuration file), and a payment in
-//! points plus cash as one transfer across both (seed 004). The postings happen together or
-//! not at all, each account's row is where its route says (read back with SQL), and all of
-//! it survives a restart.
+//! One deployment over two kinds of store (`[[shard]]` and `[[route]]` in the configuration
+//! file): cash on the embedded store and points on PostgreSQL; then points on a Redis
+//! Cluster and cash on PostgreSQL. A payment in points plus cash is one transfer across both
+//! (seed 004): the postings happen together or not at all, each account's record is where
+//! its route says (read back with SQL and with HGET), and all of it survives a restart.
 
 mod common;
 
@@ -59,36 +59,10 @@ async fn row_balance(url: &str, schema: &str, id: &str) -> Option<i64> {
         .map(|r| r.get(0))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn points_on_postgres_and_cash_embedded_move_together_in_one_transfer() {
-    let db = format!("xfer_mixed_{}", std::process::id());
-    postgres_admin(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await;
-    postgres_admin(&format!("CREATE DATABASE {db}")).await;
-    let url = format!("{}/{db}", postgres_base());
-    let dir = tempfile::tempdir().expect("a temp dir");
-    let file: FileConfig = toml::from_str(&format!(
-        r#"
-        listen = "127.0.0.1:0"
-        data_dir = "{}"
-        [[shard]]
-        store = "embedded"
-        [[shard]]
-        store = "postgres"
-        url = "{url}"
-        schema = "points"
-        [[route]]
-        prefix = "points:"
-        shards = [1]
-        [[route]]
-        prefix = "cash:"
-        shards = [0]
-        "#,
-        dir.path().join("data").display()
-    ))
-    .expect("the file parses");
-    let cfg = ServeConfig::merge(file, &ServeArgs::default()).expect("a valid configuration");
-    let (server, c) = start(&cfg).await;
-
+/// Creates the six accounts, funds alice, and pays twice with points and cash: once with
+/// enough of both (both legs move), once with too little cash (neither moves). Answers the
+/// balances every store must then hold.
+async fn pay_with_both(c: &Client) -> [(&'static str, i64); 4] {
     for (id, asset, bound) in [
         ("points:issuer", "POINTS", json!("unbounded")),
         ("points:alice", "POINTS", json!(0)),
@@ -132,12 +106,45 @@ async fn points_on_postgres_and_cash_embedded_move_together_in_one_transfer() {
     for (id, b) in expect {
         assert_eq!(balance(&c, id).await, b, "{id}");
     }
+    let audit = c.get("/v1/audit").await.expect("audit").body;
+    assert_eq!(audit["clean"], true, "{audit}");
+    expect
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn points_on_postgres_and_cash_embedded_move_together_in_one_transfer() {
+    let db = format!("xfer_mixed_{}", std::process::id());
+    postgres_admin(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await;
+    postgres_admin(&format!("CREATE DATABASE {db}")).await;
+    let url = format!("{}/{db}", postgres_base());
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let file: FileConfig = toml::from_str(&format!(
+        r#"
+        listen = "127.0.0.1:0"
+        data_dir = "{}"
+        [[shard]]
+        store = "embedded"
+        [[shard]]
+        store = "postgres"
+        url = "{url}"
+        schema = "points"
+        [[route]]
+        prefix = "points:"
+        shards = [1]
+        [[route]]
+        prefix = "cash:"
+        shards = [0]
+        "#,
+        dir.path().join("data").display()
+    ))
+    .expect("the file parses");
+    let cfg = ServeConfig::merge(file, &ServeArgs::default()).expect("a valid configuration");
+    let (server, c) = start(&cfg).await;
+    let expect = pay_with_both(&c).await;
     // Where the rows are: points in PostgreSQL, cash not (it is in the data directory).
     assert_eq!(row_balance(&url, "points", "points:alice").await, Some(700));
     assert_eq!(row_balance(&url, "points", "points:shop").await, Some(300));
     assert_eq!(row_balance(&url, "points", "cash:alice").await, None);
-    let audit = c.get("/v1/audit").await.expect("audit").body;
-    assert_eq!(audit["clean"], true, "{audit}");
     server.shutdown().await.expect("a clean shutdown");
 
     // Both stores keep it across a restart.
@@ -146,5 +153,78 @@ async fn points_on_postgres_and_cash_embedded_move_together_in_one_transfer() {
         assert_eq!(balance(&c, id).await, b, "{id} after the restart");
     }
     server.shutdown().await.expect("a clean shutdown");
+    postgres_admin(&format!("DROP DATABASE {db} WITH (FORCE)")).await;
+}
+
+/// The balance the Redis Cluster holds for `id` in the shard tagged `prefix`, read with
+/// `HGET` (None: no such key there).
+async fn redis_balance(prefix: &str, id: &str) -> Option<i64> {
+    let client = redis::cluster::ClusterClient::new(common::redis_cluster_nodes()).expect("nodes");
+    let mut c = client.get_async_connection().await.expect("connect");
+    let v: Option<String> = redis::cmd("HGET")
+        .arg(format!("{{{prefix}}}:a:{id}"))
+        .arg("balance")
+        .query_async(&mut c)
+        .await
+        .expect("HGET");
+    v.map(|b| b.parse().expect("an integer"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn points_on_a_redis_cluster_and_cash_on_postgres_move_together_in_one_transfer() {
+    let db = format!("xfer_mixed_r_{}", std::process::id());
+    postgres_admin(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await;
+    postgres_admin(&format!("CREATE DATABASE {db}")).await;
+    let url = format!("{}/{db}", postgres_base());
+    let prefix = format!("points_{}", std::process::id());
+    let nodes = common::redis_cluster_nodes()
+        .iter()
+        .map(|n| format!("{n:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let file: FileConfig = toml::from_str(&format!(
+        r#"
+        listen = "127.0.0.1:0"
+        [[shard]]
+        store = "postgres"
+        url = "{url}"
+        schema = "cash"
+        [[shard]]
+        store = "redis"
+        cluster = [{nodes}]
+        prefix = "{prefix}"
+        [[route]]
+        prefix = "points:"
+        shards = [1]
+        [[route]]
+        prefix = "cash:"
+        shards = [0]
+        "#
+    ))
+    .expect("the file parses");
+    let cfg = ServeConfig::merge(file, &ServeArgs::default()).expect("a valid configuration");
+    let (server, c) = start(&cfg).await;
+    let expect = pay_with_both(&c).await;
+
+    // Where the records are: points in the Redis Cluster, cash in PostgreSQL.
+    assert_eq!(redis_balance(&prefix, "points:alice").await, Some(700));
+    assert_eq!(redis_balance(&prefix, "points:shop").await, Some(300));
+    assert_eq!(redis_balance(&prefix, "cash:alice").await, None);
+    assert_eq!(row_balance(&url, "cash", "cash:alice").await, Some(3_000));
+    assert_eq!(row_balance(&url, "cash", "points:alice").await, None);
+    server.shutdown().await.expect("a clean shutdown");
+
+    let (server, c) = start(&cfg).await;
+    for (id, b) in expect {
+        assert_eq!(balance(&c, id).await, b, "{id} after the restart");
+    }
+    server.shutdown().await.expect("a clean shutdown");
+    let store = xfer_store_redis::RedisStore::open(&xfer_store_redis::RedisConfig::cluster(
+        common::redis_cluster_nodes(),
+        prefix,
+    ))
+    .await
+    .expect("open to clean up");
+    store.destroy().await.expect("clean up");
     postgres_admin(&format!("DROP DATABASE {db} WITH (FORCE)")).await;
 }

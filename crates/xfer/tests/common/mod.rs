@@ -561,6 +561,18 @@ pub fn postgres_base() -> String {
         .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432".into())
 }
 
+/// The nodes of the test Redis Cluster (`XFER_TEST_REDIS_CLUSTER`, comma-separated; by
+/// default the three masters `scripts/services` starts on 7001-7003).
+pub fn redis_cluster_nodes() -> Vec<String> {
+    std::env::var("XFER_TEST_REDIS_CLUSTER")
+        .unwrap_or_else(|_| {
+            "redis://127.0.0.1:7001,redis://127.0.0.1:7002,redis://127.0.0.1:7003".into()
+        })
+        .split(',')
+        .map(str::to_string)
+        .collect()
+}
+
 /// Runs one statement on the test server's maintenance database.
 pub async fn postgres_admin(sql: &str) {
     let url = format!("{}/postgres", postgres_base());
