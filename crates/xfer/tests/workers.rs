@@ -1,13 +1,15 @@
-//! Several xfer processes over shared PostgreSQL shards under concurrent load: two
-//! `xfer serve` and two `xfer worker`, sharing the work only through claims. The test runs
-//! its own PostgreSQL server (initdb in a temporary directory, as the `postgres` user when
-//! run as root) so that it may kill it without disturbing anything else.
+//! Several xfer processes over shared database shards under concurrent load: two
+//! `xfer serve` and two `xfer worker`, sharing the work only through claims. Each test runs
+//! its own database servers so that it may kill them without disturbing anything else:
+//! PostgreSQL (initdb in a temporary directory, as the `postgres` user when run as root), or
+//! a Redis Cluster of three masters (appendonly yes, appendfsync always).
 //!
 //! Cycle 1: SIGKILL one server and one worker mid-load, restart them. Cycle 2: SIGKILL the
-//! PostgreSQL server (the postmaster and every backend) mid-load, restart it (crash
-//! recovery), the xfer processes stay up and reconnect. Cycle 3: SIGKILL everything at
-//! once, restart everything. After each: every acknowledged outcome is there, everything
-//! reaches a terminal state, the audit is clean, the history replays to the balances.
+//! database (PostgreSQL's postmaster and every backend; every Redis master) mid-load,
+//! restart it (crash recovery from the WAL / the append-only files), the xfer processes stay
+//! up and reconnect. Cycle 3: SIGKILL everything at once, restart everything. After each:
+//! every acknowledged outcome is there, everything reaches a terminal state, the audit is
+//! clean, the history replays to the balances.
 
 mod common;
 
@@ -19,6 +21,180 @@ use std::sync::Arc;
 use xfer::metrics::Stopwatch;
 use xfer::Client;
 use xfer_core::Rng;
+
+/// A database server the test may kill and restart.
+trait Database: Send + Sync {
+    /// What cycle 2 kills, for the report.
+    fn what(&self) -> &'static str;
+    /// SIGKILL to every process of it.
+    fn kill(&self);
+    /// Starts it again and waits until it serves.
+    fn up(&self);
+    /// The `xfer serve` / `xfer worker` flags that put the shards on it.
+    fn store_args(&self) -> Vec<String>;
+}
+
+impl Database for Postgres {
+    fn what(&self) -> &'static str {
+        "PostgreSQL (postmaster and backends)"
+    }
+    fn kill(&self) {
+        Postgres::kill(self)
+    }
+    fn up(&self) {
+        Postgres::up(self)
+    }
+    fn store_args(&self) -> Vec<String> {
+        vec![
+            "--store".into(),
+            "postgres".into(),
+            "--postgres-url".into(),
+            self.url(),
+        ]
+    }
+}
+
+/// A Redis Cluster of the test's own: three masters on free loopback ports, every write
+/// in its append-only file, synced, before it is answered.
+struct RedisCluster {
+    dir: PathBuf,
+    ports: Vec<u16>,
+    nodes: std::sync::Mutex<Vec<Child>>,
+}
+
+impl RedisCluster {
+    fn start() -> RedisCluster {
+        // A node also listens on its port + 10000 (the cluster bus): pick ports below 55535
+        // with both free.
+        let mut ports = vec![];
+        let mut candidate = 20_000 + (std::process::id() % 20_000) as u16;
+        while ports.len() < 3 {
+            candidate += 1;
+            let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+            if free(candidate) && free(candidate + 10_000) {
+                ports.push(candidate);
+            }
+        }
+        let dir =
+            std::env::temp_dir().join(format!("xfer-redis-{}-{}", std::process::id(), ports[0]));
+        let cluster = RedisCluster {
+            dir,
+            ports,
+            nodes: std::sync::Mutex::new(vec![]),
+        };
+        cluster.up();
+        let mut create = Command::new("redis-cli");
+        create.arg("--cluster").arg("create");
+        for p in &cluster.ports {
+            create.arg(format!("127.0.0.1:{p}"));
+        }
+        create.args(["--cluster-replicas", "0", "--cluster-yes"]);
+        run(create, "redis-cli --cluster create");
+        cluster.wait_ok();
+        cluster
+    }
+
+    fn cli(&self, port: u16, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["-p", &port.to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn wait_ok(&self) {
+        for _ in 0..300 {
+            if self.ports.iter().all(|p| {
+                self.cli(*p, &["cluster", "info"])
+                    .contains("cluster_state:ok")
+            }) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        panic!("the test's Redis Cluster did not reach cluster_state:ok");
+    }
+}
+
+impl Database for RedisCluster {
+    fn what(&self) -> &'static str {
+        "every Redis Cluster master"
+    }
+
+    fn kill(&self) {
+        for mut node in self.nodes.lock().unwrap().drain(..) {
+            sigkill(&mut node);
+        }
+    }
+
+    /// Starts every node (from its nodes.conf and append-only file after a kill).
+    fn up(&self) {
+        let mut nodes = self.nodes.lock().unwrap();
+        for p in &self.ports {
+            let dir = self.dir.join(p.to_string());
+            std::fs::create_dir_all(&dir).expect("the node's directory");
+            let child = Command::new("redis-server")
+                .args(["--port", &p.to_string(), "--bind", "127.0.0.1"])
+                .args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                ])
+                .args(["--cluster-node-timeout", "2000"])
+                .args([
+                    "--appendonly",
+                    "yes",
+                    "--appendfsync",
+                    "always",
+                    "--save",
+                    "",
+                ])
+                .arg("--dir")
+                .arg(&dir)
+                .stdin(Stdio::null())
+                .stdout(std::fs::File::create(dir.join("redis.log")).expect("a log"))
+                .spawn()
+                .expect("redis-server (scripts/services installs it)");
+            nodes.push(child);
+        }
+        drop(nodes);
+        for p in &self.ports {
+            for _ in 0..500 {
+                if self.cli(*p, &["ping"]).contains("PONG") {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        if self
+            .ports
+            .iter()
+            .all(|p| self.dir.join(p.to_string()).join("nodes.conf").exists())
+            && self
+                .cli(self.ports[0], &["cluster", "info"])
+                .contains("cluster_known_nodes:3")
+        {
+            self.wait_ok();
+        }
+    }
+
+    fn store_args(&self) -> Vec<String> {
+        let mut args = vec!["--store".into(), "redis".into(), "--redis-cluster".into()];
+        for p in &self.ports {
+            args.extend(["--redis-url".into(), format!("redis://127.0.0.1:{p}")]);
+        }
+        args
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        Database::kill(self);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
 
 /// A PostgreSQL server of the test's own, on a free loopback port.
 struct Postgres {
@@ -163,11 +339,11 @@ struct Worker {
 }
 
 impl Worker {
-    fn start(url: &str, logs: &Path, name: &str) -> Worker {
+    fn start(db: &dyn Database, logs: &Path, name: &str) -> Worker {
         let log = logs.join(format!("{name}.log"));
         let child = Command::new(env!("CARGO_BIN_EXE_xfer"))
             .arg("worker")
-            .args(["--store", "postgres", "--postgres-url", url])
+            .args(db.store_args())
             .args(["--sweep-interval-ms", "100", "--lease-ms", "1000"])
             .env_remove("XFER_CONFIG")
             .stdin(Stdio::null())
@@ -195,8 +371,10 @@ impl Drop for Worker {
     }
 }
 
-fn serve(url: &str, logs: &Path, name: &str) -> Serve {
-    Serve::start_with(&["--store", "postgres", "--postgres-url", url], logs, name)
+fn serve(db: &dyn Database, logs: &Path, name: &str) -> Serve {
+    let args = db.store_args();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Serve::start_with(&args, logs, name)
 }
 
 /// After a stop: every acknowledged outcome, retries of the unanswered, quiet, settled.
@@ -241,15 +419,23 @@ fn recovered_by(logs: &Path) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn servers_workers_and_the_database_killed_under_load_lose_nothing_acknowledged() {
+    kill_cycles(Arc::new(Postgres::start())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn servers_workers_and_the_redis_cluster_killed_under_load_lose_nothing_acknowledged() {
+    kill_cycles(Arc::new(RedisCluster::start())).await;
+}
+
+async fn kill_cycles(pg: Arc<dyn Database>) {
     let tmp = tempfile::tempdir().expect("a temp dir");
     let logs = tmp.path();
-    let pg = Arc::new(Postgres::start());
-    let url = pg.url();
+    let url: &dyn Database = &*pg;
     let ledger = Arc::new(Ledger::default());
-    let mut a = serve(&url, logs, "serve-a0");
-    let b = serve(&url, logs, "serve-b0");
-    let mut w1 = Worker::start(&url, logs, "worker-1-0");
-    let w2 = Worker::start(&url, logs, "worker-2-0");
+    let mut a = serve(url, logs, "serve-a0");
+    let b = serve(url, logs, "serve-b0");
+    let mut w1 = Worker::start(url, logs, "worker-1-0");
+    let w2 = Worker::start(url, logs, "worker-2-0");
     a.ready().await;
     b.ready().await;
     setup(&a.client(), &ledger).await;
@@ -269,8 +455,8 @@ async fn servers_workers_and_the_database_killed_under_load_lose_nothing_acknowl
     rx.recv().expect("killed");
     let sent = ledger.requests.load(Ordering::Relaxed) - before;
     let counts = ledger.counts("k1-");
-    a = serve(&url, logs, "serve-a1");
-    w1 = Worker::start(&url, logs, "worker-1-1");
+    a = serve(url, logs, "serve-a1");
+    w1 = Worker::start(url, logs, "worker-1-1");
     a.ready().await;
     let (unfinished, retried, s) = check(&a.client(), &ledger, logs).await;
     println!(
@@ -296,10 +482,11 @@ async fn servers_workers_and_the_database_killed_under_load_lose_nothing_acknowl
     let counts = ledger.counts("k2-");
     let (unfinished, retried, s) = check(&b.client(), &ledger, logs).await;
     println!(
-        "cycle 2: SIGKILL of PostgreSQL (postmaster and backends) after {load_ms} ms and {sent} \
+        "cycle 2: SIGKILL of {} after {load_ms} ms and {sent} \
          requests, restarted 300 ms later (answered: {}); {unfinished} unfinished found, \
          {retried} unanswered retried, all terminal {s:.2} s later; every acknowledged outcome \
          kept, audit clean, balances replay",
+        pg.what(),
         summary(&counts)
     );
 
@@ -320,19 +507,20 @@ async fn servers_workers_and_the_database_killed_under_load_lose_nothing_acknowl
     let counts = ledger.counts("k3-");
     let watch = Stopwatch::start();
     pg.up();
-    let a = serve(&url, logs, "serve-a3");
-    let b = serve(&url, logs, "serve-b3");
-    let w1 = Worker::start(&url, logs, "worker-1-3");
-    let w2 = Worker::start(&url, logs, "worker-2-3");
+    let a = serve(url, logs, "serve-a3");
+    let b = serve(url, logs, "serve-b3");
+    let w1 = Worker::start(url, logs, "worker-1-3");
+    let w2 = Worker::start(url, logs, "worker-2-3");
     a.ready().await;
     b.ready().await;
     let ready_s = watch.seconds();
     let (unfinished, retried, s) = check(&b.client(), &ledger, logs).await;
     println!(
-        "cycle 3: SIGKILL of PostgreSQL, both servers and both workers after {load_ms} ms and \
+        "cycle 3: SIGKILL of {}, both servers and both workers after {load_ms} ms and \
          {sent} requests (answered: {}); all restarted and ready in {ready_s:.2} s, \
          {unfinished} unfinished found, {retried} unanswered retried, all terminal {s:.2} s \
          later; every acknowledged outcome kept, audit clean, balances replay",
+        pg.what(),
         summary(&counts)
     );
 
