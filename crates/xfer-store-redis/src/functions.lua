@@ -27,8 +27,9 @@ local NEVER = '9223372036854775807'
 
 -- Exact signed integers as decimal strings ("-12", "0", "345"). Lua numbers are doubles,
 -- exact only below 2^53, and balances reach 2^63: every sum and comparison of amounts goes
--- through these, in limbs of seven digits. Timestamps (milliseconds, below 2^53 for any
--- real clock) are compared as numbers.
+-- through these. Operands of at most 15 characters (|x| < 10^15) are added and compared as
+-- doubles, exactly (their sum stays below 2^53); longer ones in limbs of seven digits.
+-- Timestamps (milliseconds, below 2^53 for any real clock) are compared as numbers.
 local W, BASE = 7, 10000000
 local I64_MIN, I64_MAX = '-9223372036854775808', NEVER
 
@@ -111,7 +112,12 @@ local function usub(a, b)
   return join(limbs)
 end
 
+local SHORT = 15
+
 local function add(x, y)
+  if #x <= SHORT and #y <= SHORT then
+    return string.format('%d', tonumber(x) + tonumber(y))
+  end
   local sx, a = split(x)
   local sy, b = split(y)
   local sign, r
@@ -147,6 +153,13 @@ local function sub(x, y)
 end
 
 local function cmp(x, y)
+  if #x <= SHORT and #y <= SHORT then
+    local a, b = tonumber(x), tonumber(y)
+    if a == b then
+      return 0
+    end
+    return (a < b) and -1 or 1
+  end
   local sx, a = split(x)
   local sy, b = split(y)
   if sx ~= sy then
