@@ -10,16 +10,16 @@
 //! Every op is a protocol step executed by the store next to the data, so a hot account
 //! costs one short update per step and never a read-modify-write retry loop:
 //!
-//! | op | PostgreSQL (`xfer-store-postgres`) | Redis (one key per record) | MongoDB |
+//! | op | PostgreSQL (`xfer-store-postgres`) | Redis (`xfer-store-redis`: one hash per record) | MongoDB |
 //! |---|---|---|---|
-//! | `Account::Prepare` | `account_op` (PL/pgSQL): lock the account row `FOR UPDATE`, answer an existing intent or tombstone, check deadline, status, asset and `balance - reserved - lower_bound >= debit`, then `UPDATE accounts SET reserved = reserved + d, incoming = incoming + c` and insert the intent row | `FCALL xfer_prepare` on the account's hash, intents in the same hash | `findOneAndUpdate({_id, status:'open', asset, "intents.<t>": {$exists:false}, $expr: available >= d}, {$inc, $set: {"intents.<t>"}})` |
-//! | `Account::Post` / `Release` | `account_op`: the same lock, then the intent row `open → posted / released` and the account's sums | `FCALL xfer_post` / `xfer_release` | `findOneAndUpdate({"intents.<t>.state":"open"}, …)` |
-//! | `Transfer::Insert` | `transfer_op`: `INSERT … ON CONFLICT DO NOTHING RETURNING`, else compare bodies | `HSETNX`-style script | `insertOne`, duplicate key → read |
-//! | `Transfer::Claim` / `Decide` / `Finish` / `Capture` / `Void` | `transfer_op`: lock the row, compare state and epoch, `UPDATE … RETURNING` | `FCALL xfer_cas` | `findOneAndUpdate({_id, state, epoch}, …)` |
+//! | `Account::Prepare` | `account_op` (PL/pgSQL): lock the account row `FOR UPDATE`, answer an existing intent or tombstone, check deadline, status, asset and `balance - reserved - lower_bound >= debit`, then `UPDATE accounts SET reserved = reserved + d, incoming = incoming + c` and insert the intent row | `FCALL xfer_1_account … prepare` (`functions.lua`): answer an existing intent field, check deadline, status, asset and available (exact decimal arithmetic), then `HSET` reserved, incoming and the intent field, history `ZADD` | `findOneAndUpdate({_id, status:'open', asset, "intents.<t>": {$exists:false}, $expr: available >= d}, {$inc, $set: {"intents.<t>"}})` |
+//! | `Account::Post` / `Release` | `account_op`: the same lock, then the intent row `open → posted / released` and the account's sums | `FCALL xfer_1_account … post` / `release`: the intent field `open → posted / released`, the sums, the tombstone index | `findOneAndUpdate({"intents.<t>.state":"open"}, …)` |
+//! | `Transfer::Insert` | `transfer_op`: `INSERT … ON CONFLICT DO NOTHING RETURNING`, else compare bodies | `FCALL xfer_1_transfer … insert`: `HSET` if absent, else the record (bodies compared by the client) | `insertOne`, duplicate key → read |
+//! | `Transfer::Claim` / `Decide` / `Finish` / `Capture` / `Void` | `transfer_op`: lock the row, compare state and epoch, `UPDATE … RETURNING` | `FCALL xfer_1_transfer …`: compare state and epoch, `HSET`, keep the due index | `findOneAndUpdate({_id, state, epoch}, …)` |
 //!
 //! A batch ([`Store::execute`]) sends many transfers' ops for one shard in one round trip
 //! (PostgreSQL: one `SELECT … FROM execute($ops)` statement running each op's function, its
-//! rows locked in one global order; a pipeline of `FCALL`s; a `bulkWrite`); each op stays
+//! rows locked in one global order; Redis: a pipeline of `FCALL`s; MongoDB: a `bulkWrite`); each op stays
 //! atomic on its own record, and a refused op is an answer, not a failure of the batch.
 //!
 //! # Scans
