@@ -652,7 +652,7 @@ mod tests {
             e.0.contains("shards is set together with a [[shard]] list"),
             "{e}"
         );
-        let e = toml::from_str::<FileConfig>("[[shard]]\nstore = \"redis\"\n").unwrap_err();
-        assert!(e.to_string().contains("redis"), "{e}");
+        let e = toml::from_str::<FileConfig>("[[shard]]\nstore = \"mongodb\"\n").unwrap_err();
+        assert!(e.to_string().contains("mongodb"), "{e}");
     }
 }
