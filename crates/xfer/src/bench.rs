@@ -63,8 +63,8 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value_t = HotSide::Debit)]
     pub hot_side: HotSide,
     /// Where xfer's shards live: the embedded store, PostgreSQL (a fresh database per
-    /// shard on the server of --postgres-url, dropped after the run) or Redis (fresh key
-    /// prefixes on --redis-url, deleted after the run).
+    /// shard on the server of --postgres-url, dropped after the run) or Redis (the hash tags
+    /// `xfer_bench_N` on --redis-url, emptied before and after the run).
     #[arg(long, value_enum, default_value_t = StoreKind::Embedded)]
     pub store: StoreKind,
     /// Shards.
@@ -484,11 +484,12 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
         cfg.store = StoreKind::Postgres;
         cfg.postgres_urls = dbs.iter().map(|d| d.url.clone()).collect();
     }
-    // Redis: fresh prefixes (hash tags), one per shard.
+    // Redis: prefixes (hash tags) `xfer_bench_N`, emptied before and after the run. Fixed
+    // names, so that a Cluster places the shards on the same masters every run.
     let mut redis = Vec::new();
     if a.store == StoreKind::Redis {
         for n in 0..usize::from(a.shards) {
-            let prefix = format!("xfer_bench_{}_{n}", std::process::id());
+            let prefix = format!("xfer_bench_{n}");
             let (url, cluster) = if a.redis_cluster {
                 (None, a.redis_urls.clone())
             } else {
@@ -503,6 +504,10 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
                 cluster,
                 prefix: Some(prefix),
             });
+        }
+        for rc in &redis {
+            let store = RedisStore::open(rc).await.map_err(|e| e.to_string())?;
+            store.destroy().await.map_err(|e| e.to_string())?;
         }
     }
     let server = Arc::new(Server::start(cfg).await?);

@@ -90,10 +90,10 @@ async fn pay_with_both(c: &Client) -> [(&'static str, i64); 4] {
     }
 
     // Paid with both: both legs move.
-    let paid = pay(&c, "order-1", 300, 2_000).await;
+    let paid = pay(c, "order-1", 300, 2_000).await;
     assert_eq!(paid["state"], "done", "{paid}");
     // Not enough cash: the points leg, which alone would pass, does not move either.
-    let refused = pay(&c, "order-2", 300, 4_000).await;
+    let refused = pay(c, "order-2", 300, 4_000).await;
     assert_eq!(refused["state"], "canceled", "{refused}");
     assert_eq!(refused["reason"]["code"], "exceeds_available", "{refused}");
 
@@ -104,7 +104,7 @@ async fn pay_with_both(c: &Client) -> [(&'static str, i64); 4] {
         ("cash:shop", 2_000),
     ];
     for (id, b) in expect {
-        assert_eq!(balance(&c, id).await, b, "{id}");
+        assert_eq!(balance(c, id).await, b, "{id}");
     }
     let audit = c.get("/v1/audit").await.expect("audit").body;
     assert_eq!(audit["clean"], true, "{audit}");
