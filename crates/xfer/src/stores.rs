@@ -86,6 +86,7 @@ pub async fn open(cfg: &ServeConfig, clock: Arc<dyn Clock>) -> Result<Opened, St
         .unwrap_or_default()
         .into_iter();
     let mut shards: Vec<Arc<dyn Store>> = Vec::with_capacity(layout.len());
+    let mut warned = std::collections::BTreeSet::new();
     for (n, spec) in layout.iter().enumerate() {
         match spec {
             ShardSpec::Embedded => {
@@ -120,10 +121,13 @@ pub async fn open(cfg: &ServeConfig, clock: Arc<dyn Clock>) -> Result<Opened, St
                     Ok(s) => s,
                     Err(e) => return fail(embedded.take(), format!("shard {n}: {e}")).await,
                 };
-                // Loudly, every time: acknowledged transfers are only as safe as the server.
+                // Loudly, at every start, once per master: acknowledged transfers are only as
+                // safe as the server.
                 for d in store.durability().await {
                     if let Some(w) = d.warning() {
-                        tracing::warn!(shard = n, "{w}");
+                        if warned.insert(d.node.clone()) {
+                            tracing::warn!(shard = n, "{w}");
+                        }
                     }
                 }
                 tracing::info!(shard = n, store = ?store, "redis shard opened");
