@@ -19,7 +19,7 @@ use xfer_core::{
 };
 use xfer_engine::Router;
 use xfer_store::Store;
-use xfer_store_embedded::tables::{ShardCut, ShardMeta, Tables};
+use xfer_store_embedded::tables::{ShardCut, Tables};
 
 /// What was measured.
 #[derive(Debug, Default)]
@@ -70,7 +70,7 @@ pub fn populate(dir: &Path, accounts: u64, finished: u64) -> Result<(), String> 
                 .shard_of_account(&id, Some(&usd))
                 .map_err(|e| format!("{e:?}"))?;
             let a = Account::open(id.clone(), usd.clone(), LowerBound::Unbounded);
-            cuts[s].push_account(id, Some(&a));
+            cuts[s].accounts.push((id, Some(a)));
         }
         tables.write(SHARDS, &cuts).map_err(|e| e.to_string())?;
         written = (written + chunk).min(accounts);
@@ -99,7 +99,7 @@ pub fn populate(dir: &Path, accounts: u64, finished: u64) -> Result<(), String> 
             r.owner = Some(owner.clone());
             r.epoch = 1;
             let s = router.shard_of_transfer(r.id());
-            cuts[s].push_transfer(&r);
+            cuts[s].transfers.push(r);
         }
         tables.write(SHARDS, &cuts).map_err(|e| e.to_string())?;
         written = (written + chunk).min(finished);
@@ -110,7 +110,10 @@ pub fn populate(dir: &Path, accounts: u64, finished: u64) -> Result<(), String> 
 
 fn cuts() -> Vec<ShardCut> {
     (0..SHARDS)
-        .map(|shard| ShardCut::new(shard, ShardMeta::default()))
+        .map(|shard| ShardCut {
+            shard,
+            ..ShardCut::default()
+        })
         .collect()
 }
 

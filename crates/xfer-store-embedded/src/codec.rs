@@ -80,12 +80,6 @@ pub fn encode<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
     postcard::to_allocvec(value).expect("domain types always encode")
 }
 
-/// Appends the encoding of `value` to `out` (infallible, as [`encode`]).
-pub fn encode_into<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
-    let buf = std::mem::take(out);
-    *out = postcard::to_extend(value, buf).expect("domain types always encode");
-}
-
 /// Decodes a whole value; trailing bytes are an error.
 pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
     match postcard::take_from_bytes(bytes) {

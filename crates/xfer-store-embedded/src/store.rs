@@ -612,17 +612,19 @@ impl<F: Fs> Inner<F> {
                 sequence: shard.mem.sequence(),
             };
             let changes = shard.mem.take_changes();
-            // Encoded here, under the lock, straight from the records: cheaper than a clone
-            // of each (its intents tree) to encode later and free.
-            let mut cut = ShardCut::new(s, meta);
-            cut.history = changes.history;
+            let mut cut = ShardCut {
+                shard: s,
+                meta,
+                history: changes.history,
+                ..ShardCut::default()
+            };
             for id in changes.accounts {
-                let a = shard.mem.account(&id);
-                cut.push_account(id, a);
+                let a = shard.mem.account(&id).cloned();
+                cut.accounts.push((id, a));
             }
             for id in changes.transfers {
                 if let Some(r) = shard.mem.transfer(&id) {
-                    cut.push_transfer(r);
+                    cut.transfers.push(r.clone());
                 }
             }
             cuts.push(cut);
@@ -643,8 +645,10 @@ impl<F: Fs> Inner<F> {
         self.tables.write(self.cfg.shards, &cuts)?;
         for cut in &cuts {
             let mut shard = self.shard(cut.shard);
-            for id in cut.finished() {
-                shard.mem.evict_transfer(id);
+            for r in &cut.transfers {
+                if r.state.is_terminal() {
+                    shard.mem.evict_transfer(&r.spec.id);
+                }
             }
             let fetched = std::mem::take(&mut shard.fetched);
             for id in &fetched {

@@ -16,7 +16,6 @@
 use crate::codec::{self, decode, encode, record_key};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use serde::{Deserialize, Serialize};
-use std::ops::Range;
 use std::path::Path;
 use xfer_core::{Account, AccountId, TransferId, TransferRecord};
 use xfer_store::{MemoryShard, StoreError};
@@ -30,66 +29,19 @@ pub struct ShardMeta {
     pub sequence: u64,
 }
 
-/// One shard's part of a checkpoint: what changed since the previous one, already
-/// encoded. The checkpointer encodes each changed record straight from the shard under its
-/// lock (no clone of the record, no allocation per record: the values lie back to back in
-/// one buffer), then writes the cut with the lock released.
+/// One shard's part of a checkpoint: what changed since the previous one.
 #[derive(Debug, Default)]
 pub struct ShardCut {
     /// The shard.
     pub shard: u16,
     /// Its new checkpoint position.
     pub meta: ShardMeta,
+    /// Accounts changed (`None`: dropped by the pruner).
+    pub accounts: Vec<(AccountId, Option<Account>)>,
+    /// Transfers changed.
+    pub transfers: Vec<TransferRecord>,
     /// History entries added.
     pub history: Vec<(u64, AccountId, TransferId)>,
-    /// Every encoded value, back to back.
-    bytes: Vec<u8>,
-    /// Accounts changed and where their values lie in `bytes` (`None`: dropped by the
-    /// pruner).
-    accounts: Vec<(AccountId, Option<Range<usize>>)>,
-    /// Transfers changed: id, whether terminal, where the value lies in `bytes`.
-    transfers: Vec<(TransferId, bool, Range<usize>)>,
-}
-
-impl ShardCut {
-    /// An empty cut of `shard` at `meta`.
-    pub fn new(shard: u16, meta: ShardMeta) -> ShardCut {
-        ShardCut {
-            shard,
-            meta,
-            ..ShardCut::default()
-        }
-    }
-
-    /// Adds an account as it is now (`None`: dropped).
-    pub fn push_account(&mut self, id: AccountId, account: Option<&Account>) {
-        let value = account.map(|a| {
-            debug_assert_eq!(a.id, id, "the account is the id's");
-            self.append(a)
-        });
-        self.accounts.push((id, value));
-    }
-
-    /// Adds a transfer as it is now.
-    pub fn push_transfer(&mut self, r: &TransferRecord) {
-        let value = self.append(r);
-        self.transfers
-            .push((r.spec.id.clone(), r.state.is_terminal(), value));
-    }
-
-    /// The terminal transfers of the cut: once written, memory need not keep them.
-    pub fn finished(&self) -> impl Iterator<Item = &TransferId> {
-        self.transfers
-            .iter()
-            .filter(|(_, terminal, _)| *terminal)
-            .map(|(id, _, _)| id)
-    }
-
-    fn append<T: Serialize>(&mut self, value: &T) -> Range<usize> {
-        let start = self.bytes.len();
-        codec::encode_into(value, &mut self.bytes);
-        start..self.bytes.len()
-    }
 }
 
 /// The tables. See the module docs.
@@ -239,21 +191,20 @@ impl Tables {
         for cut in cuts {
             let s = cut.shard;
             batch.insert(&self.meta, meta_key(s), encode(&cut.meta));
-            for (id, value) in &cut.accounts {
+            for (id, account) in &cut.accounts {
                 let key = record_key(s, id.as_str());
-                match value {
-                    Some(v) => batch.insert(&self.accounts, key, &cut.bytes[v.clone()]),
+                match account {
+                    Some(a) => batch.insert(&self.accounts, key, encode(a)),
                     None => batch.remove(&self.accounts, key),
                 }
             }
-            for (id, terminal, value) in &cut.transfers {
-                let key = record_key(s, id.as_str());
-                let value = &cut.bytes[value.clone()];
-                if *terminal {
+            for r in &cut.transfers {
+                let key = record_key(s, r.spec.id.as_str());
+                if r.state.is_terminal() {
                     batch.remove(&self.live, key.clone());
-                    batch.insert(&self.done, key, value);
+                    batch.insert(&self.done, key, encode(r));
                 } else {
-                    batch.insert(&self.live, key, value);
+                    batch.insert(&self.live, key, encode(r));
                 }
             }
             for (seq, account, transfer) in &cut.history {
