@@ -9,8 +9,8 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
 use xfer_core::{
-    Account, AccountId, Amount, AssetCode, Intent, IntentState, LowerBound, Posting,
-    Timestamp, TransferId, TransferKind, TransferRecord, TransferSpec, TransferState,
+    Account, AccountId, Amount, AssetCode, Intent, IntentState, LowerBound, Posting, Timestamp,
+    TransferId, TransferKind, TransferRecord, TransferSpec, TransferState,
 };
 use xfer_store::{AccountOp, Op};
 use xfer_store_embedded::codec::{self, Entry, EntryRef};
@@ -116,7 +116,9 @@ fn codec(c: &mut Criterion) {
     group.throughput(Throughput::Elements(1));
     let a = account();
     let bytes = codec::encode(&a);
-    group.bench_function("clone_account_40_intents", |b| b.iter(|| black_box(&a).clone()));
+    group.bench_function("clone_account_40_intents", |b| {
+        b.iter(|| black_box(&a).clone())
+    });
     group.bench_function("encode_account_40_intents", |b| {
         b.iter(|| codec::encode(black_box(&a)))
     });
@@ -127,7 +129,9 @@ fn codec(c: &mut Criterion) {
     let r = done_transfer();
     let bytes = codec::encode(&r);
     group.bench_function("clone_transfer", |b| b.iter(|| black_box(&r).clone()));
-    group.bench_function("encode_transfer", |b| b.iter(|| codec::encode(black_box(&r))));
+    group.bench_function("encode_transfer", |b| {
+        b.iter(|| codec::encode(black_box(&r)))
+    });
     group.bench_function("decode_transfer", |b| {
         b.iter(|| codec::decode::<TransferRecord>(black_box(&bytes)).expect("decodes"))
     });

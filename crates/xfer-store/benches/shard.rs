@@ -149,7 +149,10 @@ impl World {
             .map(|_| {
                 let i = self.rng.below(ACCOUNTS);
                 let j = (i + 1 + self.rng.below(ACCOUNTS - 1)) % ACCOUNTS;
-                let (from, to) = (self.accounts[i as usize].clone(), self.accounts[j as usize].clone());
+                let (from, to) = (
+                    self.accounts[i as usize].clone(),
+                    self.accounts[j as usize].clone(),
+                );
                 let amount = 1 + self.rng.below(100);
                 self.transfer(from, to, amount)
             })

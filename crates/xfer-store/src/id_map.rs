@@ -101,10 +101,7 @@ mod tests {
         for step in 0..5_000u64 {
             let key = format!("k{}", rng.below(300));
             match rng.below(3) {
-                0 | 1 => assert_eq!(
-                    ours.insert(key.clone(), step),
-                    reference.insert(key, step)
-                ),
+                0 | 1 => assert_eq!(ours.insert(key.clone(), step), reference.insert(key, step)),
                 _ => assert_eq!(ours.remove(&key), reference.remove(&key)),
             }
             let probe = format!("k{}", rng.below(300));
