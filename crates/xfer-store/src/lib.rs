@@ -12,6 +12,7 @@
 pub mod coalesce;
 pub mod conformance;
 pub mod faulty;
+mod id_map;
 pub mod intercept;
 pub mod memory;
 pub mod op;

@@ -2,15 +2,18 @@
 //! synchronous heart (the simulator drives it directly, with its own clock); [`MemoryStore`]
 //! puts it behind the async trait with a [`Clock`].
 //!
-//! All maps are ordered (`BTreeMap`/`BTreeSet`) so iteration is deterministic: a simulator
-//! seed must replay exactly.
+//! Iteration is deterministic, always in key order: a simulator seed must replay exactly.
+//! Records are found by hash ([`IdMap`]: a hash map never iterated, plus the ordered ids);
+//! the sweeper's and pruner's indexes are ordered sets; the history index is only looked
+//! up, never iterated.
 
+use crate::id_map::IdMap;
 use crate::op::{AccountOp, Op, Reply, TransferOp};
 use crate::record::{
     apply_account_absent, apply_account_to, apply_transfer, apply_transfer_to, IndexEffect,
 };
 use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{btree_map, BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{Account, AccountId, Clock, IntentState, Timestamp, TransferId, TransferRecord};
@@ -18,14 +21,15 @@ use xfer_core::{Account, AccountId, Clock, IntentState, Timestamp, TransferId, T
 /// One shard's records and indexes, in memory.
 #[derive(Debug, Default)]
 pub struct MemoryShard {
-    accounts: BTreeMap<AccountId, Account>,
-    transfers: BTreeMap<TransferId, TransferRecord>,
+    accounts: IdMap<AccountId, Account>,
+    transfers: IdMap<TransferId, TransferRecord>,
     /// (wake_at, id) of every non-terminal transfer: the sweeper's index.
     wake: BTreeSet<(Timestamp, TransferId)>,
     /// (horizon, account, transfer) of every tombstone: the pruner's index.
     tombstones: BTreeSet<(Timestamp, AccountId, TransferId)>,
-    /// account -> (sequence, transfer), sequence increasing: the history index.
-    history: BTreeMap<AccountId, BTreeMap<u64, TransferId>>,
+    /// account -> (sequence, transfer), sequence increasing: the history index. Only
+    /// looked up by account, never iterated (a hash map's order is not deterministic).
+    history: HashMap<AccountId, BTreeMap<u64, TransferId>>,
     sequence: u64,
     /// What changed since the last [`MemoryShard::take_changes`], when tracked.
     changes: Option<Changes>,
@@ -152,7 +156,12 @@ impl MemoryShard {
             .iter()
             .take_while(|(w, _)| *w <= now)
             .take(limit)
-            .map(|(_, id)| self.transfers[id].clone())
+            .map(|(_, id)| {
+                self.transfers
+                    .get(id)
+                    .expect("every wake entry names a transfer in memory")
+                    .clone()
+            })
             .collect()
     }
 
@@ -203,9 +212,11 @@ impl MemoryShard {
         }
         let fresh = accounts.into_iter().map(|a| (a.id.clone(), a));
         if self.accounts.is_empty() {
-            self.accounts = fresh.collect();
+            self.accounts = IdMap::from_pairs(fresh);
         } else {
-            self.accounts.extend(fresh);
+            for (id, a) in fresh {
+                self.accounts.insert(id, a);
+            }
         }
     }
 
@@ -281,12 +292,12 @@ impl MemoryShard {
                 continue;
             };
             // The index may be stale (a mutant, or a tombstone rewritten): re-check the record.
-            if a.intents
-                .get(&transfer)
-                .is_some_and(|i| i.state != IntentState::Open && i.horizon <= now)
-            {
-                a.intents.remove(&transfer);
-                dropped += 1;
+            // (One search of the intents: `entry` finds it and removes it in place.)
+            if let btree_map::Entry::Occupied(i) = a.intents.entry(transfer) {
+                if i.get().state != IntentState::Open && i.get().horizon <= now {
+                    i.remove();
+                    dropped += 1;
+                }
             }
             if a.status == xfer_core::AccountStatus::Unopened && a.intents.is_empty() {
                 self.accounts.remove(&account);
@@ -307,11 +318,7 @@ impl MemoryShard {
 
     /// Accounts in id order strictly after `after` (including placeholders).
     pub fn accounts_after(&self, after: Option<&AccountId>) -> impl Iterator<Item = &Account> {
-        use std::ops::Bound::{Excluded, Unbounded};
-        let from = after.map_or(Unbounded, Excluded);
-        self.accounts
-            .range::<AccountId, _>((from, Unbounded))
-            .map(|(_, a)| a)
+        self.accounts.values_after(after)
     }
 
     /// Transfers in id order strictly after `after`.
@@ -319,11 +326,7 @@ impl MemoryShard {
         &self,
         after: Option<&TransferId>,
     ) -> impl Iterator<Item = &TransferRecord> {
-        use std::ops::Bound::{Excluded, Unbounded};
-        let from = after.map_or(Unbounded, Excluded);
-        self.transfers
-            .range::<TransferId, _>((from, Unbounded))
-            .map(|(_, r)| r)
+        self.transfers.values_after(after)
     }
 
     /// One account, if present.

@@ -6,6 +6,7 @@
 //! leaves it exactly as it was.
 
 use crate::op::{AccountOp, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
+use std::collections::btree_map;
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{
     Account, AccountId, AccountStatus, Code, Intent, IntentState, LowerBound, Timestamp,
@@ -105,9 +106,10 @@ pub fn apply_account_to(
             (Reply::Prepare(outcome), effect)
         }
         AccountOp::Post { transfer, .. } => {
-            let outcome = post(a, transfer);
-            let effect = (outcome == PostOutcome::Posted)
-                .then(|| IndexEffect::Tombstone(transfer.clone(), a.intents[transfer].horizon));
+            let (outcome, horizon) = post(a, transfer);
+            let effect = horizon
+                .filter(|_| outcome == PostOutcome::Posted)
+                .map(|h| IndexEffect::Tombstone(transfer.clone(), h));
             (Reply::Post(outcome), effect)
         }
         AccountOp::Release {
@@ -172,11 +174,17 @@ fn prepare(
     now: Timestamp,
 ) -> PrepareOutcome {
     let no_defence = mutant::is(Mutant::NoLatePrepareDefence);
-    match a.intents.get(transfer).map(|i| i.state) {
-        Some(IntentState::Open) => return PrepareOutcome::AlreadyPrepared,
-        Some(IntentState::Posted) if !no_defence => return PrepareOutcome::AlreadyPosted,
-        Some(IntentState::Released) if !no_defence => return PrepareOutcome::AlreadyReleased,
-        _ => {}
+    let available = a.available();
+    // One search of the intents: the entry answers the repeat check and takes the insert.
+    let entry = a.intents.entry(transfer.clone());
+    match &entry {
+        btree_map::Entry::Occupied(i) => match i.get().state {
+            IntentState::Open => return PrepareOutcome::AlreadyPrepared,
+            IntentState::Posted if !no_defence => return PrepareOutcome::AlreadyPosted,
+            IntentState::Released if !no_defence => return PrepareOutcome::AlreadyReleased,
+            _ => {}
+        },
+        btree_map::Entry::Vacant(_) => {}
     }
     if now >= deadline && !no_defence {
         return PrepareOutcome::TooLate;
@@ -189,7 +197,7 @@ fn prepare(
     if &a.asset != asset {
         return PrepareOutcome::Refused(Code::AssetMismatch);
     }
-    if debit as i128 > a.available() && !mutant::is(Mutant::DebitWithoutBalanceCheck) {
+    if debit as i128 > available && !mutant::is(Mutant::DebitWithoutBalanceCheck) {
         return PrepareOutcome::Refused(Code::ExceedsAvailable);
     }
     // Every number the record will ever hold must fit an i64: the new reserved and
@@ -210,31 +218,38 @@ fn prepare(
     } else {
         a.incoming = incoming as i64;
     }
-    a.intents.insert(
-        transfer.clone(),
-        Intent {
-            debit,
-            credit,
-            state: IntentState::Open,
-            horizon,
-        },
-    );
+    let intent = Intent {
+        debit,
+        credit,
+        state: IntentState::Open,
+        horizon,
+    };
+    match entry {
+        btree_map::Entry::Occupied(mut i) => {
+            i.insert(intent);
+        }
+        btree_map::Entry::Vacant(i) => {
+            i.insert(intent);
+        }
+    }
     PrepareOutcome::Prepared
 }
 
-/// SPEC §3 step 5 on one account: only an open intent moves money.
-fn post(a: &mut Account, transfer: &TransferId) -> PostOutcome {
+/// SPEC §3 step 5 on one account: only an open intent moves money. Answers the intent's
+/// horizon too (when there is one), for the tombstone index.
+fn post(a: &mut Account, transfer: &TransferId) -> (PostOutcome, Option<Timestamp>) {
     let Some(intent) = a.intents.get_mut(transfer) else {
-        return PostOutcome::Missing;
+        return (PostOutcome::Missing, None);
     };
+    let horizon = Some(intent.horizon);
     match intent.state {
         IntentState::Open => {}
         IntentState::Posted if mutant::is(Mutant::DoublePost) => {
             a.balance += intent.credit as i64 - intent.debit as i64;
-            return PostOutcome::Posted;
+            return (PostOutcome::Posted, horizon);
         }
-        IntentState::Posted => return PostOutcome::AlreadyPosted,
-        IntentState::Released => return PostOutcome::FoundReleased,
+        IntentState::Posted => return (PostOutcome::AlreadyPosted, horizon),
+        IntentState::Released => return (PostOutcome::FoundReleased, horizon),
     }
     intent.state = IntentState::Posted;
     a.reserved -= intent.debit as i64;
@@ -244,7 +259,7 @@ fn post(a: &mut Account, transfer: &TransferId) -> PostOutcome {
         a.incoming -= intent.credit as i64;
         a.balance += intent.credit as i64 - intent.debit as i64;
     }
-    PostOutcome::Posted
+    (PostOutcome::Posted, horizon)
 }
 
 /// SPEC §3 step 6 on one account: give back an open intent, or leave a released mark.

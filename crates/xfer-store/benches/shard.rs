@@ -1,0 +1,302 @@
+//! `MemoryShard::apply` on a warm shard: batches of one protocol step (insert, claim,
+//! prepare, decide, post, finish) for 128 transfers, and the whole transfer.
+//!
+//! The shard looks like one of `xfer bench`'s four shards in steady state: 2,500 funded
+//! accounts, uniform single-posting transfers at about 9 per millisecond of store clock, so
+//! each account carries about 40 tombstones (5.5 s horizon); tombstones are pruned as they
+//! fall due; changes are tracked and taken, and finished transfers and history entries
+//! evicted, every 4,096 transfers (as the embedded store's checkpointer does).
+//!
+//! ```sh
+//! cargo bench -p xfer-store --bench shard
+//! ```
+
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
+use std::cell::RefCell;
+use std::hint::black_box;
+use xfer_core::{
+    AccountId, Amount, AssetCode, LowerBound, OwnerId, Posting, Rng, Timestamp, TransferId,
+    TransferKind, TransferRecord, TransferSpec, TransferState,
+};
+use xfer_store::{AccountOp, MemoryShard, Op, TransferOp};
+
+const ACCOUNTS: u64 = 2_500;
+const BATCH: usize = 128;
+const TRANSFERS_PER_MS: u64 = 9;
+const TIMEOUT_MS: u64 = 5_000;
+const SKEW_MS: u64 = 500;
+const CHECKPOINT_EVERY: u64 = 4_096;
+
+/// The protocol's steps, in order.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Step {
+    Insert,
+    Claim,
+    Prepare,
+    Decide,
+    Post,
+    Finish,
+}
+
+const STEPS: [Step; 6] = [
+    Step::Insert,
+    Step::Claim,
+    Step::Prepare,
+    Step::Decide,
+    Step::Post,
+    Step::Finish,
+];
+
+struct Transfer {
+    record: TransferRecord,
+    from: AccountId,
+    to: AccountId,
+}
+
+struct World {
+    shard: MemoryShard,
+    rng: Rng,
+    accounts: Vec<AccountId>,
+    asset: AssetCode,
+    owner: OwnerId,
+    issued: u64,
+    now: Timestamp,
+    finished: Vec<TransferId>,
+}
+
+impl World {
+    /// A shard with funded accounts, run until tombstones are in steady state.
+    fn warm() -> World {
+        let asset = AssetCode::new("USD", "asset").expect("valid asset");
+        let mut w = World {
+            shard: MemoryShard::tracking(),
+            rng: Rng::new(5),
+            accounts: (0..ACCOUNTS)
+                .map(|i| AccountId::new(&format!("usd-{i}")).expect("valid id"))
+                .collect(),
+            asset,
+            owner: OwnerId::new("bench-owner").expect("valid id"),
+            issued: 0,
+            now: Timestamp(1_000_000),
+            finished: Vec::new(),
+        };
+        let issuer = AccountId::new("usd-issuer").expect("valid id");
+        w.create(&issuer, LowerBound::Unbounded);
+        for a in w.accounts.clone() {
+            w.create(&a, LowerBound::default());
+        }
+        for chunk in w.accounts.clone().chunks(BATCH) {
+            let batch: Vec<Transfer> = chunk
+                .iter()
+                .map(|a| w.transfer(issuer.clone(), a.clone(), 1_000_000_000))
+                .collect();
+            w.run(&batch, Step::Insert..=Step::Finish);
+        }
+        // Two horizons' worth of transfers: tombstones are created and pruned at the same rate.
+        for _ in 0..(2 * (TIMEOUT_MS + SKEW_MS) * TRANSFERS_PER_MS) as usize / BATCH {
+            let batch = w.next_batch();
+            w.run(&batch, Step::Insert..=Step::Finish);
+        }
+        w
+    }
+
+    fn create(&mut self, id: &AccountId, lower_bound: LowerBound) {
+        let op = AccountOp::Create {
+            asset: self.asset.clone(),
+            lower_bound,
+        };
+        self.shard.apply(&Op::Account(id.clone(), op), self.now);
+    }
+
+    fn transfer(&mut self, from: AccountId, to: AccountId, amount: u64) -> Transfer {
+        self.issued += 1;
+        if self.issued.is_multiple_of(TRANSFERS_PER_MS) {
+            self.now = self.now.plus_ms(1);
+        }
+        let spec = TransferSpec {
+            id: TransferId::new(&format!("b{}-{}", self.issued % 4, self.issued))
+                .expect("valid id"),
+            postings: vec![Posting {
+                from: from.clone(),
+                to: to.clone(),
+                asset: self.asset.clone(),
+                amount: Amount::new(amount, "amount").expect("valid amount"),
+            }],
+            metadata: String::new(),
+            kind: TransferKind::Transfer,
+            refund_of: None,
+            timeout_ms: TIMEOUT_MS,
+        };
+        Transfer {
+            record: TransferRecord::accept(spec, self.now, 5_000),
+            from,
+            to,
+        }
+    }
+
+    /// `BATCH` uniform transfers between distinct accounts, after the upkeep a store does
+    /// between calls (pruning, and a checkpoint's take and evictions when one is due).
+    fn next_batch(&mut self) -> Vec<Transfer> {
+        self.shard.prune(self.now, usize::MAX);
+        if self.issued / CHECKPOINT_EVERY != (self.issued + BATCH as u64) / CHECKPOINT_EVERY {
+            let changes = self.shard.take_changes();
+            self.shard.evict_history(&changes.history);
+            for id in std::mem::take(&mut self.finished) {
+                self.shard.evict_transfer(&id);
+            }
+        }
+        (0..BATCH)
+            .map(|_| {
+                let i = self.rng.below(ACCOUNTS);
+                let j = (i + 1 + self.rng.below(ACCOUNTS - 1)) % ACCOUNTS;
+                let (from, to) = (
+                    self.accounts[i as usize].clone(),
+                    self.accounts[j as usize].clone(),
+                );
+                let amount = 1 + self.rng.below(100);
+                self.transfer(from, to, amount)
+            })
+            .collect()
+    }
+
+    /// The ops of `step` for every transfer of `batch`, as a coalesced call sends them.
+    fn ops(&self, batch: &[Transfer], step: Step) -> Vec<Op> {
+        let mut ops = Vec::with_capacity(2 * batch.len());
+        for t in batch {
+            let id = t.record.spec.id.clone();
+            let now = self.now;
+            let account = |a: &AccountId, op| Op::Account(a.clone(), op);
+            match step {
+                Step::Insert => ops.push(Op::Transfer(
+                    id,
+                    TransferOp::Insert(Box::new(t.record.clone())),
+                )),
+                Step::Claim => ops.push(Op::Transfer(
+                    id,
+                    TransferOp::Claim {
+                        owner: self.owner.clone(),
+                        now,
+                        lease_until: now.plus_ms(5_000),
+                    },
+                )),
+                Step::Prepare => {
+                    let amount = t.record.spec.postings[0].amount.units();
+                    for (a, debit, credit) in [(&t.from, amount, 0), (&t.to, 0, amount)] {
+                        let op = AccountOp::Prepare {
+                            transfer: id.clone(),
+                            asset: self.asset.clone(),
+                            debit,
+                            credit,
+                            deadline: t.record.deadline,
+                            horizon: t.record.deadline.plus_ms(SKEW_MS),
+                        };
+                        ops.push(account(a, op));
+                    }
+                }
+                Step::Decide => ops.push(Op::Transfer(
+                    id,
+                    TransferOp::Decide {
+                        epoch: 1,
+                        to: TransferState::Applied,
+                        reason: None,
+                        now,
+                    },
+                )),
+                Step::Post => {
+                    for a in [&t.from, &t.to] {
+                        let op = AccountOp::Post {
+                            transfer: id.clone(),
+                            asset: self.asset.clone(),
+                        };
+                        ops.push(account(a, op));
+                    }
+                }
+                Step::Finish => ops.push(Op::Transfer(id, TransferOp::Finish { now })),
+            }
+        }
+        ops
+    }
+
+    fn apply(&mut self, ops: &[Op]) {
+        for op in ops {
+            black_box(self.shard.apply(op, self.now));
+        }
+    }
+
+    fn run(&mut self, batch: &[Transfer], steps: std::ops::RangeInclusive<Step>) {
+        for step in STEPS.into_iter().filter(|s| steps.contains(s)) {
+            let ops = self.ops(batch, step);
+            self.apply(&ops);
+        }
+        if *steps.end() == Step::Finish {
+            self.finished
+                .extend(batch.iter().map(|t| t.record.spec.id.clone()));
+        }
+    }
+}
+
+fn steps(c: &mut Criterion) {
+    let world = RefCell::new(World::warm());
+    let mut group = c.benchmark_group("shard");
+    // One transfer batch is prepared for the step measured (earlier steps run untimed in the
+    // setup), and finished in the next setup.
+    let unfinished: RefCell<Option<(Vec<Transfer>, Step)>> = RefCell::new(None);
+    for step in STEPS {
+        let ops_per_batch = if matches!(step, Step::Prepare | Step::Post) {
+            2 * BATCH
+        } else {
+            BATCH
+        };
+        group.throughput(Throughput::Elements(ops_per_batch as u64));
+        group.bench_function(format!("{step:?}").to_lowercase(), |b| {
+            b.iter_batched(
+                || {
+                    let mut w = world.borrow_mut();
+                    if let Some((batch, next)) = unfinished.borrow_mut().take() {
+                        w.run(&batch, next..=Step::Finish);
+                    }
+                    let batch = w.next_batch();
+                    if step > Step::Insert {
+                        let before = STEPS[STEPS.iter().position(|s| *s == step).unwrap() - 1];
+                        w.run(&batch, Step::Insert..=before);
+                    }
+                    let ops = w.ops(&batch, step);
+                    let after = STEPS.get(STEPS.iter().position(|s| *s == step).unwrap() + 1);
+                    if let Some(next) = after {
+                        *unfinished.borrow_mut() = Some((batch, *next));
+                    } else {
+                        w.finished
+                            .extend(batch.iter().map(|t| t.record.spec.id.clone()));
+                    }
+                    ops
+                },
+                |ops| {
+                    world.borrow_mut().apply(&ops);
+                    ops // dropped untimed
+                },
+                BatchSize::PerIteration,
+            )
+        });
+    }
+    group.throughput(Throughput::Elements(BATCH as u64));
+    group.bench_function("transfer", |b| {
+        b.iter_batched(
+            || {
+                let mut w = world.borrow_mut();
+                if let Some((batch, next)) = unfinished.borrow_mut().take() {
+                    w.run(&batch, next..=Step::Finish);
+                }
+                w.next_batch()
+            },
+            |batch| {
+                world.borrow_mut().run(&batch, Step::Insert..=Step::Finish);
+                batch // dropped untimed
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, steps);
+criterion_main!(benches);

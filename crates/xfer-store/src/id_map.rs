@@ -1,0 +1,124 @@
+//! [`IdMap`]: records by id, found by hash, iterated in id order.
+//!
+//! A shard looks records up by id several times per transfer (every step names one), and
+//! lists them in id order only for scans (pages of accounts and transfers, audits, the
+//! simulator's checks). A `BTreeMap` keyed by the id string pays a dozen or more string
+//! comparisons per lookup (`memcmp` was 12 % of `xfer bench`'s CPU, see
+//! `docs/benchmarks.md`); here a lookup is one hash, and the ordered set of ids is touched
+//! only when a record is added or removed.
+//!
+//! Determinism: the hash map's order depends on its random seed, so it is never iterated;
+//! every iteration goes through the ordered ids.
+
+use std::collections::{BTreeSet, HashMap};
+use std::hash::Hash;
+use std::ops::Bound::{Excluded, Unbounded};
+
+/// Values by key: hash lookups, iteration in key order. See the module docs.
+#[derive(Debug)]
+pub(crate) struct IdMap<K, V> {
+    by_id: HashMap<K, V>,
+    order: BTreeSet<K>,
+}
+
+impl<K, V> Default for IdMap<K, V> {
+    fn default() -> Self {
+        IdMap {
+            by_id: HashMap::new(),
+            order: BTreeSet::new(),
+        }
+    }
+}
+
+impl<K: Ord + Hash + Clone, V> IdMap<K, V> {
+    /// Builds the map from key-value pairs (bulk: the ordered set is built sorted, much
+    /// faster than one insert at a time). A repeated key keeps its last value.
+    pub(crate) fn from_pairs(pairs: impl IntoIterator<Item = (K, V)>) -> Self {
+        let by_id: HashMap<K, V> = pairs.into_iter().collect();
+        let order = by_id.keys().cloned().collect();
+        IdMap { by_id, order }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+
+    pub(crate) fn get(&self, k: &K) -> Option<&V> {
+        self.by_id.get(k)
+    }
+
+    pub(crate) fn get_mut(&mut self, k: &K) -> Option<&mut V> {
+        self.by_id.get_mut(k)
+    }
+
+    pub(crate) fn contains_key(&self, k: &K) -> bool {
+        self.by_id.contains_key(k)
+    }
+
+    /// Inserts or replaces; answers the value replaced.
+    pub(crate) fn insert(&mut self, k: K, v: V) -> Option<V> {
+        let old = self.by_id.insert(k.clone(), v);
+        if old.is_none() {
+            self.order.insert(k);
+        }
+        old
+    }
+
+    pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
+        let v = self.by_id.remove(k)?;
+        let was_ordered = self.order.remove(k);
+        debug_assert!(was_ordered, "every key is in the ordered set");
+        Some(v)
+    }
+
+    /// Every value, in key order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
+        self.order.iter().map(|k| &self.by_id[k])
+    }
+
+    /// Values in key order, strictly after `after` (from the first if `None`).
+    pub(crate) fn values_after(&self, after: Option<&K>) -> impl Iterator<Item = &V> {
+        let from = after.map_or(Unbounded, Excluded);
+        self.order
+            .range::<K, _>((from, Unbounded))
+            .map(|k| &self.by_id[k])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+    use xfer_core::Rng;
+
+    /// Random inserts, replacements and removals: the map answers what a `BTreeMap` answers,
+    /// lookups and ordered scans alike.
+    #[test]
+    fn behaves_as_an_ordered_map() {
+        let mut rng = Rng::new(7);
+        let mut ours: IdMap<String, u64> = IdMap::default();
+        let mut reference: BTreeMap<String, u64> = BTreeMap::new();
+        for step in 0..5_000u64 {
+            let key = format!("k{}", rng.below(300));
+            match rng.below(3) {
+                0 | 1 => assert_eq!(ours.insert(key.clone(), step), reference.insert(key, step)),
+                _ => assert_eq!(ours.remove(&key), reference.remove(&key)),
+            }
+            let probe = format!("k{}", rng.below(300));
+            assert_eq!(ours.get(&probe), reference.get(&probe));
+            assert_eq!(ours.contains_key(&probe), reference.contains_key(&probe));
+            if step % 97 == 0 {
+                assert!(ours.values().eq(reference.values()));
+                let after: Vec<_> = ours.values_after(Some(&probe)).collect();
+                let want: Vec<_> = reference
+                    .range::<String, _>((Excluded(&probe), Unbounded))
+                    .map(|(_, v)| v)
+                    .collect();
+                assert_eq!(after, want);
+            }
+        }
+        let rebuilt = IdMap::from_pairs(reference.clone());
+        assert!(rebuilt.values().eq(reference.values()));
+        assert_eq!(rebuilt.is_empty(), reference.is_empty());
+    }
+}
