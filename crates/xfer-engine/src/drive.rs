@@ -15,6 +15,7 @@
 
 use crate::cluster::{Cluster, Sent};
 use crate::error::ExecError;
+use crate::executor::Decisions;
 use crate::machine::{Machine, Outcome, Request};
 use crate::retry::{Retry, RetryPolicy};
 use xfer_core::{Clock, Code, Rejection};
@@ -45,6 +46,7 @@ pub(crate) async fn drive(
     clock: &dyn Clock,
     retry: &Retry,
     starts: Vec<(Machine, Vec<Request>)>,
+    decisions: Option<&dyn Decisions>,
 ) -> Vec<Result<Outcome, ExecError>> {
     let mut flights: Vec<Flight> = starts.into_iter().map(Flight::new).collect();
     for round in 0..=ROUNDS_MAX {
@@ -77,7 +79,7 @@ pub(crate) async fn drive(
         };
         let now = clock.now();
         for ((i, req), sent) in owners.into_iter().zip(batch).zip(sent) {
-            flights[i].absorb(req, sent, now);
+            flights[i].absorb(req, sent, now, decisions);
         }
         let worst = flights
             .iter_mut()
@@ -159,7 +161,13 @@ impl Flight {
     }
 
     /// Takes one request's result.
-    fn absorb(&mut self, req: Request, sent: Sent, now: xfer_core::Timestamp) {
+    fn absorb(
+        &mut self,
+        req: Request,
+        sent: Sent,
+        now: xfer_core::Timestamp,
+        decisions: Option<&dyn Decisions>,
+    ) {
         if self.result.is_some() {
             return;
         }
@@ -167,8 +175,12 @@ impl Flight {
             Ok(reply) => {
                 (self.round_ok, self.maybe_applied) = (true, true);
                 if self.machine.wants(req.tag) {
+                    let deciding = self.machine.is_deciding();
                     let next = self.machine.on_reply(req.tag, reply, now);
                     self.queue.extend(next);
+                    if let Some(d) = decisions.filter(|_| deciding && self.machine.is_decided()) {
+                        d.decided(self.machine.id());
+                    }
                 }
             }
             Err(StoreError::Corrupted(m)) => self.fail(ExecError::Corrupted(m)),

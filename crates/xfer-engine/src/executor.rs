@@ -28,6 +28,14 @@ pub const FLIGHTS_MAX: usize = 1_024;
 /// Default for how many times [`Executor::close_account`] waits for transfers in flight.
 pub const CLOSE_WAITS_MAX_DEFAULT: u32 = 20;
 
+/// Told, while transfers are driven, of each decision this executor writes: the transfer's
+/// decide step (the commit point) answered, so it is applied, held or canceling now and its
+/// outcome can no longer change. `xfer bench` times submit-to-decided with it.
+pub trait Decisions: Send + Sync {
+    /// `id` is decided.
+    fn decided(&self, id: &TransferId);
+}
+
 /// Runs transfers as one owner. See the module docs.
 pub struct Executor {
     cluster: Arc<Cluster>,
@@ -101,16 +109,29 @@ impl Executor {
     /// Submits many transfers and drives them together: every round sends all their
     /// requests as one batch per shard. Results are in the order of `specs`.
     pub async fn submit_many(&self, specs: Vec<TransferSpec>) -> Vec<Result<Outcome, ExecError>> {
+        self.submit_many_observed(specs, None).await
+    }
+
+    /// [`Executor::submit_many`], telling `decisions` of each transfer as it is decided.
+    pub async fn submit_many_observed(
+        &self,
+        specs: Vec<TransferSpec>,
+        decisions: Option<&dyn Decisions>,
+    ) -> Vec<Result<Outcome, ExecError>> {
         let mut results = Vec::with_capacity(specs.len());
         let mut specs = specs.into_iter().peekable();
         while specs.peek().is_some() {
             let window: Vec<TransferSpec> = specs.by_ref().take(FLIGHTS_MAX).collect();
-            results.extend(self.submit_window(window).await);
+            results.extend(self.submit_window(window, decisions).await);
         }
         results
     }
 
-    async fn submit_window(&self, specs: Vec<TransferSpec>) -> Vec<Result<Outcome, ExecError>> {
+    async fn submit_window(
+        &self,
+        specs: Vec<TransferSpec>,
+        decisions: Option<&dyn Decisions>,
+    ) -> Vec<Result<Outcome, ExecError>> {
         let now = self.clock.now();
         let mut results: Vec<Option<Result<Outcome, ExecError>>> = vec![None; specs.len()];
         let (mut slots, mut starts) = (Vec::new(), Vec::new());
@@ -123,7 +144,14 @@ impl Executor {
                 Err(r) => results[i] = Some(Err(ExecError::Rejected(r))),
             }
         }
-        for (i, r) in slots.into_iter().zip(self.drive(starts).await) {
+        let driven = drive(
+            &self.cluster,
+            self.clock.as_ref(),
+            &self.retry,
+            starts,
+            decisions,
+        );
+        for (i, r) in slots.into_iter().zip(driven.await) {
             results[i] = Some(r);
         }
         results
@@ -263,7 +291,14 @@ impl Executor {
         &self,
         starts: Vec<(Machine, Vec<Request>)>,
     ) -> Vec<Result<Outcome, ExecError>> {
-        drive(&self.cluster, self.clock.as_ref(), &self.retry, starts).await
+        drive(
+            &self.cluster,
+            self.clock.as_ref(),
+            &self.retry,
+            starts,
+            None,
+        )
+        .await
     }
 
     async fn drive_one(&self, start: (Machine, Vec<Request>)) -> Result<Outcome, ExecError> {

@@ -236,6 +236,21 @@ impl Machine {
         self.outstanding.contains_key(&tag)
     }
 
+    /// True while the machine waits for its decide step's answer.
+    pub fn is_deciding(&self) -> bool {
+        matches!(self.phase, Phase::Deciding)
+    }
+
+    /// True once the machine's transfer is decided by it: posting, releasing, finishing, or
+    /// held.
+    pub fn is_decided(&self) -> bool {
+        match &self.phase {
+            Phase::Posting { .. } | Phase::Releasing { .. } | Phase::Finishing => true,
+            Phase::Stopped(o) => matches!(o.as_ref(), Outcome::Held(_)),
+            _ => false,
+        }
+    }
+
     /// The current phase's name, for logs and traces.
     pub fn phase_name(&self) -> &'static str {
         match self.phase {

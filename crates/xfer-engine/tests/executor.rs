@@ -795,3 +795,47 @@ async fn redrive_that_changed_the_lease_never_claims_nothing_was_applied() {
     let err = w.exec.redrive(tid("t1")).await.expect_err("stores down");
     assert!(matches!(err, ExecError::Indeterminate(_)), "{err}");
 }
+
+/// Records the ids it is told of.
+#[derive(Default)]
+struct Told(std::sync::Mutex<Vec<String>>);
+
+impl xfer_engine::Decisions for Told {
+    fn decided(&self, id: &TransferId) {
+        self.0.lock().unwrap().push(id.to_string());
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn each_decision_written_is_told_once_and_a_repeat_decides_nothing() {
+    let w = World::memory();
+    w.bank().await;
+    let told = Told::default();
+    let specs = vec![
+        spec("t1", vec![posting("alice", "bob", "USD", 30)]),
+        spec("t2", vec![posting("alice", "bob", "USD", 500)]), // refused: canceling
+        hold("h1", vec![posting("alice", "bob", "USD", 10)]),
+    ];
+    let results = w
+        .exec
+        .submit_many_observed(specs.clone(), Some(&told))
+        .await;
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    let mut ids = told.0.lock().unwrap().clone();
+    ids.sort();
+    assert_eq!(
+        ids,
+        ["h1", "t1", "t2"],
+        "done, canceled and held are each decided once"
+    );
+
+    // The same transfers again: answered from their records, nothing decided anew.
+    let again = Told::default();
+    let results = w.exec.submit_many_observed(specs, Some(&again)).await;
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    assert!(
+        again.0.lock().unwrap().is_empty(),
+        "{:?}",
+        again.0.lock().unwrap()
+    );
+}

@@ -31,7 +31,7 @@ use xfer_core::{
     AccountId, Amount, AssetCode, Clock, Posting, Rng, SystemClock, TransferId, TransferKind,
     TransferSpec, TransferState,
 };
-use xfer_engine::{Machine, Outcome, Sleeper, TokioSleeper};
+use xfer_engine::{Decisions, Machine, Outcome, Sleeper, TokioSleeper};
 use xfer_store_redis::{RedisConfig, RedisStore};
 
 /// What `xfer bench` runs.
@@ -168,8 +168,12 @@ pub struct BenchReport {
     pub seconds: f64,
     /// Transfers per second.
     pub per_second: f64,
-    /// Request latency percentiles, ms: p50, p99, p99.9.
+    /// Request latency percentiles, ms: p50, p99, p99.9 (submit to the answer: done or
+    /// canceled; held for holds).
     pub latency_ms: [f64; 3],
+    /// Submit-to-decided percentiles, ms (the commit point written), per transfer; only
+    /// when driving the engine as a library.
+    pub decided_ms: Option<[f64; 3]>,
     /// CPU seconds (user + system) in the window.
     pub cpu_seconds: f64,
     /// CPU per transfer, µs.
@@ -274,6 +278,38 @@ fn spec_json(s: &TransferSpec) -> Value {
     v
 }
 
+/// Submit-to-decided times of one client's current request.
+struct DecidedClock {
+    since: std::sync::Mutex<Stopwatch>,
+    ms: std::sync::Mutex<Vec<f64>>,
+}
+
+impl DecidedClock {
+    fn new() -> DecidedClock {
+        DecidedClock {
+            since: std::sync::Mutex::new(Stopwatch::start()),
+            ms: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A request is submitted now.
+    fn restart(&self) {
+        *self.since.lock().expect("not poisoned") = Stopwatch::start();
+    }
+
+    /// The times since the last restart, taken.
+    fn take(&self) -> Vec<f64> {
+        std::mem::take(&mut *self.ms.lock().expect("not poisoned"))
+    }
+}
+
+impl Decisions for DecidedClock {
+    fn decided(&self, _: &TransferId) {
+        let ms = self.since.lock().expect("not poisoned").seconds() * 1e3;
+        self.ms.lock().expect("not poisoned").push(ms);
+    }
+}
+
 /// Where requests go.
 #[derive(Clone)]
 enum Target {
@@ -283,15 +319,23 @@ enum Target {
 }
 
 impl Target {
-    /// Submits `specs` (and captures the holds) and answers the final states.
-    async fn run(&self, specs: Vec<TransferSpec>) -> Result<Vec<TransferState>, String> {
+    /// Submits `specs` (and captures the holds) and answers the final states; a library
+    /// target tells `decisions` of each decision.
+    async fn run(
+        &self,
+        specs: Vec<TransferSpec>,
+        decisions: &DecidedClock,
+    ) -> Result<Vec<TransferState>, String> {
         let holds = matches!(
             specs.first().map(|s| s.kind),
             Some(TransferKind::Hold { .. })
         );
         let ids: Vec<TransferId> = specs.iter().map(|s| s.id.clone()).collect();
         let mut states = match self {
-            Target::Library(s) => finished_states(s.service().executor().submit_many(specs).await)?,
+            Target::Library(s) => {
+                let e = s.service().executor();
+                finished_states(e.submit_many_observed(specs, Some(decisions)).await)?
+            }
             Target::Http(c) => http_submit(c, &specs).await?,
             Target::Native(n) => {
                 let mut out = Vec::with_capacity(specs.len());
@@ -574,6 +618,8 @@ async fn measure(
         tasks.spawn(async move {
             let mut rng = Rng::new(c + 1);
             let mut latencies: Vec<f64> = Vec::new();
+            let mut decided: Vec<f64> = Vec::new();
+            let clock = DecidedClock::new();
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let specs: Vec<TransferSpec> = (0..a.batch)
@@ -584,11 +630,13 @@ async fn measure(
                     .collect();
                 let k = specs.len() as u64;
                 let watch = Stopwatch::start();
-                let result = target.run(specs).await;
+                clock.restart();
+                let result = target.run(specs, &clock).await;
                 if stop.load(Ordering::Relaxed) {
                     break; // finished after the window: not counted
                 }
                 latencies.push(watch.seconds() * 1e3);
+                decided.extend(clock.take());
                 counts[3].fetch_add(k, Ordering::Relaxed);
                 match result {
                     Ok(states) => {
@@ -602,7 +650,7 @@ async fn measure(
                     }
                 }
             }
-            latencies
+            (latencies, decided)
         });
     }
     let (cpu0, _) = usage();
@@ -623,11 +671,14 @@ async fn measure(
     let seconds = watch.seconds();
     let (cpu1, rss) = usage();
     let machine = machine_cpu() - machine0;
-    let mut latencies = Vec::new();
+    let (mut latencies, mut decided) = (Vec::new(), Vec::new());
     while let Some(r) = tasks.join_next().await {
-        latencies.extend(r.map_err(|e| e.to_string())?);
+        let (l, d) = r.map_err(|e| e.to_string())?;
+        latencies.extend(l);
+        decided.extend(d);
     }
     latencies.sort_by(f64::total_cmp);
+    decided.sort_by(f64::total_cmp);
     let transfers = counts[3].load(Ordering::Relaxed);
     let cpu = cpu1 - cpu0;
     Ok(BenchReport {
@@ -641,6 +692,8 @@ async fn measure(
         seconds,
         per_second: transfers as f64 / seconds,
         latency_ms: [0.5, 0.99, 0.999].map(|q| percentile(&latencies, q)),
+        decided_ms: (!decided.is_empty())
+            .then(|| [0.5, 0.99, 0.999].map(|q| percentile(&decided, q))),
         cpu_seconds: cpu,
         cpu_us_per_transfer: cpu * 1e6 / transfers.max(1) as f64,
         machine_cpu_us_per_transfer: machine * 1e6 / transfers.max(1) as f64,
@@ -724,11 +777,12 @@ pub fn print(run: &BenchRun) {
     for r in std::iter::once(&run.xfer).chain(&run.baseline) {
         println!(
             "result: workload={} via={} store={} transfers={} per_second={:.0} done={} canceled={} errors={} \
-             latency_ms p50={:.2} p99={:.2} p999={:.2} cpu_s={:.1} cpu_us_per_transfer={:.1} \
+             latency_ms p50={:.2} p99={:.2} p999={:.2} decided_ms {} cpu_s={:.1} cpu_us_per_transfer={:.1} \
              machine_cpu_us_per_transfer={:.1} peak_rss_mib={:.0}",
             r.workload, r.via, r.store, r.transfers, r.per_second, r.done, r.canceled, r.errors,
-            r.latency_ms[0], r.latency_ms[1], r.latency_ms[2], r.cpu_seconds, r.cpu_us_per_transfer,
-            r.machine_cpu_us_per_transfer, r.peak_rss_mib
+            r.latency_ms[0], r.latency_ms[1], r.latency_ms[2],
+            r.decided_ms.map_or("-".to_string(), |d| format!("p50={:.2} p99={:.2} p999={:.2}", d[0], d[1], d[2])),
+            r.cpu_seconds, r.cpu_us_per_transfer, r.machine_cpu_us_per_transfer, r.peak_rss_mib
         );
     }
     if let Some(b) = &run.baseline {

@@ -111,6 +111,15 @@ async fn pay_with_both(c: &Client) -> [(&'static str, i64); 4] {
     expect
 }
 
+/// Both stores keep it: a new server on the same configuration reads the same balances.
+async fn kept_across_a_restart(cfg: &ServeConfig, expect: [(&str, i64); 4]) {
+    let (server, c) = start(cfg).await;
+    for (id, b) in expect {
+        assert_eq!(balance(&c, id).await, b, "{id} after the restart");
+    }
+    server.shutdown().await.expect("a clean shutdown");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn points_on_postgres_and_cash_embedded_move_together_in_one_transfer() {
     let db = format!("xfer_mixed_{}", std::process::id());
@@ -146,13 +155,7 @@ async fn points_on_postgres_and_cash_embedded_move_together_in_one_transfer() {
     assert_eq!(row_balance(&url, "points", "points:shop").await, Some(300));
     assert_eq!(row_balance(&url, "points", "cash:alice").await, None);
     server.shutdown().await.expect("a clean shutdown");
-
-    // Both stores keep it across a restart.
-    let (server, c) = start(&cfg).await;
-    for (id, b) in expect {
-        assert_eq!(balance(&c, id).await, b, "{id} after the restart");
-    }
-    server.shutdown().await.expect("a clean shutdown");
+    kept_across_a_restart(&cfg, expect).await;
     postgres_admin(&format!("DROP DATABASE {db} WITH (FORCE)")).await;
 }
 
@@ -213,12 +216,7 @@ async fn points_on_a_redis_cluster_and_cash_on_postgres_move_together_in_one_tra
     assert_eq!(row_balance(&url, "cash", "cash:alice").await, Some(3_000));
     assert_eq!(row_balance(&url, "cash", "points:alice").await, None);
     server.shutdown().await.expect("a clean shutdown");
-
-    let (server, c) = start(&cfg).await;
-    for (id, b) in expect {
-        assert_eq!(balance(&c, id).await, b, "{id} after the restart");
-    }
-    server.shutdown().await.expect("a clean shutdown");
+    kept_across_a_restart(&cfg, expect).await;
     let store = xfer_store_redis::RedisStore::open(&xfer_store_redis::RedisConfig::cluster(
         common::redis_cluster_nodes(),
         prefix,

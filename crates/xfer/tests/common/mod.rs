@@ -305,6 +305,11 @@ pub async fn client_task(
         match (a.status, a.body["state"].as_str(), a.code()) {
             (200, Some("done"), _) => ledger.set(&id, Known::Terminal("done".into())),
             (_, _, "hold_expired") => ledger.set(&id, Known::Terminal("canceled".into())),
+            // The capture came (or was retried through a database outage) after the hold
+            // expired and a sweeper canceled it: the record, truthfully canceled.
+            (200, Some("canceled"), _) if a.body["reason"]["code"] == "hold_expired" => {
+                ledger.set(&id, Known::Terminal("canceled".into()))
+            }
             (s, _, _) if s >= 500 => {}
             _ => ledger.odd(format!("capture {id}: {} {}", a.status, a.text)),
         }
