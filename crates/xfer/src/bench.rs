@@ -62,6 +62,11 @@ pub struct BenchArgs {
     /// merchant being paid).
     #[arg(long, value_enum, default_value_t = HotSide::Debit)]
     pub hot_side: HotSide,
+    /// Offer at most this many transfers per second (spread over the clients, each pacing
+    /// its requests), to measure latency below saturation, e.g. at half of the peak an
+    /// unpaced run reaches. [default: as fast as answered]
+    #[arg(long)]
+    pub rate: Option<u64>,
     /// Where xfer's shards live: the embedded store, PostgreSQL (a fresh database per
     /// shard on the server of --postgres-url, dropped after the run) or Redis (the hash tags
     /// `xfer_bench_N` on --redis-url, emptied before and after the run).
@@ -490,6 +495,9 @@ pub async fn run(a: BenchArgs) -> Result<BenchRun, String> {
     if a.baseline.is_some() && !matches!(a.workload, Workload::Uniform | Workload::Hot) {
         return Err("--baseline postgres runs the uniform and hot workloads".into());
     }
+    if a.rate == Some(0) {
+        return Err("--rate: at least 1 transfer per second".into());
+    }
     if a.baseline.is_some() && !(1..=1_000).contains(&a.baseline_clients) {
         return Err("--baseline-clients: 1 to 1000".into());
     }
@@ -605,10 +613,11 @@ async fn measure(
 ) -> Result<BenchReport, String> {
     let clients = a.in_flight / a.batch;
     println!(
-        "bench: workload={} via={via} store={store} accounts={} in_flight={} batch={} clients={clients} duration={}s shards={}",
+        "bench: workload={} via={via} store={store} accounts={} in_flight={} batch={} clients={clients} duration={}s shards={} rate={}",
         name(a.workload),
         a.accounts,
-        a.in_flight, a.batch, a.duration, a.shards
+        a.in_flight, a.batch, a.duration, a.shards,
+        a.rate.map_or("max".to_string(), |r| format!("{r}/s"))
     );
     let stop = Arc::new(AtomicBool::new(false));
     let counts: Arc<[AtomicU64; 4]> = Arc::new(Default::default()); // done, canceled, errors, all
@@ -621,6 +630,12 @@ async fn measure(
             let mut decided: Vec<f64> = Vec::new();
             let clock = DecidedClock::new();
             let mut n = 0u64;
+            // With --rate: this client's requests are due every `every_ms`, from its start.
+            let every_ms = a
+                .rate
+                .map(|r| (a.batch * clients) as f64 * 1e3 / r.max(1) as f64);
+            let paced = Stopwatch::start();
+            let mut sent = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let specs: Vec<TransferSpec> = (0..a.batch)
                     .map(|_| {
@@ -629,6 +644,13 @@ async fn measure(
                     })
                     .collect();
                 let k = specs.len() as u64;
+                if let Some(every) = every_ms {
+                    let due = sent as f64 * every - paced.seconds() * 1e3;
+                    if due >= 1.0 {
+                        TokioSleeper.sleep(due as u64).await;
+                    }
+                    sent += 1;
+                }
                 let watch = Stopwatch::start();
                 clock.restart();
                 let result = target.run(specs, &clock).await;
@@ -818,6 +840,7 @@ mod tests {
             duration: 1,
             hot_percent: 100,
             hot_side: HotSide::Credit,
+            rate: None,
             store: StoreKind::Embedded,
             shards: 1,
             postgres_url: String::new(),

@@ -304,10 +304,15 @@ pub async fn client_task(
         };
         match (a.status, a.body["state"].as_str(), a.code()) {
             (200, Some("done"), _) => ledger.set(&id, Known::Terminal("done".into())),
+            // Captured (decided), finished by whoever holds it now.
+            (202, Some("applied"), _) => ledger.set(&id, Known::Terminal("done".into())),
             (_, _, "hold_expired") => ledger.set(&id, Known::Terminal("canceled".into())),
             // The capture came (or was retried through a database outage) after the hold
-            // expired and a sweeper canceled it: the record, truthfully canceled.
-            (200, Some("canceled"), _) if a.body["reason"]["code"] == "hold_expired" => {
+            // expired and a sweeper took it: the record, truthfully canceled, or canceling
+            // (decided; 202 while the sweeper finishes it).
+            (200 | 202, Some("canceled" | "canceling"), _)
+                if a.body["reason"]["code"] == "hold_expired" =>
+            {
                 ledger.set(&id, Known::Terminal("canceled".into()))
             }
             (s, _, _) if s >= 500 => {}
