@@ -304,17 +304,20 @@ pub async fn client_task(
         };
         match (a.status, a.body["state"].as_str(), a.code()) {
             (200, Some("done"), _) => ledger.set(&id, Known::Terminal("done".into())),
-            // Captured (decided), finished by whoever holds it now.
-            (202, Some("applied"), _) => ledger.set(&id, Known::Terminal("done".into())),
-            (_, _, "hold_expired") => ledger.set(&id, Known::Terminal("canceled".into())),
+            // Refused as expired: still held until a sweeper takes it (its lease must lapse
+            // too), then canceled for its expiry — what Held promises.
+            (400..=499, _, "hold_expired") => ledger.set(&id, Known::Held),
             // The capture came (or was retried through a database outage) after the hold
-            // expired and a sweeper took it: the record, truthfully canceled, or canceling
-            // (decided; 202 while the sweeper finishes it).
-            (200 | 202, Some("canceled" | "canceling"), _)
-                if a.body["reason"]["code"] == "hold_expired" =>
-            {
+            // expired and a sweeper took it: canceled, or canceling (decided; 202 while the
+            // sweeper finishes it).
+            (200, Some("canceled"), _) if a.body["reason"]["code"] == "hold_expired" => {
                 ledger.set(&id, Known::Terminal("canceled".into()))
             }
+            (202, Some("canceling"), _) if a.body["reason"]["code"] == "hold_expired" => {
+                ledger.set(&id, Known::Held)
+            }
+            // Captured (decided), finished by whoever holds it now.
+            (202, Some("applied"), _) => ledger.set(&id, Known::Accepted),
             (s, _, _) if s >= 500 => {}
             _ => ledger.odd(format!("capture {id}: {} {}", a.status, a.text)),
         }
