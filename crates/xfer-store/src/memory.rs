@@ -3,7 +3,7 @@
 //! puts it behind the async trait with a [`Clock`].
 //!
 //! Iteration is deterministic, always in key order: a simulator seed must replay exactly.
-//! Records are found by hash ([`IdMap`]: a hash map never iterated, plus the ordered ids);
+//! Records are found by hash (`IdMap`: a hash map never iterated, plus the ordered ids);
 //! the sweeper's and pruner's indexes are ordered sets; the history index is only looked
 //! up, never iterated.
 
