@@ -40,6 +40,12 @@ impl Timestamp {
     pub fn as_ms(self) -> u64 {
         self.0
     }
+
+    /// Milliseconds as a signed 64-bit integer, as databases store them: past `i64::MAX`
+    /// (only [`Timestamp::NEVER`] and its neighbours, which no clock reaches) saturates.
+    pub fn as_i64_ms(self) -> i64 {
+        i64::try_from(self.0).unwrap_or(i64::MAX)
+    }
 }
 
 impl fmt::Display for Timestamp {

@@ -303,10 +303,6 @@ fn classify(shard: &str, e: tokio_postgres::Error) -> StoreError {
     }
 }
 
-fn ms(t: Timestamp) -> i64 {
-    wire::ms(t)
-}
-
 fn limit(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -322,7 +318,9 @@ impl Store for PostgresStore {
         limit_: usize,
     ) -> BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>> {
         Box::pin(async move {
-            let rows = self.rows(SCAN_DUE, &[&ms(now), &limit(limit_)]).await?;
+            let rows = self
+                .rows(SCAN_DUE, &[&now.as_i64_ms(), &limit(limit_)])
+                .await?;
             rows.iter()
                 .map(|r| wire::decode_transfer(r.get(0)).map_err(|e| self.corrupted(e)))
                 .collect()

@@ -12,10 +12,9 @@ use xfer_core::{
 };
 use xfer_store::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
 
-/// A timestamp as a bigint. Only a saturated "never" exceeds `i64::MAX`; it is stored as
-/// `i64::MAX`, which no clock reaches either.
+/// A timestamp as a bigint (a saturated "never" as `i64::MAX`, which no clock reaches).
 pub(crate) fn ms(t: Timestamp) -> i64 {
-    i64::try_from(t.0).unwrap_or(i64::MAX)
+    t.as_i64_ms()
 }
 
 fn bound(lb: LowerBound) -> Value {

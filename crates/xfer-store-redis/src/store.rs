@@ -136,11 +136,6 @@ impl fmt::Debug for RedisStore {
     }
 }
 
-/// A Redis error as text, with the server's code when it has one.
-fn describe(e: &RedisError) -> String {
-    e.to_string()
-}
-
 fn check(cfg: &RedisConfig) -> Result<(), OpenError> {
     let bad = |field, why: &str| {
         Err(OpenError::Config {
@@ -185,7 +180,7 @@ impl RedisStore {
     /// first steps; nothing else is set up.
     pub async fn open(cfg: &RedisConfig) -> Result<RedisStore, OpenError> {
         check(cfg)?;
-        let unreachable = |e: RedisError| OpenError::Unreachable(describe(&e));
+        let unreachable = |e: RedisError| OpenError::Unreachable(e.to_string());
         let conn = if cfg.cluster {
             let client = redis::cluster::ClusterClient::builder(cfg.nodes.clone())
                 .connection_timeout(cfg.connect_timeout)
@@ -223,7 +218,7 @@ impl RedisStore {
         self.query::<Value>(&cmd)
             .await
             .map(drop)
-            .map_err(|e| OpenError::Functions(describe(&e)))
+            .map_err(|e| OpenError::Functions(e.to_string()))
     }
 
     async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
@@ -366,7 +361,7 @@ impl RedisStore {
     async fn step_failed(&self, op: &Op, e: &RedisError) -> StoreError {
         if e.to_string().contains("Function not found") {
             if let Err(load) = self.load_functions().await {
-                return StoreError::Unavailable(format!("{op}: {}: {load}", describe(e)));
+                return StoreError::Unavailable(format!("{op}: {e}: {load}"));
             }
         }
         match classify(e) {
@@ -414,18 +409,7 @@ impl RedisStore {
 }
 
 fn flat(v: Value) -> Result<Vec<String>, StoreError> {
-    match v {
-        Value::Map(m) => m
-            .into_iter()
-            .flat_map(|(k, v)| [k, v])
-            .map(|x| {
-                redis::from_redis_value::<String>(x)
-                    .map_err(|e| StoreError::Corrupted(e.to_string()))
-            })
-            .collect(),
-        v => redis::from_redis_value::<Vec<String>>(v)
-            .map_err(|e| StoreError::Corrupted(e.to_string())),
-    }
+    redis::from_redis_value(v).map_err(|e| StoreError::Corrupted(e.to_string()))
 }
 
 /// The settings of the server at `seed`, or of the master at `addr` (`host:port`) reached
@@ -468,7 +452,7 @@ async fn read_durability(seed: &str, addr: Option<&str>) -> Durability {
     };
     match tokio::time::timeout(Duration::from_secs(5), read).await {
         Err(_) => unknown("no answer".into()),
-        Ok(Err(e)) => unknown(describe(&e)),
+        Ok(Err(e)) => unknown(e.to_string()),
         Ok(Ok((a, f))) => Durability {
             node,
             appendonly: a.get(1).cloned().unwrap_or_else(|| "unknown".into()),
@@ -482,11 +466,11 @@ async fn read_durability(seed: &str, addr: Option<&str>) -> Durability {
 /// loading or failing over) may have applied a prefix of the batch.
 fn classify(e: &RedisError) -> StoreError {
     if e.code() == Some("XFERCORRUPT") || e.to_string().contains("XFERCORRUPT") {
-        StoreError::Corrupted(describe(e))
+        StoreError::Corrupted(e.to_string())
     } else if e.is_connection_refusal() {
-        StoreError::Unavailable(describe(e))
+        StoreError::Unavailable(e.to_string())
     } else {
-        StoreError::Indeterminate(describe(e))
+        StoreError::Indeterminate(e.to_string())
     }
 }
 

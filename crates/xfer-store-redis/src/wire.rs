@@ -22,7 +22,7 @@ pub(crate) const TOMBS_DUE_FN: &str = "xfer_1_tombs_due";
 
 /// A timestamp as the functions store it: milliseconds, a saturated "never" as `i64::MAX`.
 pub(crate) fn ms(t: Timestamp) -> String {
-    i64::try_from(t.0).unwrap_or(i64::MAX).to_string()
+    t.as_i64_ms().to_string()
 }
 
 fn bound(lb: LowerBound) -> String {

@@ -23,6 +23,7 @@ use crate::client::Client;
 use crate::config::{ServeConfig, ShardSpec, StoreKind};
 use crate::metrics::Stopwatch;
 use crate::server::Server;
+use crate::stores;
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -32,7 +33,7 @@ use xfer_core::{
     TransferSpec, TransferState,
 };
 use xfer_engine::{Decisions, Machine, Outcome, Sleeper, TokioSleeper};
-use xfer_store_redis::{RedisConfig, RedisStore};
+use xfer_store_redis::RedisStore;
 
 /// What `xfer bench` runs.
 #[derive(Clone, Debug, Args)]
@@ -541,21 +542,18 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
     let mut redis = Vec::new();
     if a.store == StoreKind::Redis {
         for n in 0..usize::from(a.shards) {
-            let prefix = format!("xfer_bench_{n}");
             let (url, cluster) = if a.redis_cluster {
                 (None, a.redis_urls.clone())
             } else {
                 (Some(a.redis_urls[n % a.redis_urls.len()].clone()), vec![])
             };
-            redis.push(match &url {
-                Some(u) => RedisConfig::new(u.clone(), prefix.clone()),
-                None => RedisConfig::cluster(cluster.clone(), prefix.clone()),
-            });
-            cfg.layout.push(ShardSpec::Redis {
+            let spec = ShardSpec::Redis {
                 url,
                 cluster,
-                prefix: Some(prefix),
-            });
+                prefix: Some(format!("xfer_bench_{n}")),
+            };
+            redis.extend(stores::redis_config(&spec, n));
+            cfg.layout.push(spec);
         }
         for rc in &redis {
             let store = RedisStore::open(rc).await.map_err(|e| e.to_string())?;

@@ -40,6 +40,23 @@ pub fn postgres_schema(n: usize) -> String {
     format!("xfer_shard_{n}")
 }
 
+/// Where the Redis shard `spec`, number `n` in the list, lives (`None` for other stores).
+pub fn redis_config(spec: &ShardSpec, n: usize) -> Option<RedisConfig> {
+    let ShardSpec::Redis {
+        url,
+        cluster,
+        prefix,
+    } = spec
+    else {
+        return None;
+    };
+    let prefix = prefix.clone().unwrap_or_else(|| postgres_schema(n));
+    Some(match url {
+        Some(url) => RedisConfig::new(url.clone(), prefix),
+        None => RedisConfig::cluster(cluster.clone(), prefix),
+    })
+}
+
 /// The shard list a configuration describes: its explicit `[[shard]]` list, or `shards`
 /// shards of `store`.
 pub fn layout(cfg: &ServeConfig) -> Vec<ShardSpec> {
@@ -107,16 +124,8 @@ pub async fn open(cfg: &ServeConfig, clock: Arc<dyn Clock>) -> Result<Opened, St
                 tracing::info!(shard = n, at = store.name(), "postgres shard opened");
                 shards.push(Arc::new(store));
             }
-            ShardSpec::Redis {
-                url,
-                cluster,
-                prefix,
-            } => {
-                let prefix = prefix.clone().unwrap_or_else(|| postgres_schema(n));
-                let rc = match url {
-                    Some(url) => RedisConfig::new(url.clone(), prefix),
-                    None => RedisConfig::cluster(cluster.clone(), prefix),
-                };
+            ShardSpec::Redis { .. } => {
+                let rc = redis_config(spec, n).expect("a redis shard");
                 let store = match RedisStore::open(&rc).await {
                     Ok(s) => s,
                     Err(e) => return fail(embedded.take(), format!("shard {n}: {e}")).await,

@@ -90,16 +90,13 @@ impl TestServer {
         if let Backend::Redis = backend {
             let n = DATABASES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             for shard in 0..4 {
-                let prefix = format!("xfer_api_{}_{n}_{shard}", std::process::id());
-                cfg.layout.push(xfer::config::ShardSpec::Redis {
+                let spec = xfer::config::ShardSpec::Redis {
                     url: None,
                     cluster: common::redis_cluster_nodes(),
-                    prefix: Some(prefix.clone()),
-                });
-                redis.push(xfer_store_redis::RedisConfig::cluster(
-                    common::redis_cluster_nodes(),
-                    prefix,
-                ));
+                    prefix: Some(format!("xfer_api_{}_{n}_{shard}", std::process::id())),
+                };
+                redis.extend(xfer::stores::redis_config(&spec, shard));
+                cfg.layout.push(spec);
             }
         }
         let server = Server::start(cfg).await.expect("the server starts");
