@@ -4,10 +4,15 @@
 //! returns. The tokio [`Executor`](crate::Executor) and the simulator are two such drivers.
 //!
 //! ```text
-//!  submit ─▶ Inserting ─▶ Claiming ─▶ (Linking: refunds) ─▶ Preparing ─▶ Deciding ─┬─▶ Posting ─▶ Finishing
-//!  recover ────────────────┘                                                       ├─▶ Releasing ─▶ Finishing
-//!  capture / void ─────────────────────────────────▶ Posting / Releasing          └─▶ (held: stop)
+//!  submit ─▶ Inserting ─────────┬─▶ (Linking: refunds) ─▶ Preparing ─▶ Deciding ─┬─▶ Posting ─▶ Finishing
+//!  (id exists) └─▶ Claiming ─────┤                                                  ├─▶ Releasing ─▶ Finishing
+//!  recover ───────▶ Claiming ────┘                                                  └─▶ (held: stop)
+//!  capture / void ─────────────────────────────────▶ Posting / Releasing
 //! ```
+//!
+//! A new transfer is inserted already claimed by its submitter (`pending`, epoch 1, leased),
+//! so the insert is also the claim; only when the id exists (a repeat, a record accepted
+//! with `?wait=false`) does the machine claim it with a compare-and-set of its own.
 //!
 //! Every request is idempotent, so a driver may resend any outstanding request as often as
 //! it likes (a lost reply, a timeout); replies to requests of an earlier phase are ignored.
@@ -127,7 +132,8 @@ impl Machine {
         cfg: Config,
     ) -> Result<(Machine, Vec<Request>), Rejection> {
         let legs = spec.validate()?;
-        let record = TransferRecord::accept(spec, now, cfg.claim_grace_ms);
+        let lease_until = now.plus_ms(cfg.lease_ms);
+        let record = TransferRecord::accept_claimed(spec, now, owner.clone(), lease_until);
         let mut m = Machine::blank(record.id().clone(), owner, cfg);
         m.legs = legs;
         let reqs = m.enter(
@@ -511,6 +517,14 @@ impl Machine {
             Reply::Unchanged(rec) if mutant::is(Mutant::DuplicateAnswersStaleState) => {
                 self.stop(Outcome::Finished(*rec))
             }
+            // Inserted now: the record we sent, claimed by us (the insert was the claim).
+            Reply::Transfer(rec)
+                if rec.state == TransferState::Pending
+                    && rec.owner.as_ref() == Some(&self.owner) =>
+            {
+                self.adopt(*rec);
+                self.run_from(now)
+            }
             Reply::Transfer(rec) | Reply::Unchanged(rec) => {
                 self.adopt(*rec);
                 self.claim(now)
@@ -816,8 +830,7 @@ mod tests {
     /// `Unchanged` (the lease is live, and ours), and the machine stopped with `Left`,
     /// abandoning a transfer it owned until the sweeper took it over a lease later. The
     /// executor tests over lost replies saw a quarter of submissions come back `Left`.
-    #[test]
-    fn a_lost_claim_reply_does_not_abandon_our_own_transfer() {
+    fn bank() -> (Timestamp, OwnerId, MemoryShard) {
         let (now, owner) = (Timestamp(100), OwnerId::new("me").unwrap());
         let mut shard = MemoryShard::new();
         for id in ["a", "b"] {
@@ -828,13 +841,40 @@ mod tests {
             };
             shard.apply(&Op::Account(AccountId::new(id).unwrap(), op), now);
         }
-        let (mut m, reqs) = Machine::submit(spec(), owner, now, Config::default()).unwrap();
+        (now, owner, shard)
+    }
+
+    #[test]
+    fn a_new_transfer_is_inserted_claimed_and_prepares_next() {
+        let (now, owner, mut shard) = bank();
+        let (mut m, reqs) = Machine::submit(spec(), owner.clone(), now, Config::default()).unwrap();
         let insert = shard.apply(&reqs[0].op, now);
-        let claim = m.on_reply(reqs[0].tag, insert, now).remove(0);
-        let _lost = shard.apply(&claim.op, now);
-        let resent = shard.apply(&claim.op, now);
+        let Reply::Transfer(rec) = &insert else {
+            panic!("{insert}")
+        };
+        assert_eq!(
+            (rec.state, rec.owner.as_ref(), rec.epoch),
+            (TransferState::Pending, Some(&owner), 1)
+        );
+        let next = m.on_reply(reqs[0].tag, insert, now);
+        assert_eq!(m.phase_name(), "preparing", "no claim of its own");
+        assert_eq!(next.len(), 2, "one prepare per leg");
+    }
+
+    #[test]
+    fn a_lost_insert_reply_does_not_abandon_our_own_transfer() {
+        let (now, owner, mut shard) = bank();
+        let (mut m, reqs) = Machine::submit(spec(), owner, now, Config::default()).unwrap();
+        let _lost = shard.apply(&reqs[0].op, now);
+        let resent = shard.apply(&reqs[0].op, now);
         assert!(matches!(resent, Reply::Unchanged(_)), "{resent}");
-        let next = m.on_reply(claim.tag, resent, now);
+        let claim = m.on_reply(reqs[0].tag, resent, now).remove(0);
+        assert_eq!(m.phase_name(), "claiming");
+        // Our claim (the insert) is live: the compare-and-set changes nothing, and the
+        // machine sees the lease is its own.
+        let claimed = shard.apply(&claim.op, now);
+        assert!(matches!(claimed, Reply::Unchanged(_)), "{claimed}");
+        let next = m.on_reply(claim.tag, claimed, now);
         assert_eq!(m.phase_name(), "preparing");
         assert_eq!(next.len(), 2, "one prepare per leg");
     }

@@ -390,7 +390,7 @@ async fn vanished_executor_is_finished_by_the_sweeper_after_the_lease_lapses() {
     w.bank().await;
     let s = spec("t1", vec![posting("alice", "bob", "USD", 30)]);
     let start = Machine::submit(s, owner("crashed"), w.clock.now(), Config::default());
-    let m = run_then_vanish(&w, start.expect("valid"), 3).await; // insert, claim, prepare
+    let m = run_then_vanish(&w, start.expect("valid"), 2).await; // insert (claimed), prepare
     assert_eq!(m.phase_name(), "deciding");
     drop(m);
     assert_eq!(w.transfer("t1").await.state, TransferState::Pending);
@@ -410,7 +410,7 @@ async fn decided_transfer_is_posted_by_the_sweeper_even_past_its_deadline() {
     w.bank().await;
     let s = spec("t1", vec![posting("alice", "bob", "USD", 30)]);
     let start = Machine::submit(s, owner("crashed"), w.clock.now(), Config::default());
-    let m = run_then_vanish(&w, start.expect("valid"), 4).await; // ... and decide
+    let m = run_then_vanish(&w, start.expect("valid"), 3).await; // ... and decide
     assert_eq!(m.phase_name(), "posting");
     drop(m);
     assert_eq!(w.transfer("t1").await.state, TransferState::Applied);

@@ -236,7 +236,7 @@ impl Bench {
 #[test]
 fn transfer_done() {
     let mut b = Bench::new();
-    b.note("alice pays bob 30: insert, claim, prepare both, decide, post both, finish");
+    b.note("alice pays bob 30: insert (its claim), prepare both, decide, post both, finish");
     b.submit(
         spec("t1", &[("alice", "bob", 30)], TransferKind::Transfer),
         None,
@@ -498,15 +498,15 @@ macro_rules! crash_point {
 }
 
 use TransferState::{Canceled, Done};
-// Operations of alice->bob 30: 1 insert, 2 claim, 3-4 prepare, 5 decide, 6-7 post, 8 finish.
+// Operations of alice->bob 30: 1 insert (claimed by the submitter), 2-3 prepare, 4 decide,
+// 5-6 post, 7 finish.
 crash_point!(after_insert, 1, Done, Canceled);
-crash_point!(after_claim, 2, Done, Canceled);
-crash_point!(after_first_prepare, 3, Done, Canceled);
-crash_point!(after_second_prepare, 4, Done, Canceled);
-crash_point!(after_decide, 5, Done, Done);
-crash_point!(after_first_post, 6, Done, Done);
-crash_point!(after_second_post, 7, Done, Done);
-crash_point!(after_finish, 8, Done, Done);
+crash_point!(after_first_prepare, 2, Done, Canceled);
+crash_point!(after_second_prepare, 3, Done, Canceled);
+crash_point!(after_decide, 4, Done, Done);
+crash_point!(after_first_post, 5, Done, Done);
+crash_point!(after_second_post, 6, Done, Done);
+crash_point!(after_finish, 7, Done, Done);
 
 macro_rules! crash_point_cancel {
     ($name:ident, $k:expr) => {
@@ -522,13 +522,12 @@ macro_rules! crash_point_cancel {
     };
 }
 
-// Operations of alice->bob 500 (refused): 1 insert, 2 claim, 3 prepare alice (refused),
-// 4 prepare bob, 5 decide canceling, 6-7 release, 8 finish.
+// Operations of alice->bob 500 (refused): 1 insert (claimed), 2 prepare alice (refused),
+// 3 prepare bob, 4 decide canceling, 5-6 release, 7 finish.
 crash_point_cancel!(cancel_after_insert, 1);
-crash_point_cancel!(cancel_after_claim, 2);
-crash_point_cancel!(cancel_after_refused_prepare, 3);
-crash_point_cancel!(cancel_after_other_prepare, 4);
-crash_point_cancel!(cancel_after_decide, 5);
-crash_point_cancel!(cancel_after_first_release, 6);
-crash_point_cancel!(cancel_after_second_release, 7);
-crash_point_cancel!(cancel_after_finish, 8);
+crash_point_cancel!(cancel_after_refused_prepare, 2);
+crash_point_cancel!(cancel_after_other_prepare, 3);
+crash_point_cancel!(cancel_after_decide, 4);
+crash_point_cancel!(cancel_after_first_release, 5);
+crash_point_cancel!(cancel_after_second_release, 6);
+crash_point_cancel!(cancel_after_finish, 7);

@@ -32,17 +32,31 @@ fn seeds_pass_every_checker() {
 
 #[test]
 fn every_fault_kind_fires_when_switched_on() {
-    let cfg = SimConfig::from_seed(3).with_only(&FaultKind::ALL);
-    let (stats, checker) = World::new(cfg).run();
-    assert!(checker.violations.is_empty(), "{:?}", checker.violations);
+    // A scheduled pause or crash may land on a process that is already down, so one seed
+    // can miss a rare kind by chance: count over a few.
+    let mut fired = std::collections::BTreeMap::new();
+    let mut reordered = 0;
+    for seed in 1..=4 {
+        let cfg = SimConfig::from_seed(seed).with_only(&FaultKind::ALL);
+        let (stats, checker) = World::new(cfg).run();
+        assert!(
+            checker.violations.is_empty(),
+            "seed {seed}: {:?}",
+            checker.violations
+        );
+        for (kind, n) in &stats.faults {
+            *fired.entry(kind.clone()).or_insert(0) += n;
+        }
+        reordered += stats.reordered;
+    }
     for kind in FaultKind::ALL {
         assert!(
-            stats.faults.get(kind.name()).copied().unwrap_or(0) > 0,
-            "{} never fired",
+            fired.get(kind.name()).copied().unwrap_or(0) > 0,
+            "{} never fired in seeds 1..=4",
             kind.name()
         );
     }
-    assert!(stats.reordered > 0);
+    assert!(reordered > 0);
 }
 
 #[test]
