@@ -31,7 +31,7 @@ struct World {
 }
 
 impl World {
-    fn over(clock: Arc<ManualClock>, shards: Vec<Arc<dyn Store>>) -> World {
+    fn over(clock: Arc<ManualClock>, shards: Vec<Arc<dyn Store>>, sweep: SweepConfig) -> World {
         let cfg = Config::default();
         let cluster = Arc::new(Cluster::new(shards, Router::hash(SHARDS)));
         let retry = || {
@@ -52,15 +52,19 @@ impl World {
         World {
             clock,
             exec,
-            sweeper: Sweeper::new(swept, SweepConfig::default()),
+            sweeper: Sweeper::new(swept, sweep),
         }
     }
 
     fn memory() -> World {
+        World::memory_with(SweepConfig::default())
+    }
+
+    fn memory_with(sweep: SweepConfig) -> World {
         let clock = Arc::new(ManualClock::at(T0));
         let shards =
             (0..SHARDS).map(|_| Arc::new(MemoryStore::new(clock.clone())) as Arc<dyn Store>);
-        World::over(clock.clone(), shards.collect())
+        World::over(clock.clone(), shards.collect(), sweep)
     }
 
     fn cluster(&self) -> &Cluster {
@@ -385,6 +389,42 @@ async fn refund_is_done_once_and_a_second_refund_is_canceled() {
 }
 
 #[tokio::test(flavor = "current_thread")]
+async fn one_sweep_pass_prunes_every_tombstone_due_however_many_there_are() {
+    // prune_limit only sizes each call: a pass that stopped at it would fall behind a
+    // shard that gains tombstones faster than one call per pass drops them.
+    let w = World::memory_with(SweepConfig {
+        prune_limit: 2,
+        ..SweepConfig::default()
+    });
+    w.bank().await;
+    for n in 0..5 {
+        let t = spec(&format!("t{n}"), vec![posting("alice", "bob", "USD", 1)]);
+        assert_eq!(finished(w.exec.submit(t).await).state, TransferState::Done);
+    }
+    let tombstones = |a: &Account| a.intents.len();
+    assert_eq!(
+        tombstones(&w.account("alice").await),
+        6,
+        "funding and t0..t4"
+    );
+    assert_eq!(
+        w.sweeper.pass().await.pruned,
+        0,
+        "nothing is past its horizon yet"
+    );
+
+    w.clock
+        .advance_ms(TIMEOUT_MS + Config::default().skew_ms + 1);
+    let report = w.sweeper.pass().await;
+    // funding: issuer + alice; t0..t4: alice + bob each.
+    assert_eq!(report.pruned, 12, "{report:?}");
+    for id in ["issuer", "alice", "bob"] {
+        assert_eq!(tombstones(&w.account(id).await), 0, "{id}");
+    }
+    w.assert_settled(&[("alice", 95), ("bob", 5)]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
 async fn vanished_executor_is_finished_by_the_sweeper_after_the_lease_lapses() {
     let w = World::memory();
     w.bank().await;
@@ -517,7 +557,7 @@ fn faulty_world(plan: FaultPlan, seed: u64) -> (World, Vec<Arc<Faulty<MemoryStor
         .map(|i| Arc::new(Faulty::new(MemoryStore::new(clock.clone()), plan, seed + i)))
         .collect();
     let shards = faulty.iter().map(|f| f.clone() as Arc<dyn Store>).collect();
-    (World::over(clock, shards), faulty)
+    (World::over(clock, shards, SweepConfig::default()), faulty)
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -784,7 +824,7 @@ async fn redrive_that_changed_the_lease_never_claims_nothing_was_applied() {
         .iter()
         .map(|b| Arc::new(goes_down(clock.clone(), b.clone())) as Arc<dyn Store>)
         .collect();
-    let w = World::over(clock, shards);
+    let w = World::over(clock, shards, SweepConfig::default());
     w.bank().await;
     let s = spec("t1", vec![posting("alice", "bob", "USD", 30)]);
     let start = Machine::submit(s, owner("crashed"), w.clock.now(), Config::default());
