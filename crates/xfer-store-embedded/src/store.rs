@@ -23,6 +23,7 @@ use crate::fs::{lock_dir, Fs, RealFs};
 use crate::log::{Log, LogConfig, LogError};
 use crate::tables::{ShardCut, ShardMeta, Tables};
 use futures_channel::oneshot;
+use std::collections::HashSet;
 use std::fmt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -102,6 +103,9 @@ struct CommitState {
 struct ShardState {
     mem: MemoryShard,
     fetched: Vec<TransferId>,
+    /// The transfers the `live` table holds: a finished transfer is deleted from it only
+    /// if it is there (most finish between two checkpoints and were never written live).
+    in_live: HashSet<TransferId>,
 }
 
 struct Inner<F: Fs> {
@@ -142,6 +146,8 @@ pub struct EmbeddedShard<F: Fs = RealFs> {
 pub struct OpenReport {
     /// Accounts loaded.
     pub accounts: usize,
+    /// Unfinished transfers loaded from the `live` table.
+    pub live: usize,
     /// Log records replayed (records before a shard's checkpoint are skipped).
     pub replayed: usize,
     /// A torn tail cut from the log: file, offset, bytes.
@@ -212,11 +218,12 @@ impl<F: Fs> Embedded<F> {
                     let tables = &tables;
                     scope.spawn(move || {
                         let mut mem = MemoryShard::tracking();
-                        tables.load(s as u16, &mut mem)?;
+                        let in_live = tables.load(s as u16, &mut mem)?;
                         mem.restore_sequence(meta.sequence);
                         Ok(ShardState {
                             mem,
                             fetched: Vec::new(),
+                            in_live,
                         })
                     })
                 })
@@ -228,6 +235,7 @@ impl<F: Fs> Embedded<F> {
         })
         .map_err(OpenError::Store)?;
         report.accounts = shards.iter().map(|s| s.mem.accounts().count()).sum();
+        report.live = shards.iter().map(|s| s.in_live.len()).sum();
         let t2 = clock.now();
         let (log, recovered) = Log::open(wal, cfg.log).map_err(OpenError::Log)?;
         report.torn_tail = recovered.torn_tail.clone();
@@ -623,9 +631,16 @@ impl<F: Fs> Inner<F> {
                 cut.accounts.push((id, a));
             }
             for id in changes.transfers {
-                if let Some(r) = shard.mem.transfer(&id) {
-                    cut.transfers.push(r.clone());
+                let Some(r) = shard.mem.transfer(&id) else {
+                    continue;
+                };
+                let r = r.clone();
+                if !r.state.is_terminal() {
+                    shard.in_live.insert(id);
+                } else if shard.in_live.remove(&id) {
+                    cut.left_live.push(id);
                 }
+                cut.transfers.push(r);
             }
             cuts.push(cut);
         }

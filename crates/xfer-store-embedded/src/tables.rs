@@ -16,6 +16,7 @@
 use crate::codec::{self, decode, encode, record_key};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
 use std::path::Path;
 use xfer_core::{Account, AccountId, TransferId, TransferRecord};
 use xfer_store::{MemoryShard, StoreError};
@@ -38,8 +39,10 @@ pub struct ShardCut {
     pub meta: ShardMeta,
     /// Accounts changed (`None`: dropped by the pruner).
     pub accounts: Vec<(AccountId, Option<Account>)>,
-    /// Transfers changed.
+    /// Transfers changed: terminal ones go to `done`, the others to `live`.
     pub transfers: Vec<TransferRecord>,
+    /// Transfers to delete from `live` (they were written there and have finished).
+    pub left_live: Vec<TransferId>,
     /// History entries added.
     pub history: Vec<(u64, AccountId, TransferId)>,
 }
@@ -117,8 +120,12 @@ impl Tables {
         }
     }
 
-    /// Loads `shard`'s accounts and live transfers into `into`.
-    pub fn load(&self, shard: u16, into: &mut MemoryShard) -> Result<(), StoreError> {
+    /// Loads `shard`'s accounts and live transfers into `into`; returns the live ids.
+    pub fn load(
+        &self,
+        shard: u16,
+        into: &mut MemoryShard,
+    ) -> Result<HashSet<TransferId>, StoreError> {
         let prefix = shard.to_be_bytes();
         let mut accounts = Vec::new();
         for item in self.accounts.prefix(prefix) {
@@ -126,12 +133,14 @@ impl Tables {
             accounts.push(decode::<Account>(&v).map_err(|e| corrupted("accounts", &k, e))?);
         }
         into.restore_accounts(accounts);
+        let mut live = HashSet::new();
         for item in self.live.prefix(prefix) {
             let (k, v) = item.into_inner().map_err(unavailable("live"))?;
             let r: TransferRecord = decode(&v).map_err(|e| corrupted("live", &k, e))?;
+            live.insert(r.spec.id.clone());
             into.restore_transfer(r);
         }
-        Ok(())
+        Ok(live)
     }
 
     /// A finished transfer of `shard`, if the tables hold it.
@@ -198,10 +207,12 @@ impl Tables {
                     None => batch.remove(&self.accounts, key),
                 }
             }
+            for id in &cut.left_live {
+                batch.remove(&self.live, record_key(s, id.as_str()));
+            }
             for r in &cut.transfers {
                 let key = record_key(s, r.spec.id.as_str());
                 if r.state.is_terminal() {
-                    batch.remove(&self.live, key.clone());
                     batch.insert(&self.done, key, encode(r));
                 } else {
                     batch.insert(&self.live, key, encode(r));

@@ -2,8 +2,11 @@
 //! log that still covers the checkpoints.
 
 use std::sync::Arc;
-use xfer_core::{AccountId, AssetCode, LowerBound, SystemClock};
-use xfer_store::{AccountOp, Op, Store};
+use xfer_core::{
+    AccountId, Amount, AssetCode, Clock, LowerBound, OwnerId, Posting, SystemClock, TransferId,
+    TransferKind, TransferRecord, TransferSpec, TransferState,
+};
+use xfer_store::{AccountOp, Op, Reply, Store, TransferOp};
 use xfer_store_embedded::{Embedded, EmbeddedConfig, OpenError};
 
 fn cfg(shards: u16) -> EmbeddedConfig {
@@ -76,4 +79,91 @@ async fn a_missing_log_is_refused_not_silently_restarted() {
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("opened with its log gone: new writes would get LSNs the checkpoint skips"),
     }
+}
+
+fn transfer_op(id: &str, op: TransferOp) -> Op {
+    Op::Transfer(TransferId::new(id).unwrap(), op)
+}
+
+/// Inserts `id` claimed (`pending`, unfinished) through the first shard.
+async fn start(store: &Embedded, id: &str) {
+    let spec = TransferSpec {
+        id: TransferId::new(id).unwrap(),
+        postings: vec![Posting {
+            from: AccountId::new("a").unwrap(),
+            to: AccountId::new("b").unwrap(),
+            asset: AssetCode::new("USD", "asset").unwrap(),
+            amount: Amount::new(1, "amount").unwrap(),
+        }],
+        metadata: String::new(),
+        kind: TransferKind::Transfer,
+        refund_of: None,
+        timeout_ms: 10_000,
+    };
+    let now = SystemClock.now();
+    let owner = OwnerId::new("me").unwrap();
+    let rec = TransferRecord::accept_claimed(spec, now, owner, now.plus_ms(60_000));
+    let op = transfer_op(id, TransferOp::Insert(Box::new(rec)));
+    let reply = store.shards()[0].execute(vec![op]).await.unwrap();
+    assert!(matches!(reply[0], Reply::Transfer(_)), "{}", reply[0]);
+}
+
+/// Cancels and finishes `id` (epoch 1).
+async fn finish(store: &Embedded, id: &str) {
+    let now = SystemClock.now();
+    let decide = TransferOp::Decide {
+        epoch: 1,
+        to: TransferState::Canceling,
+        reason: None,
+        now,
+    };
+    let ops = vec![
+        transfer_op(id, decide),
+        transfer_op(id, TransferOp::Finish { now }),
+    ];
+    let replies = store.shards()[0].execute(ops).await.unwrap();
+    assert!(matches!(&replies[1], Reply::Transfer(r) if r.state == TransferState::Canceled));
+}
+
+async fn state(store: &Embedded, id: &str) -> TransferState {
+    let replies = store.shards()[0]
+        .execute(vec![transfer_op(id, TransferOp::Get)])
+        .await
+        .unwrap();
+    match &replies[0] {
+        Reply::Unchanged(r) => r.state,
+        other => panic!("{other}"),
+    }
+}
+
+#[tokio::test]
+async fn a_transfer_leaves_the_live_table_when_it_finishes_however_the_store_was_opened() {
+    // A transfer unfinished at a checkpoint is written to `live`; one that finishes later
+    // must be deleted from it (or the next open would load it unfinished, stale), whether
+    // it was written live by this process or found there at open.
+    let dir = tempfile::tempdir().unwrap();
+    let open = || Embedded::open(dir.path(), cfg(1), Arc::new(SystemClock)).unwrap();
+    let (store, _) = open();
+    start(&store, "t1").await;
+    start(&store, "t2").await;
+    store.checkpoint().unwrap();
+    finish(&store, "t1").await;
+    store.close().unwrap();
+
+    let (store, report) = open();
+    assert_eq!(report.live, 1, "t2 only");
+    assert_eq!(state(&store, "t1").await, TransferState::Canceled);
+    assert_eq!(state(&store, "t2").await, TransferState::Pending);
+    finish(&store, "t2").await;
+    // Started and finished between two checkpoints: never live.
+    start(&store, "t3").await;
+    finish(&store, "t3").await;
+    store.close().unwrap();
+
+    let (store, report) = open();
+    assert_eq!(report.live, 0);
+    for id in ["t1", "t2", "t3"] {
+        assert_eq!(state(&store, id).await, TransferState::Canceled, "{id}");
+    }
+    drop(store);
 }
