@@ -70,7 +70,7 @@ pub fn populate(dir: &Path, accounts: u64, finished: u64) -> Result<(), String> 
                 .shard_of_account(&id, Some(&usd))
                 .map_err(|e| format!("{e:?}"))?;
             let a = Account::open(id.clone(), usd.clone(), LowerBound::Unbounded);
-            cuts[s].accounts.push((id, Some(a)));
+            cuts[s].accounts.push((id, Some(std::sync::Arc::new(a))));
         }
         tables.write(SHARDS, &cuts).map_err(|e| e.to_string())?;
         written = (written + chunk).min(accounts);
@@ -99,7 +99,7 @@ pub fn populate(dir: &Path, accounts: u64, finished: u64) -> Result<(), String> 
             r.owner = Some(owner.clone());
             r.epoch = 1;
             let s = router.shard_of_transfer(r.id());
-            cuts[s].transfers.push(r);
+            cuts[s].transfers.push(std::sync::Arc::new(r));
         }
         tables.write(SHARDS, &cuts).map_err(|e| e.to_string())?;
         written = (written + chunk).min(finished);

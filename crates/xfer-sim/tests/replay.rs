@@ -45,7 +45,7 @@ fn every_fault_kind_fires_when_switched_on() {
             checker.violations
         );
         for (kind, n) in &stats.faults {
-            *fired.entry(kind.clone()).or_insert(0) += n;
+            *fired.entry(*kind).or_insert(0) += n;
         }
         reordered += stats.reordered;
     }

@@ -7,9 +7,9 @@
 //!          ─▶ append one log entry {s, now, the writes} ─▶ unlock
 //!   wait until the committer's fdatasync covers the entry (group commit) ─▶ replies
 //! checkpointer (every `checkpoint_bytes` of log): per shard, under its lock, note the
-//!   log position and take what changed ─▶ one atomic synced batch into the tables ─▶
-//!   evict finished transfers and history from memory ─▶ delete log segments before the
-//!   oldest shard position
+//!   log position and take what changed (the records shared, not copied) ─▶ one atomic
+//!   synced batch into the tables ─▶ evict finished transfers and history from memory, a
+//!   slice per hold of the lock ─▶ delete log segments before the oldest shard position
 //! open: lock the directory ─▶ load accounts and live transfers from the tables ─▶ replay
 //!   each shard's log entries from its checkpoint position
 //! ```
@@ -100,6 +100,9 @@ struct CommitState {
 
 /// One shard: its records in memory, and which finished transfers were brought back from
 /// the tables only to be read (dropped again at the next checkpoint).
+/// Records evicted per hold of a shard's lock after a checkpoint.
+const EVICT_SLICE: usize = 256;
+
 struct ShardState {
     mem: MemoryShard,
     fetched: Vec<TransferId>,
@@ -626,15 +629,15 @@ impl<F: Fs> Inner<F> {
                 history: changes.history,
                 ..ShardCut::default()
             };
+            // Shared records: a reference count each under the lock, not a copy.
             for id in changes.accounts {
-                let a = shard.mem.account(&id).cloned();
+                let a = shard.mem.account_shared(&id);
                 cut.accounts.push((id, a));
             }
             for id in changes.transfers {
-                let Some(r) = shard.mem.transfer(&id) else {
+                let Some(r) = shard.mem.transfer_shared(&id) else {
                     continue;
                 };
-                let r = r.clone();
                 if !r.state.is_terminal() {
                     shard.in_live.insert(id);
                 } else if shard.in_live.remove(&id) {
@@ -658,18 +661,34 @@ impl<F: Fs> Inner<F> {
             })?;
         }
         self.tables.write(self.cfg.shards, &cuts)?;
+        // Evict in slices, taking the shard's lock for each: a checkpoint covers thousands
+        // of transfers per shard, and evicting them all at once held the lock for tens of
+        // milliseconds, stalling every call to the shard (the latency tail). Each eviction
+        // re-checks its record, so calls in between change nothing here. The records'
+        // last references are the cut's, dropped after the lock.
         for cut in &cuts {
-            let mut shard = self.shard(cut.shard);
-            for r in &cut.transfers {
-                if r.state.is_terminal() {
-                    shard.mem.evict_transfer(&r.spec.id);
+            let finished: Vec<&TransferId> = cut
+                .transfers
+                .iter()
+                .filter(|r| r.state.is_terminal())
+                .map(|r| &r.spec.id)
+                .collect();
+            for slice in finished.chunks(EVICT_SLICE) {
+                let mut shard = self.shard(cut.shard);
+                for id in slice {
+                    shard.mem.evict_transfer(id);
                 }
             }
-            let fetched = std::mem::take(&mut shard.fetched);
-            for id in &fetched {
-                shard.mem.evict_transfer(id);
+            let fetched = std::mem::take(&mut self.shard(cut.shard).fetched);
+            for slice in fetched.chunks(EVICT_SLICE) {
+                let mut shard = self.shard(cut.shard);
+                for id in slice {
+                    shard.mem.evict_transfer(id);
+                }
             }
-            shard.mem.evict_history(&cut.history);
+            for slice in cut.history.chunks(EVICT_SLICE) {
+                self.shard(cut.shard).mem.evict_history(slice);
+            }
         }
         *self
             .checkpointed_at

@@ -18,6 +18,7 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::Arc;
 use xfer_core::{Account, AccountId, TransferId, TransferRecord};
 use xfer_store::{MemoryShard, StoreError};
 
@@ -37,10 +38,11 @@ pub struct ShardCut {
     pub shard: u16,
     /// Its new checkpoint position.
     pub meta: ShardMeta,
-    /// Accounts changed (`None`: dropped by the pruner).
-    pub accounts: Vec<(AccountId, Option<Account>)>,
-    /// Transfers changed: terminal ones go to `done`, the others to `live`.
-    pub transfers: Vec<TransferRecord>,
+    /// Accounts changed (`None`: dropped by the pruner), shared with the shard.
+    pub accounts: Vec<(AccountId, Option<Arc<Account>>)>,
+    /// Transfers changed, shared with the shard: terminal ones go to `done`, the others to
+    /// `live`.
+    pub transfers: Vec<Arc<TransferRecord>>,
     /// Transfers to delete from `live` (they were written there and have finished).
     pub left_live: Vec<TransferId>,
     /// History entries added.
@@ -203,7 +205,7 @@ impl Tables {
             for (id, account) in &cut.accounts {
                 let key = record_key(s, id.as_str());
                 match account {
-                    Some(a) => batch.insert(&self.accounts, key, encode(a)),
+                    Some(a) => batch.insert(&self.accounts, key, encode(&**a)),
                     None => batch.remove(&self.accounts, key),
                 }
             }
@@ -213,9 +215,9 @@ impl Tables {
             for r in &cut.transfers {
                 let key = record_key(s, r.spec.id.as_str());
                 if r.state.is_terminal() {
-                    batch.insert(&self.done, key, encode(r));
+                    batch.insert(&self.done, key, encode(&**r));
                 } else {
-                    batch.insert(&self.live, key, encode(r));
+                    batch.insert(&self.live, key, encode(&**r));
                 }
             }
             for (seq, account, transfer) in &cut.history {

@@ -10,7 +10,8 @@
 use crate::id_map::IdMap;
 use crate::op::{AccountOp, Op, Reply, TransferOp};
 use crate::record::{
-    apply_account_absent, apply_account_to, apply_transfer, apply_transfer_to, IndexEffect,
+    apply_account_absent, apply_account_to, apply_transfer, apply_transfer_to, get_account,
+    IndexEffect,
 };
 use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
 use std::collections::{btree_map, BTreeMap, BTreeSet, HashMap, HashSet};
@@ -21,8 +22,12 @@ use xfer_core::{Account, AccountId, Clock, IntentState, Timestamp, TransferId, T
 /// One shard's records and indexes, in memory.
 #[derive(Debug, Default)]
 pub struct MemoryShard {
-    accounts: IdMap<AccountId, Account>,
-    transfers: IdMap<TransferId, TransferRecord>,
+    /// Records are shared (`Arc`) and copied on write (`Arc::make_mut`): a checkpointer
+    /// takes a consistent cut by counting references under the shard's lock instead of
+    /// copying every changed record there, and only a record written again while the cut
+    /// is still held is copied, by that write.
+    accounts: IdMap<AccountId, Arc<Account>>,
+    transfers: IdMap<TransferId, Arc<TransferRecord>>,
     /// (wake_at, id) of every non-terminal transfer: the sweeper's index.
     wake: BTreeSet<(Timestamp, TransferId)>,
     /// (horizon, account, transfer) of every tombstone: the pruner's index.
@@ -89,15 +94,29 @@ impl MemoryShard {
                 }
             }
         }
+        // Reads never take a record mutably: that would copy one a checkpoint's cut holds.
+        match op {
+            Op::Account(id, AccountOp::Get) => {
+                if let Some(a) = self.accounts.get(id) {
+                    return get_account(a);
+                }
+            }
+            Op::Transfer(id, TransferOp::Get) => {
+                if let Some(r) = self.transfers.get(id) {
+                    return Reply::Unchanged(Box::new(TransferRecord::clone(r)));
+                }
+            }
+            _ => {}
+        }
         match op {
             Op::Account(id, op) => {
                 // In place when present (one lookup); the rules never remove a record.
                 let (reply, effect) = match self.accounts.get_mut(id) {
-                    Some(a) => apply_account_to(a, id, op, now),
+                    Some(a) => apply_account_to(Arc::make_mut(a), id, op, now),
                     None => {
                         let (reply, created, effect) = apply_account_absent(id, op);
                         if let Some(a) = created {
-                            self.accounts.insert(id.clone(), a);
+                            self.accounts.insert(id.clone(), Arc::new(a));
                         }
                         (reply, effect)
                     }
@@ -122,6 +141,7 @@ impl MemoryShard {
             }
             Op::Transfer(id, op) => match self.transfers.get_mut(id) {
                 Some(r) => {
+                    let r = Arc::make_mut(r);
                     let before = r.wake_at();
                     let reply = apply_transfer_to(r, op, now);
                     let after = r.wake_at();
@@ -142,7 +162,7 @@ impl MemoryShard {
                         if let Some(w) = r.wake_at() {
                             self.wake.insert((w, id.clone()));
                         }
-                        self.transfers.insert(id.clone(), r);
+                        self.transfers.insert(id.clone(), Arc::new(r));
                     }
                     reply
                 }
@@ -157,10 +177,11 @@ impl MemoryShard {
             .take_while(|(w, _)| *w <= now)
             .take(limit)
             .map(|(_, id)| {
-                self.transfers
-                    .get(id)
-                    .expect("every wake entry names a transfer in memory")
-                    .clone()
+                TransferRecord::clone(
+                    self.transfers
+                        .get(id)
+                        .expect("every wake entry names a transfer in memory"),
+                )
             })
             .collect()
     }
@@ -210,7 +231,7 @@ impl MemoryShard {
                 }
             }
         }
-        let fresh = accounts.into_iter().map(|a| (a.id.clone(), a));
+        let fresh = accounts.into_iter().map(|a| (a.id.clone(), Arc::new(a)));
         if self.accounts.is_empty() {
             self.accounts = IdMap::from_pairs(fresh);
         } else {
@@ -226,7 +247,7 @@ impl MemoryShard {
         if let Some(w) = record.wake_at() {
             self.wake.insert((w, id.clone()));
         }
-        if let Some(old) = self.transfers.insert(id.clone(), record) {
+        if let Some(old) = self.transfers.insert(id.clone(), Arc::new(record)) {
             if let Some(w) = old.wake_at() {
                 self.wake.remove(&(w, id));
             }
@@ -291,6 +312,7 @@ impl MemoryShard {
             let Some(a) = self.accounts.get_mut(&account) else {
                 continue;
             };
+            let a = Arc::make_mut(a);
             // The index may be stale (a mutant, or a tombstone rewritten): re-check the record.
             // (One search of the intents: `entry` finds it and removes it in place.)
             if let btree_map::Entry::Occupied(i) = a.intents.entry(transfer) {
@@ -308,17 +330,17 @@ impl MemoryShard {
 
     /// Every account, in id order (including placeholders that hold tombstones).
     pub fn accounts(&self) -> impl Iterator<Item = &Account> {
-        self.accounts.values()
+        self.accounts.values().map(|a| &**a)
     }
 
     /// Every transfer, in id order.
     pub fn transfers(&self) -> impl Iterator<Item = &TransferRecord> {
-        self.transfers.values()
+        self.transfers.values().map(|r| &**r)
     }
 
     /// Accounts in id order strictly after `after` (including placeholders).
     pub fn accounts_after(&self, after: Option<&AccountId>) -> impl Iterator<Item = &Account> {
-        self.accounts.values_after(after)
+        self.accounts.values_after(after).map(|a| &**a)
     }
 
     /// Transfers in id order strictly after `after`.
@@ -326,17 +348,28 @@ impl MemoryShard {
         &self,
         after: Option<&TransferId>,
     ) -> impl Iterator<Item = &TransferRecord> {
-        self.transfers.values_after(after)
+        self.transfers.values_after(after).map(|r| &**r)
     }
 
     /// One account, if present.
     pub fn account(&self, id: &AccountId) -> Option<&Account> {
-        self.accounts.get(id)
+        self.accounts.get(id).map(|a| &**a)
     }
 
     /// One transfer, if present.
     pub fn transfer(&self, id: &TransferId) -> Option<&TransferRecord> {
-        self.transfers.get(id)
+        self.transfers.get(id).map(|r| &**r)
+    }
+
+    /// One account, shared: the record as it is now, however it changes later (a
+    /// checkpoint's cut; no copy is made unless the account is written while it is held).
+    pub fn account_shared(&self, id: &AccountId) -> Option<Arc<Account>> {
+        self.accounts.get(id).cloned()
+    }
+
+    /// One transfer, shared (see [`MemoryShard::account_shared`]).
+    pub fn transfer_shared(&self, id: &TransferId) -> Option<Arc<TransferRecord>> {
+        self.transfers.get(id).cloned()
     }
 }
 
@@ -425,5 +458,52 @@ impl Store for MemoryStore {
             .cloned()
             .collect();
         Box::pin(std::future::ready(Ok(out)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xfer_core::{AssetCode, LowerBound};
+
+    fn create(shard: &mut MemoryShard, id: &str) -> AccountId {
+        let id = AccountId::new(id).unwrap();
+        let op = AccountOp::Create {
+            asset: AssetCode::new("USD", "asset").unwrap(),
+            lower_bound: LowerBound::Unbounded,
+        };
+        shard.apply(&Op::Account(id.clone(), op), Timestamp(1));
+        id
+    }
+
+    #[test]
+    fn a_shared_record_is_a_snapshot_later_writes_do_not_change() {
+        let mut shard = MemoryShard::tracking();
+        let a = create(&mut shard, "a");
+        let cut = shard.account_shared(&a).unwrap();
+        let prepare = AccountOp::Prepare {
+            transfer: TransferId::new("t1").unwrap(),
+            asset: AssetCode::new("USD", "asset").unwrap(),
+            debit: 5,
+            credit: 0,
+            deadline: Timestamp(1_000),
+            horizon: Timestamp(2_000),
+        };
+        shard.apply(&Op::Account(a.clone(), prepare), Timestamp(2));
+        assert_eq!(
+            (cut.reserved, cut.intents.len()),
+            (0, 0),
+            "the cut as it was"
+        );
+        let now = shard.account(&a).unwrap();
+        assert_eq!(
+            (now.reserved, now.intents.len()),
+            (5, 1),
+            "the shard moved on"
+        );
+        // A read takes nothing mutably: it does not copy a record a cut holds.
+        let held = shard.account_shared(&a).unwrap();
+        shard.apply(&Op::Account(a.clone(), AccountOp::Get), Timestamp(3));
+        assert!(Arc::ptr_eq(&held, &shard.account_shared(&a).unwrap()));
     }
 }

@@ -127,13 +127,17 @@ pub fn apply_account_to(
         }
         AccountOp::Close => (close(a), None),
         AccountOp::SetLowerBound { lower_bound } => (set_lower_bound(a, *lower_bound), None),
-        AccountOp::Get => {
-            if a.status == AccountStatus::Unopened {
-                (Reply::NotFound, None)
-            } else {
-                (Reply::Account(Box::new(a.clone())), None)
-            }
-        }
+        AccountOp::Get => (get_account(a), None),
+    }
+}
+
+/// What `Get` answers for an account that exists (as [`apply_account_to`] does, without
+/// needing the record mutably).
+pub fn get_account(a: &Account) -> Reply {
+    if a.status == AccountStatus::Unopened {
+        Reply::NotFound
+    } else {
+        Reply::Account(Box::new(a.clone()))
     }
 }
 
