@@ -35,7 +35,8 @@ pub struct Config {
     pub lease_ms: u64,
     /// The bound on the difference between any two clocks (processes and stores).
     pub skew_ms: u64,
-    /// How long a freshly inserted transfer waits for its claim before a sweeper runs it.
+    /// How long a transfer inserted unclaimed (`initial`: accepted with `?wait=false`) waits
+    /// for its claim before a sweeper runs it. A submitting executor inserts claimed.
     pub claim_grace_ms: u64,
 }
 
