@@ -827,10 +827,7 @@ mod tests {
         }
     }
 
-    /// The story: a claim was applied but its reply lost; the resent claim answered
-    /// `Unchanged` (the lease is live, and ours), and the machine stopped with `Left`,
-    /// abandoning a transfer it owned until the sweeper took it over a lease later. The
-    /// executor tests over lost replies saw a quarter of submissions come back `Left`.
+    /// Accounts `a` and `b` on one shard.
     fn bank() -> (Timestamp, OwnerId, MemoryShard) {
         let (now, owner) = (Timestamp(100), OwnerId::new("me").unwrap());
         let mut shard = MemoryShard::new();
@@ -862,6 +859,11 @@ mod tests {
         assert_eq!(next.len(), 2, "one prepare per leg");
     }
 
+    /// The story (when a claim still followed every insert): a claim was applied but its
+    /// reply lost; the resent claim answered `Unchanged` (the lease is live, and ours), and
+    /// the machine stopped with `Left`, abandoning a transfer it owned until the sweeper
+    /// took it over a lease later. Now the insert is the claim, and a lost insert reply
+    /// leads to the same compare-and-set on our own live lease.
     #[test]
     fn a_lost_insert_reply_does_not_abandon_our_own_transfer() {
         let (now, owner, mut shard) = bank();

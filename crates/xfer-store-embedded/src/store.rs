@@ -98,11 +98,11 @@ struct CommitState {
     shutdown: bool,
 }
 
-/// One shard: its records in memory, and which finished transfers were brought back from
-/// the tables only to be read (dropped again at the next checkpoint).
 /// Records evicted per hold of a shard's lock after a checkpoint.
 const EVICT_SLICE: usize = 256;
 
+/// One shard: its records in memory, and which finished transfers were brought back from
+/// the tables only to be read (dropped again at the next checkpoint).
 struct ShardState {
     mem: MemoryShard,
     fetched: Vec<TransferId>,
@@ -667,20 +667,15 @@ impl<F: Fs> Inner<F> {
         // re-checks its record, so calls in between change nothing here. The records'
         // last references are the cut's, dropped after the lock.
         for cut in &cuts {
-            let finished: Vec<&TransferId> = cut
+            let fetched = std::mem::take(&mut self.shard(cut.shard).fetched);
+            let evict: Vec<&TransferId> = cut
                 .transfers
                 .iter()
                 .filter(|r| r.state.is_terminal())
                 .map(|r| &r.spec.id)
+                .chain(&fetched)
                 .collect();
-            for slice in finished.chunks(EVICT_SLICE) {
-                let mut shard = self.shard(cut.shard);
-                for id in slice {
-                    shard.mem.evict_transfer(id);
-                }
-            }
-            let fetched = std::mem::take(&mut self.shard(cut.shard).fetched);
-            for slice in fetched.chunks(EVICT_SLICE) {
+            for slice in evict.chunks(EVICT_SLICE) {
                 let mut shard = self.shard(cut.shard);
                 for id in slice {
                     shard.mem.evict_transfer(id);

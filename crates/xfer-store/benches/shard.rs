@@ -1,5 +1,6 @@
-//! `MemoryShard::apply` on a warm shard: batches of one protocol step (insert, claim,
-//! prepare, decide, post, finish) for 128 transfers, and the whole transfer.
+//! `MemoryShard::apply` on a warm shard: batches of one protocol step (insert — already
+//! claimed, as a submitting executor inserts —, prepare, decide, post, finish) for 128
+//! transfers, and the whole transfer.
 //!
 //! The shard looks like one of `xfer bench`'s four shards in steady state: 2,500 funded
 //! accounts, uniform single-posting transfers at about 9 per millisecond of store clock, so
@@ -31,16 +32,14 @@ const CHECKPOINT_EVERY: u64 = 4_096;
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
 enum Step {
     Insert,
-    Claim,
     Prepare,
     Decide,
     Post,
     Finish,
 }
 
-const STEPS: [Step; 6] = [
+const STEPS: [Step; 5] = [
     Step::Insert,
-    Step::Claim,
     Step::Prepare,
     Step::Decide,
     Step::Post,
@@ -128,7 +127,12 @@ impl World {
             timeout_ms: TIMEOUT_MS,
         };
         Transfer {
-            record: TransferRecord::accept(spec, self.now, 5_000),
+            record: TransferRecord::accept_claimed(
+                spec,
+                self.now,
+                self.owner.clone(),
+                self.now.plus_ms(5_000),
+            ),
             from,
             to,
         }
@@ -170,14 +174,6 @@ impl World {
                 Step::Insert => ops.push(Op::Transfer(
                     id,
                     TransferOp::Insert(Box::new(t.record.clone())),
-                )),
-                Step::Claim => ops.push(Op::Transfer(
-                    id,
-                    TransferOp::Claim {
-                        owner: self.owner.clone(),
-                        now,
-                        lease_until: now.plus_ms(5_000),
-                    },
                 )),
                 Step::Prepare => {
                     let amount = t.record.spec.postings[0].amount.units();

@@ -222,20 +222,12 @@ fn prepare(
     } else {
         a.incoming = incoming as i64;
     }
-    let intent = Intent {
+    entry.insert_entry(Intent {
         debit,
         credit,
         state: IntentState::Open,
         horizon,
-    };
-    match entry {
-        btree_map::Entry::Occupied(mut i) => {
-            i.insert(intent);
-        }
-        btree_map::Entry::Vacant(i) => {
-            i.insert(intent);
-        }
-    }
+    });
     PrepareOutcome::Prepared
 }
 

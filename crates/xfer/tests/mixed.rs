@@ -120,12 +120,27 @@ async fn kept_across_a_restart(cfg: &ServeConfig, expect: [(&str, i64); 4]) {
     server.shutdown().await.expect("a clean shutdown");
 }
 
+/// Both tests route points to shard 1 and cash to shard 0.
+const ROUTES: &str = r#"
+        [[route]]
+        prefix = "points:"
+        shards = [1]
+        [[route]]
+        prefix = "cash:"
+        shards = [0]
+"#;
+
+/// A fresh database `name` on the test server (dropped first if a run left it); its URL.
+async fn fresh_database(name: &str) -> String {
+    postgres_admin(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).await;
+    postgres_admin(&format!("CREATE DATABASE {name}")).await;
+    format!("{}/{name}", postgres_base())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn points_on_postgres_and_cash_embedded_move_together_in_one_transfer() {
     let db = format!("xfer_mixed_{}", std::process::id());
-    postgres_admin(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await;
-    postgres_admin(&format!("CREATE DATABASE {db}")).await;
-    let url = format!("{}/{db}", postgres_base());
+    let url = fresh_database(&db).await;
     let dir = tempfile::tempdir().expect("a temp dir");
     let file: FileConfig = toml::from_str(&format!(
         r#"
@@ -137,13 +152,7 @@ async fn points_on_postgres_and_cash_embedded_move_together_in_one_transfer() {
         store = "postgres"
         url = "{url}"
         schema = "points"
-        [[route]]
-        prefix = "points:"
-        shards = [1]
-        [[route]]
-        prefix = "cash:"
-        shards = [0]
-        "#,
+        {ROUTES}"#,
         dir.path().join("data").display()
     ))
     .expect("the file parses");
@@ -176,9 +185,7 @@ async fn redis_balance(prefix: &str, id: &str) -> Option<i64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn points_on_a_redis_cluster_and_cash_on_postgres_move_together_in_one_transfer() {
     let db = format!("xfer_mixed_r_{}", std::process::id());
-    postgres_admin(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)")).await;
-    postgres_admin(&format!("CREATE DATABASE {db}")).await;
-    let url = format!("{}/{db}", postgres_base());
+    let url = fresh_database(&db).await;
     let prefix = format!("points_{}", std::process::id());
     let nodes = common::redis_cluster_nodes()
         .iter()
@@ -196,13 +203,7 @@ async fn points_on_a_redis_cluster_and_cash_on_postgres_move_together_in_one_tra
         store = "redis"
         cluster = [{nodes}]
         prefix = "{prefix}"
-        [[route]]
-        prefix = "points:"
-        shards = [1]
-        [[route]]
-        prefix = "cash:"
-        shards = [0]
-        "#
+        {ROUTES}"#
     ))
     .expect("the file parses");
     let cfg = ServeConfig::merge(file, &ServeArgs::default()).expect("a valid configuration");
