@@ -18,6 +18,11 @@ use std::sync::Mutex;
 use xfer_core::Mutant;
 use xfer_sim::{run_seed, FaultKind, RunStats, SimConfig, Violation};
 
+/// mimalloc, as `xfer` (see its `main.rs`): the crash and recovery runs load and replay
+/// millions of small records.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "xfer-sim",
