@@ -1,6 +1,6 @@
 //! `MemoryShard::apply` on a warm shard: batches of one protocol step (insert — already
 //! claimed, as a submitting executor inserts —, prepare, decide, post, finish) for 128
-//! transfers, and the whole transfer.
+//! transfers, the whole transfer, and pruning the tombstones that fell due meanwhile.
 //!
 //! The shard looks like one of `xfer bench`'s four shards in steady state: 2,500 funded
 //! accounts, uniform single-posting transfers at about 9 per millisecond of store clock, so
@@ -142,6 +142,12 @@ impl World {
     /// between calls (pruning, and a checkpoint's take and evictions when one is due).
     fn next_batch(&mut self) -> Vec<Transfer> {
         self.shard.prune(self.now, usize::MAX);
+        self.checkpoint_if_due();
+        self.new_batch()
+    }
+
+    /// A checkpoint's take and evictions, every `CHECKPOINT_EVERY` transfers.
+    fn checkpoint_if_due(&mut self) {
         if self.issued / CHECKPOINT_EVERY != (self.issued + BATCH as u64) / CHECKPOINT_EVERY {
             let changes = self.shard.take_changes();
             self.shard.evict_history(&changes.history);
@@ -149,6 +155,10 @@ impl World {
                 self.shard.evict_transfer(&id);
             }
         }
+    }
+
+    /// `BATCH` uniform transfers between distinct accounts.
+    fn new_batch(&mut self) -> Vec<Transfer> {
         (0..BATCH)
             .map(|_| {
                 let i = self.rng.below(ACCOUNTS);
@@ -287,6 +297,27 @@ fn steps(c: &mut Criterion) {
             |batch| {
                 world.borrow_mut().run(&batch, Step::Insert..=Step::Finish);
                 batch // dropped untimed
+            },
+            BatchSize::PerIteration,
+        )
+    });
+    // Pruning what fell due while one batch ran: about two tombstones per transfer.
+    group.throughput(Throughput::Elements(2 * BATCH as u64));
+    group.bench_function("prune", |b| {
+        b.iter_batched(
+            || {
+                let mut w = world.borrow_mut();
+                if let Some((batch, next)) = unfinished.borrow_mut().take() {
+                    w.run(&batch, next..=Step::Finish);
+                }
+                w.checkpoint_if_due();
+                let batch = w.new_batch();
+                w.run(&batch, Step::Insert..=Step::Finish);
+            },
+            |()| {
+                let mut w = world.borrow_mut();
+                let now = w.now;
+                black_box(w.shard.prune(now, usize::MAX))
             },
             BatchSize::PerIteration,
         )

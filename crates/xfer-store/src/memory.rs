@@ -295,17 +295,16 @@ impl MemoryShard {
         } else {
             now
         };
-        let due: Vec<_> = self
-            .tombstones
-            .iter()
-            .take_while(|(h, _, _)| *h <= now)
-            .take(limit)
-            .cloned()
-            .collect();
         let mut dropped = 0;
-        for key in due {
-            self.tombstones.remove(&key);
-            let (_, account, transfer) = key;
+        // Due entries are the first ones: take them off the front (no key comparisons, where
+        // looking each one up again to remove it compared ids all the way down the tree).
+        for _ in 0..limit {
+            if self.tombstones.first().is_none_or(|(h, _, _)| *h > now) {
+                break;
+            }
+            let Some((_, account, transfer)) = self.tombstones.pop_first() else {
+                break;
+            };
             if let Some(c) = &mut self.changes {
                 c.accounts.insert(account.clone());
             }
