@@ -9,11 +9,13 @@
 //! log entry   = Ops { shard: u16, now: u64, ops: [Op] }   the batch's writes, in order
 //!             | Prune { shard: u16, now: u64, limit: u32 }
 //! table key   = shard: u16 BE ‖ id bytes                  accounts, live, done
-//! history key = shard: u16 BE ‖ account bytes ‖ 0x00 ‖ sequence: u64 BE  -> transfer id
+//! history key = shard: u16 BE ‖ account bytes ‖ 0x00 ‖ first sequence: u64 BE
+//!            -> [(sequence, transfer id)]   one checkpoint's entries of the account
 //! ```
 //!
-//! Ids never contain a 0 byte, so the history key's separator keeps one account's entries
-//! contiguous and ordered by sequence.
+//! Ids never contain a 0 byte, so the history key's separator keeps one account's runs
+//! contiguous and ordered by sequence. A run holds the entries one checkpoint wrote for one
+//! account, in increasing sequence; runs of one account never overlap.
 
 use serde::{Deserialize, Serialize};
 use xfer_core::{AccountId, Timestamp, TransferId};
@@ -117,15 +119,24 @@ pub fn history_key(shard: u16, account: &AccountId, sequence: u64) -> Vec<u8> {
     k
 }
 
-/// The sequence and transfer of a history entry.
-pub fn history_entry(key: &[u8], value: &[u8]) -> Result<(u64, TransferId), String> {
-    let seq = key
+/// The entries of a history run (see the module docs), checked against its key: not
+/// empty, starting at the key's sequence, increasing.
+pub fn history_run(key: &[u8], value: &[u8]) -> Result<Vec<(u64, TransferId)>, String> {
+    let first = key
         .len()
         .checked_sub(8)
         .map(|at| u64::from_be_bytes(key[at..].try_into().expect("8 bytes")))
         .ok_or("history key too short")?;
-    let id = std::str::from_utf8(value).map_err(|e| e.to_string())?;
-    Ok((seq, TransferId::new(id).map_err(|e| e.to_string())?))
+    let run: Vec<(u64, TransferId)> = decode(value)?;
+    if run.first().map(|(seq, _)| *seq) != Some(first) {
+        return Err(format!(
+            "the run does not start at its key's sequence {first}"
+        ));
+    }
+    if !run.windows(2).all(|w| w[0].0 < w[1].0) {
+        return Err("the run's sequences do not increase".into());
+    }
+    Ok(run)
 }
 
 #[cfg(test)]
@@ -175,7 +186,20 @@ mod tests {
         assert!(history_key(0, &a, 2) < history_key(0, &a, 10));
         assert!(history_key(0, &a, u64::MAX) < history_key(0, &ab, 0));
         assert!(history_key(0, &ab, 0) < history_key(1, &a, 0));
-        let (seq, t) = history_entry(&history_key(1, &a, 42), b"t1").unwrap();
-        assert_eq!((seq, t.as_str()), (42, "t1"));
+    }
+
+    #[test]
+    fn history_runs_round_trip_and_must_match_their_key() {
+        let a = AccountId::new("a").unwrap();
+        let t = |s: &str| TransferId::new(s).unwrap();
+        let run = vec![(42, t("t1")), (45, t("t2"))];
+        let key = history_key(1, &a, 42);
+        assert_eq!(history_run(&key, &encode(&run)).unwrap(), run);
+        // Another first sequence than the key's, an empty run, sequences not increasing.
+        assert!(history_run(&history_key(1, &a, 41), &encode(&run)).is_err());
+        assert!(history_run(&key, &encode(&Vec::<(u64, TransferId)>::new())).is_err());
+        let back = vec![(42, t("t1")), (42, t("t2"))];
+        assert!(history_run(&key, &encode(&back)).is_err());
+        assert!(history_run(&key[..4], &encode(&run)).is_err());
     }
 }

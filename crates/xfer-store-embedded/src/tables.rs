@@ -7,7 +7,7 @@
 //! | `accounts` | shard ‖ account id | the account with its intents (all loaded at start) |
 //! | `live` | shard ‖ transfer id | a non-terminal transfer (all loaded at start) |
 //! | `done` | shard ‖ transfer id | a terminal transfer (read on demand) |
-//! | `history` | shard ‖ account ‖ 0 ‖ sequence | transfer id (read on demand) |
+//! | `history` | shard ‖ account ‖ 0 ‖ first sequence | the account's entries of one checkpoint: (sequence, transfer id)… (read on demand) |
 //! | `meta` | `shards`, `shard` ‖ n | shard count; per shard the checkpoint LSN and history sequence |
 //!
 //! A checkpoint is one atomic fjall batch, synced before it returns: the tables always hold
@@ -16,7 +16,7 @@
 use crate::codec::{self, decode, encode, record_key};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use serde::{Deserialize, Serialize};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use xfer_core::{Account, AccountId, TransferId, TransferRecord};
@@ -47,6 +47,22 @@ pub struct ShardCut {
     pub left_live: Vec<TransferId>,
     /// History entries added.
     pub history: Vec<(u64, AccountId, TransferId)>,
+}
+
+/// `entries` (in sequence order) grouped by account, each account's in sequence order.
+#[allow(clippy::type_complexity)]
+fn history_runs(
+    entries: &[(u64, AccountId, TransferId)],
+) -> Vec<(&AccountId, Vec<(u64, &TransferId)>)> {
+    let mut runs: HashMap<&AccountId, Vec<(u64, &TransferId)>> = HashMap::new();
+    for (seq, account, transfer) in entries {
+        runs.entry(account).or_default().push((*seq, transfer));
+    }
+    let mut runs: Vec<_> = runs.into_iter().collect();
+    for (_, run) in &mut runs {
+        run.sort_unstable_by_key(|(seq, _)| *seq);
+    }
+    runs
 }
 
 /// The tables. See the module docs.
@@ -187,10 +203,19 @@ impl Tables {
     ) -> Result<Vec<(u64, TransferId)>, StoreError> {
         let start = codec::history_key(shard, account, 0);
         let end = codec::history_key(shard, account, before.unwrap_or(u64::MAX));
+        // Runs starting below `before`, newest first; the newest may reach past it.
         let mut out = Vec::new();
-        for item in self.history.range(start..end).rev().take(limit) {
+        for item in self.history.range(start..end).rev() {
+            if out.len() == limit {
+                break;
+            }
             let (k, v) = item.into_inner().map_err(unavailable("history"))?;
-            out.push(codec::history_entry(&k, &v).map_err(|e| corrupted("history", &k, e))?);
+            let run = codec::history_run(&k, &v).map_err(|e| corrupted("history", &k, e))?;
+            let older = run
+                .into_iter()
+                .rev()
+                .filter(|(seq, _)| before.is_none_or(|b| *seq < b));
+            out.extend(older.take(limit - out.len()));
         }
         Ok(out)
     }
@@ -220,11 +245,15 @@ impl Tables {
                     batch.insert(&self.live, key, encode(&**r));
                 }
             }
-            for (seq, account, transfer) in &cut.history {
+            // One key per account per checkpoint, not per entry: fjall's cost is mostly per
+            // key (its journal, memtable, flush and compaction), and a checkpoint adds a few
+            // entries to each of thousands of accounts.
+            for (account, run) in history_runs(&cut.history) {
+                let first = run[0].0;
                 batch.insert(
                     &self.history,
-                    codec::history_key(s, account, *seq),
-                    transfer.as_str().as_bytes(),
+                    codec::history_key(s, account, first),
+                    encode(&run),
                 );
             }
         }
