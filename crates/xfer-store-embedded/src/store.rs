@@ -23,7 +23,6 @@ use crate::fs::{lock_dir, Fs, RealFs};
 use crate::log::{Log, LogConfig, LogError};
 use crate::tables::{ShardCut, ShardMeta, Tables};
 use futures_channel::oneshot;
-use std::collections::HashSet;
 use std::fmt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -31,7 +30,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use xfer_core::{Account, AccountId, AccountStatus, Clock, Timestamp, TransferId, TransferRecord};
-use xfer_store::{BoxFuture, HistoryPage, MemoryShard, Op, Reply, Store, StoreError, TransferOp};
+use xfer_store::{
+    BoxFuture, FastSet, HistoryPage, MemoryShard, Op, Reply, Store, StoreError, TransferOp,
+};
 
 /// Settings of an embedded store.
 #[derive(Clone, Copy, Debug)]
@@ -108,7 +109,7 @@ struct ShardState {
     fetched: Vec<TransferId>,
     /// The transfers the `live` table holds: a finished transfer is deleted from it only
     /// if it is there (most finish between two checkpoints and were never written live).
-    in_live: HashSet<TransferId>,
+    in_live: FastSet<TransferId>,
 }
 
 struct Inner<F: Fs> {

@@ -16,11 +16,11 @@
 use crate::codec::{self, decode, encode, record_key};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
 use serde::{Deserialize, Serialize};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 use xfer_core::{Account, AccountId, TransferId, TransferRecord};
-use xfer_store::{MemoryShard, StoreError};
+use xfer_store::{FastSet, MemoryShard, StoreError};
 
 /// Where a shard's checkpoint stands.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -143,7 +143,7 @@ impl Tables {
         &self,
         shard: u16,
         into: &mut MemoryShard,
-    ) -> Result<HashSet<TransferId>, StoreError> {
+    ) -> Result<FastSet<TransferId>, StoreError> {
         let prefix = shard.to_be_bytes();
         let mut accounts = Vec::new();
         for item in self.accounts.prefix(prefix) {
@@ -151,7 +151,7 @@ impl Tables {
             accounts.push(decode::<Account>(&v).map_err(|e| corrupted("accounts", &k, e))?);
         }
         into.restore_accounts(accounts);
-        let mut live = HashSet::new();
+        let mut live = FastSet::default();
         for item in self.live.prefix(prefix) {
             let (k, v) = item.into_inner().map_err(unavailable("live"))?;
             let r: TransferRecord = decode(&v).map_err(|e| corrupted("live", &k, e))?;

@@ -21,6 +21,7 @@ pub mod store;
 
 pub use coalesce::Coalesce;
 pub use faulty::{FaultPlan, Faulty};
+pub use id_map::{FastMap, FastSet, FastState};
 pub use intercept::{ExecuteHook, Intercept};
 pub use memory::{Changes, MemoryShard, MemoryStore};
 pub use op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};

@@ -7,14 +7,14 @@
 //! the sweeper's and pruner's indexes are ordered sets; the history index is only looked
 //! up, never iterated.
 
-use crate::id_map::IdMap;
+use crate::id_map::{FastMap, FastSet, IdMap};
 use crate::op::{AccountOp, Op, Reply, TransferOp};
 use crate::record::{
     apply_account_absent, apply_account_to, apply_transfer, apply_transfer_to, get_account,
     IndexEffect,
 };
 use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
-use std::collections::{btree_map, BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{btree_map, BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{Account, AccountId, Clock, IntentState, Timestamp, TransferId, TransferRecord};
@@ -34,7 +34,7 @@ pub struct MemoryShard {
     tombstones: BTreeSet<(Timestamp, AccountId, TransferId)>,
     /// account -> (sequence, transfer), sequence increasing: the history index. Only
     /// looked up by account, never iterated (a hash map's order is not deterministic).
-    history: HashMap<AccountId, BTreeMap<u64, TransferId>>,
+    history: FastMap<AccountId, BTreeMap<u64, TransferId>>,
     sequence: u64,
     /// What changed since the last [`MemoryShard::take_changes`], when tracked.
     changes: Option<Changes>,
@@ -45,9 +45,9 @@ pub struct MemoryShard {
 #[derive(Debug, Default)]
 pub struct Changes {
     /// Accounts written, created or dropped (look each up: absent means dropped).
-    pub accounts: HashSet<AccountId>,
+    pub accounts: FastSet<AccountId>,
     /// Transfers written or created.
-    pub transfers: HashSet<TransferId>,
+    pub transfers: FastSet<TransferId>,
     /// History entries added: `(sequence, account, transfer)`.
     pub history: Vec<(u64, AccountId, TransferId)>,
 }
