@@ -15,7 +15,8 @@
 //!
 //! Ids never contain a 0 byte, so the history key's separator keeps one account's runs
 //! contiguous and ordered by sequence. A run holds the entries one checkpoint wrote for one
-//! account, in increasing sequence; runs of one account never overlap.
+//! account (at most `tables::HISTORY_RUN_MAX` of them), in increasing sequence; runs of one
+//! account never overlap.
 
 use serde::{Deserialize, Serialize};
 use xfer_core::{AccountId, Timestamp, TransferId};

@@ -7,7 +7,7 @@
 //! | `accounts` | shard ‖ account id | the account with its intents (all loaded at start) |
 //! | `live` | shard ‖ transfer id | a non-terminal transfer (all loaded at start) |
 //! | `done` | shard ‖ transfer id | a terminal transfer (read on demand) |
-//! | `history` | shard ‖ account ‖ 0 ‖ first sequence | the account's entries of one checkpoint: (sequence, transfer id)… (read on demand) |
+//! | `history` | shard ‖ account ‖ 0 ‖ first sequence | up to 256 of the account's entries of one checkpoint: (sequence, transfer id)… (read on demand) |
 //! | `meta` | `shards`, `shard` ‖ n | shard count; per shard the checkpoint LSN and history sequence |
 //!
 //! A checkpoint is one atomic fjall batch, synced before it returns: the tables always hold
@@ -49,18 +49,30 @@ pub struct ShardCut {
     pub history: Vec<(u64, AccountId, TransferId)>,
 }
 
-/// `entries` (in sequence order) grouped by account, each account's in sequence order.
+/// The most entries in one history run: a hot account gains tens of thousands per
+/// checkpoint, and a read decodes a whole run (under the shard's lock) to page it.
+pub const HISTORY_RUN_MAX: usize = 256;
+
+/// `entries` grouped by account into runs of consecutive entries in sequence order, at
+/// most [`HISTORY_RUN_MAX`] each.
 #[allow(clippy::type_complexity)]
 fn history_runs(
     entries: &[(u64, AccountId, TransferId)],
 ) -> Vec<(&AccountId, Vec<(u64, &TransferId)>)> {
-    let mut runs: HashMap<&AccountId, Vec<(u64, &TransferId)>> = HashMap::new();
+    let mut by_account: HashMap<&AccountId, Vec<(u64, &TransferId)>> = HashMap::new();
     for (seq, account, transfer) in entries {
-        runs.entry(account).or_default().push((*seq, transfer));
+        by_account
+            .entry(account)
+            .or_default()
+            .push((*seq, transfer));
     }
-    let mut runs: Vec<_> = runs.into_iter().collect();
-    for (_, run) in &mut runs {
-        run.sort_unstable_by_key(|(seq, _)| *seq);
+    let mut runs = Vec::with_capacity(by_account.len());
+    for (account, mut all) in by_account {
+        all.sort_unstable_by_key(|(seq, _)| *seq);
+        runs.extend(
+            all.chunks(HISTORY_RUN_MAX)
+                .map(|run| (account, run.to_vec())),
+        );
     }
     runs
 }
@@ -272,5 +284,41 @@ impl Tables {
                 .map_err(unavailable("flush"))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn history_runs_are_each_accounts_entries_in_order_in_bounded_runs() {
+        let a = AccountId::new("a").unwrap();
+        let b = AccountId::new("b").unwrap();
+        let mut entries = Vec::new();
+        for seq in 1..=(2 * HISTORY_RUN_MAX as u64 + 10) {
+            let account = if seq % 3 == 0 { &b } else { &a };
+            let t = TransferId::new(&format!("t{seq}")).unwrap();
+            entries.push((seq, account.clone(), t));
+        }
+        let runs = history_runs(&entries);
+        for account in [&a, &b] {
+            let mut theirs: Vec<_> = runs.iter().filter(|(x, _)| *x == account).collect();
+            theirs.sort_by_key(|(_, run)| run[0].0);
+            assert!(theirs
+                .iter()
+                .all(|(_, run)| (1..=HISTORY_RUN_MAX).contains(&run.len())));
+            let joined: Vec<u64> = theirs
+                .iter()
+                .flat_map(|(_, r)| r.iter().map(|e| e.0))
+                .collect();
+            let want: Vec<u64> = entries
+                .iter()
+                .filter(|(_, x, _)| x == account)
+                .map(|(s, _, _)| *s)
+                .collect();
+            assert_eq!(joined, want);
+        }
+        assert_eq!(runs.len(), 3, "a's 348 entries in two runs, b's 174 in one");
     }
 }

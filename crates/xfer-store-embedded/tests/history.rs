@@ -59,10 +59,9 @@ async fn pages(store: &Embedded, id: &str, limit: usize) -> Vec<String> {
     panic!("paging {id} by {limit} does not end: {out:?}");
 }
 
-#[tokio::test]
-async fn history_pages_are_the_same_whatever_runs_the_checkpoints_wrote() {
-    let dir = tempfile::tempdir().unwrap();
-    let (store, _) = Embedded::open(dir.path(), cfg(), Arc::new(SystemClock)).unwrap();
+/// A store with accounts `b` and `c`.
+async fn open_with_accounts(dir: &std::path::Path) -> Embedded {
+    let (store, _) = Embedded::open(dir, cfg(), Arc::new(SystemClock)).unwrap();
     for id in ["b", "c"] {
         let create = Op::Account(
             account(id),
@@ -73,6 +72,13 @@ async fn history_pages_are_the_same_whatever_runs_the_checkpoints_wrote() {
         );
         store.shards()[0].execute(vec![create]).await.unwrap();
     }
+    store
+}
+
+#[tokio::test]
+async fn history_pages_are_the_same_whatever_runs_the_checkpoints_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_with_accounts(dir.path()).await;
     // Runs of 1, 2, 3, … entries of `b` (interleaved with `c`'s), the last 4 only in memory.
     let mut expected = Vec::new();
     let mut run = 1;
@@ -104,6 +110,24 @@ async fn history_pages_are_the_same_whatever_runs_the_checkpoints_wrote() {
             expected,
             "reopened, limit {limit}"
         );
+    }
+    drop(store);
+}
+
+#[tokio::test]
+async fn a_hot_accounts_checkpoint_is_split_into_bounded_runs_and_pages_the_same() {
+    // 600 entries in one checkpoint: more than two runs' worth (HISTORY_RUN_MAX = 256).
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_with_accounts(dir.path()).await;
+    let mut expected = Vec::new();
+    for i in 0..600 {
+        let t = format!("h{i}");
+        prepare(&store, "b", "c", &t).await;
+        expected.insert(0, t);
+    }
+    store.checkpoint().unwrap();
+    for limit in [7, 100, 255, 256, 257, 1000] {
+        assert_eq!(pages(&store, "b", limit).await, expected, "limit {limit}");
     }
     drop(store);
 }

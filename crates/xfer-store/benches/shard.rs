@@ -247,6 +247,11 @@ fn steps(c: &mut Criterion) {
     // One transfer batch is prepared for the step measured (earlier steps run untimed in the
     // setup), and finished in the next setup.
     let unfinished: RefCell<Option<(Vec<Transfer>, Step)>> = RefCell::new(None);
+    let finish_unfinished = |w: &mut World| {
+        if let Some((batch, next)) = unfinished.borrow_mut().take() {
+            w.run(&batch, next..=Step::Finish);
+        }
+    };
     for step in STEPS {
         let ops_per_batch = if matches!(step, Step::Prepare | Step::Post) {
             2 * BATCH
@@ -258,9 +263,7 @@ fn steps(c: &mut Criterion) {
             b.iter_batched(
                 || {
                     let mut w = world.borrow_mut();
-                    if let Some((batch, next)) = unfinished.borrow_mut().take() {
-                        w.run(&batch, next..=Step::Finish);
-                    }
+                    finish_unfinished(&mut w);
                     let batch = w.next_batch();
                     if step > Step::Insert {
                         let before = STEPS[STEPS.iter().position(|s| *s == step).unwrap() - 1];
@@ -289,9 +292,7 @@ fn steps(c: &mut Criterion) {
         b.iter_batched(
             || {
                 let mut w = world.borrow_mut();
-                if let Some((batch, next)) = unfinished.borrow_mut().take() {
-                    w.run(&batch, next..=Step::Finish);
-                }
+                finish_unfinished(&mut w);
                 w.next_batch()
             },
             |batch| {
@@ -307,9 +308,7 @@ fn steps(c: &mut Criterion) {
         b.iter_batched(
             || {
                 let mut w = world.borrow_mut();
-                if let Some((batch, next)) = unfinished.borrow_mut().take() {
-                    w.run(&batch, next..=Step::Finish);
-                }
+                finish_unfinished(&mut w);
                 w.checkpoint_if_due();
                 let batch = w.new_batch();
                 w.run(&batch, Step::Insert..=Step::Finish);

@@ -10,7 +10,7 @@
 //! Determinism: the hash map's order depends on its random seed, so it is never iterated;
 //! every iteration goes through the ordered ids.
 //!
-//! The hash is foldhash with a per-process random seed ([`FastState`]): SipHash, std's
+//! The hash is foldhash with random seeds, per process and per map ([`FastState`]): SipHash, std's
 //! default, was 1–2 % of `xfer bench`'s CPU; an unkeyed hash (Fx) would let clients, who
 //! choose the ids, choose collisions.
 
@@ -18,7 +18,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
 use std::ops::Bound::{Excluded, Unbounded};
 
-/// The shards' hasher: foldhash, seeded at random per process (see the module docs).
+/// The shards' hasher: foldhash, seeded at random per process and per map (see the module docs).
 pub type FastState = foldhash::fast::RandomState;
 
 /// A hash map with the shards' hasher.
