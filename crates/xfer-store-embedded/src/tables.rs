@@ -45,7 +45,7 @@ pub struct ShardCut {
     pub transfers: Vec<Arc<TransferRecord>>,
     /// Transfers to delete from `live` (they were written there and have finished).
     pub left_live: Vec<TransferId>,
-    /// History entries added.
+    /// History entries added, in sequence order (as the shard numbered them).
     pub history: Vec<(u64, AccountId, TransferId)>,
 }
 
@@ -53,8 +53,8 @@ pub struct ShardCut {
 /// checkpoint, and a read decodes a whole run (under the shard's lock) to page it.
 pub const HISTORY_RUN_MAX: usize = 256;
 
-/// `entries` grouped by account into runs of consecutive entries in sequence order, at
-/// most [`HISTORY_RUN_MAX`] each.
+/// `entries` (in sequence order) grouped by account into runs of consecutive entries, at
+/// most [`HISTORY_RUN_MAX`] each; grouping keeps the order.
 #[allow(clippy::type_complexity)]
 fn history_runs(
     entries: &[(u64, AccountId, TransferId)],
@@ -67,8 +67,7 @@ fn history_runs(
             .push((*seq, transfer));
     }
     let mut runs = Vec::with_capacity(by_account.len());
-    for (account, mut all) in by_account {
-        all.sort_unstable_by_key(|(seq, _)| *seq);
+    for (account, all) in by_account {
         runs.extend(
             all.chunks(HISTORY_RUN_MAX)
                 .map(|run| (account, run.to_vec())),

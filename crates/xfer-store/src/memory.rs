@@ -302,9 +302,7 @@ impl MemoryShard {
             if self.tombstones.first().is_none_or(|(h, _, _)| *h > now) {
                 break;
             }
-            let Some((_, account, transfer)) = self.tombstones.pop_first() else {
-                break;
-            };
+            let (_, account, transfer) = self.tombstones.pop_first().expect("first() is due");
             if let Some(c) = &mut self.changes {
                 c.accounts.insert(account.clone());
             }
