@@ -2,7 +2,9 @@
 //! safe in URLs, SQL literals and Redis hash tags, and short enough to keep intents cheap.
 
 use crate::rejection::{Code, Rejection};
+use std::cmp::Ordering;
 use std::fmt;
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 /// The longest id, in bytes.
@@ -34,6 +36,66 @@ fn validate(field: &'static str, s: &str) -> Result<(), Rejection> {
         ));
     }
     Ok(())
+}
+
+/// Eight bytes from `at`, most significant first: comparing two of these as numbers
+/// compares the bytes in text order.
+#[inline(always)]
+fn word(b: &[u8], at: usize) -> u64 {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(&b[at..at + 8]);
+    u64::from_be_bytes(w)
+}
+
+/// `a == b`, eight bytes at a time, inline (ids are at most [`ID_LEN_MAX`] bytes).
+#[inline]
+pub(crate) fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if n < 8 {
+        return tail(a, 0, n) == tail(b, 0, n);
+    }
+    let mut i = 0;
+    while i + 8 <= n {
+        if word(a, i) != word(b, i) {
+            return false;
+        }
+        i += 8;
+    }
+    // The last word overlaps bytes already found equal.
+    i == n || word(a, n - 8) == word(b, n - 8)
+}
+
+/// Bytes `from..to` (fewer than eight) as one number, most significant first.
+#[inline(always)]
+fn tail(b: &[u8], from: usize, to: usize) -> u64 {
+    b[from..to].iter().fold(0, |w, &c| w << 8 | u64::from(c))
+}
+
+/// `a.cmp(b)` in byte order (what `str` and `[u8]` answer), eight bytes at a time, inline.
+#[inline]
+pub(crate) fn bytes_cmp(a: &[u8], b: &[u8]) -> Ordering {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        let (x, y) = (word(a, i), word(b, i));
+        if x != y {
+            return x.cmp(&y);
+        }
+        i += 8;
+    }
+    // Fewer than eight bytes left of the common length: the last word (overlapping bytes
+    // already found equal), or, if shorter than a word, those bytes as one number each.
+    let (x, y) = if i == n {
+        (0, 0)
+    } else if n >= 8 {
+        (word(a, n - 8), word(b, n - 8))
+    } else {
+        (tail(a, i, n), tail(b, i, n))
+    };
+    x.cmp(&y).then(a.len().cmp(&b.len()))
 }
 
 /// Serde for a string newtype that must be validated when read: written as its text, read
@@ -69,8 +131,42 @@ pub(crate) use serde_as_validated_str;
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $field:literal) => {
         $(#[$doc])*
-        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        #[derive(Clone)]
         pub struct $name(Arc<str>);
+
+        // Ids are compared all the time (the intents of an account, the shard's indexes,
+        // the change sets): by [`bytes_eq`] and [`bytes_cmp`], inline, not by a call to
+        // the C library's memcmp. The order is the text's byte order, as `str`'s.
+        impl PartialEq for $name {
+            #[inline]
+            fn eq(&self, other: &Self) -> bool {
+                Arc::ptr_eq(&self.0, &other.0) || bytes_eq(self.0.as_bytes(), other.0.as_bytes())
+            }
+        }
+
+        impl Eq for $name {}
+
+        impl PartialOrd for $name {
+            #[inline]
+            fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+                Some(self.cmp(other))
+            }
+        }
+
+        impl Ord for $name {
+            #[inline]
+            fn cmp(&self, other: &Self) -> Ordering {
+                bytes_cmp(self.0.as_bytes(), other.0.as_bytes())
+            }
+        }
+
+        impl Hash for $name {
+            #[inline]
+            fn hash<H: Hasher>(&self, h: &mut H) {
+                // As `str` hashes: equal ids hash equal whatever their allocation.
+                (*self.0).hash(h)
+            }
+        }
 
         impl $name {
             /// Validates `s`; the rejection names the field `
@@ -142,5 +238,46 @@ mod tests {
         let r = TransferId::new("a b").unwrap_err();
         assert_eq!(r.code, Code::IdHasInvalidCharacter);
         assert!(TransferId::new("é").is_err());
+    }
+
+    #[test]
+    fn ids_compare_and_equal_as_their_text_does() {
+        // Lengths around the eight-byte words, shared prefixes, and every byte the
+        // alphabet allows at the position where two ids first differ.
+        let alphabet: Vec<char> = ('0'..='9')
+            .chain('A'..='Z')
+            .chain('a'..='z')
+            .chain("_:.-".chars())
+            .collect();
+        let mut texts = vec![];
+        for len in [0usize, 1, 2, 7, 8, 9, 15, 16, 17, 31, 63] {
+            let base = "x".repeat(len);
+            texts.push(base.clone());
+            for c in [alphabet[0], 'm', alphabet[alphabet.len() - 1]] {
+                texts.push(format!("{base}{c}"));
+                texts.push(format!("{base}{c}zz"));
+            }
+        }
+        for (i, a) in alphabet.iter().enumerate() {
+            texts.push(format!("pre-fix-{a}"));
+            texts.push(format!("{}{a}", "q".repeat(i % 12)));
+        }
+        let ids: Vec<(String, Option<TransferId>)> = texts
+            .iter()
+            .map(|t| (t.clone(), TransferId::new(t).ok()))
+            .collect();
+        for (ta, a) in &ids {
+            for (tb, b) in &ids {
+                let want = ta.cmp(tb);
+                assert_eq!(bytes_cmp(ta.as_bytes(), tb.as_bytes()), want, "{ta:?} {tb:?}");
+                assert_eq!(bytes_eq(ta.as_bytes(), tb.as_bytes()), ta == tb, "{ta:?} {tb:?}");
+                if let (Some(a), Some(b)) = (a, b) {
+                    assert_eq!(a.cmp(b), want, "{ta:?} {tb:?}");
+                    assert_eq!(a == b, ta == tb, "{ta:?} {tb:?}");
+                    // Another allocation of the same text is the same id.
+                    assert_eq!(a, &TransferId::new(ta).expect("valid"));
+                }
+            }
+        }
     }
 }
