@@ -13,9 +13,9 @@
 //! late finds it and does nothing. See `docs/protocol.md`.
 
 use crate::amount::AssetCode;
-use crate::id::{AccountId, TransferId};
+use crate::id::AccountId;
+use crate::intents::Intents;
 use crate::time::Timestamp;
-use std::collections::BTreeMap;
 
 /// The least `balance - reserved` an account may reach.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -90,7 +90,7 @@ pub struct Account {
     /// Open, closed, or a placeholder for tombstones.
     pub status: AccountStatus,
     /// In-flight transfers and tombstones, by transfer id.
-    pub intents: BTreeMap<TransferId, Intent>,
+    pub intents: Intents,
 }
 
 impl Account {
@@ -104,7 +104,7 @@ impl Account {
             incoming: 0,
             lower_bound,
             status: AccountStatus::Open,
-            intents: BTreeMap::new(),
+            intents: Intents::new(),
         }
     }
 
@@ -124,8 +124,8 @@ impl Account {
     /// How many intents are still open (transfers in flight).
     pub fn open_intents(&self) -> usize {
         self.intents
-            .values()
-            .filter(|i| i.state == IntentState::Open)
+            .unordered()
+            .filter(|(_, i)| i.state == IntentState::Open)
             .count()
     }
 
@@ -133,10 +133,10 @@ impl Account {
     /// intents and never negative. `Err` names the first broken rule.
     pub fn check_sums(&self) -> Result<(), String> {
         let (mut debits, mut credits) = (0i128, 0i128);
-        for i in self
+        for (_, i) in self
             .intents
-            .values()
-            .filter(|i| i.state == IntentState::Open)
+            .unordered()
+            .filter(|(_, i)| i.state == IntentState::Open)
         {
             debits += i.debit as i128;
             credits += i.credit as i128;

@@ -269,8 +269,16 @@ mod tests {
         for (ta, a) in &ids {
             for (tb, b) in &ids {
                 let want = ta.cmp(tb);
-                assert_eq!(bytes_cmp(ta.as_bytes(), tb.as_bytes()), want, "{ta:?} {tb:?}");
-                assert_eq!(bytes_eq(ta.as_bytes(), tb.as_bytes()), ta == tb, "{ta:?} {tb:?}");
+                assert_eq!(
+                    bytes_cmp(ta.as_bytes(), tb.as_bytes()),
+                    want,
+                    "{ta:?} {tb:?}"
+                );
+                assert_eq!(
+                    bytes_eq(ta.as_bytes(), tb.as_bytes()),
+                    ta == tb,
+                    "{ta:?} {tb:?}"
+                );
                 if let (Some(a), Some(b)) = (a, b) {
                     assert_eq!(a.cmp(b), want, "{ta:?} {tb:?}");
                     assert_eq!(a == b, ta == tb, "{ta:?} {tb:?}");

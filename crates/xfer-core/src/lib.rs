@@ -13,7 +13,9 @@
 
 pub mod account;
 pub mod amount;
+pub mod hash;
 pub mod id;
+pub mod intents;
 pub mod mutant;
 pub mod rejection;
 pub mod rng;
@@ -22,7 +24,9 @@ pub mod transfer;
 
 pub use account::{Account, AccountStatus, Intent, IntentState, LowerBound};
 pub use amount::{Amount, Asset, AssetCode};
+pub use hash::{FastMap, FastSet, FastState};
 pub use id::{AccountId, OwnerId, TransferId};
+pub use intents::Intents;
 pub use mutant::Mutant;
 pub use rejection::{Code, Rejection};
 pub use rng::Rng;

@@ -228,7 +228,7 @@ impl Checker {
             for leg in r.spec.validate().unwrap_or_default() {
                 let intent = accounts
                     .get(&leg.account)
-                    .and_then(|a| a.intents.get(*id))
+                    .and_then(|a| a.intents.get(id))
                     .map(|i| i.state);
                 let bad = match r.state {
                     // A missing intent is a pruned tombstone; the history replay checks amounts.

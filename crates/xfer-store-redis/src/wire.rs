@@ -316,7 +316,7 @@ pub(crate) fn account(id: &AccountId, flat: &[String]) -> Result<Account, String
     let (mut asset, mut status) = (None, None);
     let (mut balance, mut reserved, mut incoming) = (None, None, None);
     let mut lower_bound = LowerBound::Unbounded;
-    let mut intents = std::collections::BTreeMap::new();
+    let mut intents = xfer_core::Intents::new();
     for (k, v) in pairs(flat)? {
         match k {
             "asset" => asset = Some(AssetCode::new(v, "asset").map_err(|e| e.to_string())?),

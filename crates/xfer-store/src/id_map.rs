@@ -10,22 +10,14 @@
 //! Determinism: the hash map's order depends on its random seed, so it is never iterated;
 //! every iteration goes through the ordered ids.
 //!
-//! The hash is foldhash with random seeds, per process and per map ([`FastState`]):
-//! SipHash, std's default, was 1–2 % of `xfer bench`'s CPU; an unkeyed hash (Fx) would let
-//! clients, who choose the ids, choose collisions.
+//! The hash is [`FastState`] (xfer-core's: foldhash with random seeds, per process and
+//! per map).
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::BTreeSet;
 use std::hash::Hash;
 use std::ops::Bound::{Excluded, Unbounded};
 
-/// The shards' hasher: foldhash, seeded at random per process and per map (module docs).
-pub type FastState = foldhash::fast::RandomState;
-
-/// A hash map with the shards' hasher.
-pub type FastMap<K, V> = HashMap<K, V, FastState>;
-
-/// A hash set with the shards' hasher.
-pub type FastSet<K> = HashSet<K, FastState>;
+pub use xfer_core::{FastMap, FastSet, FastState};
 
 /// Values by key: hash lookups, iteration in key order. See the module docs.
 #[derive(Debug)]

@@ -14,7 +14,7 @@ use crate::record::{
     IndexEffect,
 };
 use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
-use std::collections::{btree_map, BTreeMap, BTreeSet};
+use std::collections::{hash_map, BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{Account, AccountId, Clock, IntentState, Timestamp, TransferId, TransferRecord};
@@ -225,7 +225,8 @@ impl MemoryShard {
     /// much faster than one insert at a time, when the shard is empty). Not a change.
     pub fn restore_accounts(&mut self, accounts: Vec<Account>) {
         for a in &accounts {
-            for (t, i) in &a.intents {
+            // Into an ordered set: the intents' order does not matter.
+            for (t, i) in a.intents.unordered() {
                 if i.state != IntentState::Open {
                     self.tombstones.insert((i.horizon, a.id.clone(), t.clone()));
                 }
@@ -312,7 +313,7 @@ impl MemoryShard {
             let a = Arc::make_mut(a);
             // The index may be stale (a mutant, or a tombstone rewritten): re-check the record.
             // (One search of the intents: `entry` finds it and removes it in place.)
-            if let btree_map::Entry::Occupied(i) = a.intents.entry(transfer) {
+            if let hash_map::Entry::Occupied(i) = a.intents.entry(transfer) {
                 if i.get().state != IntentState::Open && i.get().horizon <= now {
                     i.remove();
                     dropped += 1;

@@ -6,7 +6,7 @@
 //! leaves it exactly as it was.
 
 use crate::op::{AccountOp, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
-use std::collections::btree_map;
+use std::collections::hash_map;
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{
     Account, AccountId, AccountStatus, Code, Intent, IntentState, LowerBound, Timestamp,
@@ -182,13 +182,13 @@ fn prepare(
     // One search of the intents: the entry answers the repeat check and takes the insert.
     let entry = a.intents.entry(transfer.clone());
     match &entry {
-        btree_map::Entry::Occupied(i) => match i.get().state {
+        hash_map::Entry::Occupied(i) => match i.get().state {
             IntentState::Open => return PrepareOutcome::AlreadyPrepared,
             IntentState::Posted if !no_defence => return PrepareOutcome::AlreadyPosted,
             IntentState::Released if !no_defence => return PrepareOutcome::AlreadyReleased,
             _ => {}
         },
-        btree_map::Entry::Vacant(_) => {}
+        hash_map::Entry::Vacant(_) => {}
     }
     if now >= deadline && !no_defence {
         return PrepareOutcome::TooLate;
