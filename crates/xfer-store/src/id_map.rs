@@ -20,10 +20,17 @@ use std::ops::Bound::{Excluded, Unbounded};
 pub use xfer_core::{FastMap, FastSet, FastState};
 
 /// Values by key: hash lookups, iteration in key order. See the module docs.
+///
+/// Each value carries a mark: the value changed (was inserted or taken to change through
+/// the `_marking` calls) since the last [`IdMap::next_mark`]. A shard tracks what a
+/// checkpoint must write with it, in the lookup it makes anyway, where a set of changed
+/// ids cost a second hash probe and key comparison per step.
 #[derive(Debug)]
 pub(crate) struct IdMap<K, V> {
-    by_id: FastMap<K, V>,
+    by_id: FastMap<K, (V, u64)>,
     order: BTreeSet<K>,
+    /// The current mark (never 0: values inserted unmarked carry 0). A u64 never wraps.
+    mark: u64,
 }
 
 impl<K, V> Default for IdMap<K, V> {
@@ -31,6 +38,7 @@ impl<K, V> Default for IdMap<K, V> {
         IdMap {
             by_id: FastMap::default(),
             order: BTreeSet::new(),
+            mark: 1,
         }
     }
 }
@@ -44,8 +52,12 @@ impl<K: Ord + Hash + Clone, V> IdMap<K, V> {
         let pairs: Vec<(K, V)> = pairs.into_iter().collect();
         let order = pairs.iter().map(|(k, _)| k.clone()).collect();
         let mut by_id = FastMap::with_capacity_and_hasher(pairs.len(), FastState::default());
-        by_id.extend(pairs);
-        IdMap { by_id, order }
+        by_id.extend(pairs.into_iter().map(|(k, v)| (k, (v, 0))));
+        IdMap {
+            by_id,
+            order,
+            mark: 1,
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -53,28 +65,55 @@ impl<K: Ord + Hash + Clone, V> IdMap<K, V> {
     }
 
     pub(crate) fn get(&self, k: &K) -> Option<&V> {
-        self.by_id.get(k)
+        self.by_id.get(k).map(|(v, _)| v)
     }
 
-    pub(crate) fn get_mut(&mut self, k: &K) -> Option<&mut V> {
-        self.by_id.get_mut(k)
+    /// The value of `k`, to change: marks it, and answers whether it was unmarked (its
+    /// first change since the last [`IdMap::next_mark`]).
+    pub(crate) fn get_mut_marking(&mut self, k: &K) -> Option<(&mut V, bool)> {
+        let mark = self.mark;
+        self.by_id.get_mut(k).map(|(v, m)| {
+            let first = *m != mark;
+            *m = mark;
+            (v, first)
+        })
+    }
+
+    /// Whether `k` changed since the last [`IdMap::next_mark`].
+    pub(crate) fn is_marked(&self, k: &K) -> bool {
+        self.by_id.get(k).is_some_and(|(_, m)| *m == self.mark)
+    }
+
+    /// Starts a new mark: every value is unmarked.
+    pub(crate) fn next_mark(&mut self) {
+        self.mark += 1;
     }
 
     pub(crate) fn contains_key(&self, k: &K) -> bool {
         self.by_id.contains_key(k)
     }
 
-    /// Inserts or replaces; answers the value replaced.
+    /// Inserts or replaces, unmarked (a value restored, not a change); answers the value
+    /// replaced.
     pub(crate) fn insert(&mut self, k: K, v: V) -> Option<V> {
-        let old = self.by_id.insert(k.clone(), v);
+        self.insert_with(k, v, 0)
+    }
+
+    /// Inserts or replaces, marked (a change); answers the value replaced.
+    pub(crate) fn insert_marking(&mut self, k: K, v: V) -> Option<V> {
+        self.insert_with(k, v, self.mark)
+    }
+
+    fn insert_with(&mut self, k: K, v: V, mark: u64) -> Option<V> {
+        let old = self.by_id.insert(k.clone(), (v, mark));
         if old.is_none() {
             self.order.insert(k);
         }
-        old
+        old.map(|(v, _)| v)
     }
 
     pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
-        let v = self.by_id.remove(k)?;
+        let (v, _) = self.by_id.remove(k)?;
         let was_ordered = self.order.remove(k);
         debug_assert!(was_ordered, "every key is in the ordered set");
         Some(v)
@@ -82,7 +121,7 @@ impl<K: Ord + Hash + Clone, V> IdMap<K, V> {
 
     /// Every value, in key order.
     pub(crate) fn values(&self) -> impl Iterator<Item = &V> {
-        self.order.iter().map(|k| &self.by_id[k])
+        self.order.iter().map(|k| &self.by_id[k].0)
     }
 
     /// Values in key order, strictly after `after` (from the first if `None`).
@@ -90,7 +129,7 @@ impl<K: Ord + Hash + Clone, V> IdMap<K, V> {
         let from = after.map_or(Unbounded, Excluded);
         self.order
             .range::<K, _>((from, Unbounded))
-            .map(|k| &self.by_id[k])
+            .map(|k| &self.by_id[k].0)
     }
 }
 

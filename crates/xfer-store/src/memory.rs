@@ -44,12 +44,15 @@ pub struct MemoryShard {
 /// state elsewhere too (the embedded store's checkpoints) must write out.
 #[derive(Debug, Default)]
 pub struct Changes {
-    /// Accounts written, created or dropped (look each up: absent means dropped).
-    pub accounts: FastSet<AccountId>,
-    /// Transfers written or created.
-    pub transfers: FastSet<TransferId>,
+    /// Accounts written, created or dropped, each once (look each up: absent means
+    /// dropped).
+    pub accounts: Vec<AccountId>,
+    /// Transfers written or created, each once.
+    pub transfers: Vec<TransferId>,
     /// History entries added: `(sequence, account, transfer)`.
     pub history: Vec<(u64, AccountId, TransferId)>,
+    /// An account was dropped (and may have been created again, so named twice).
+    dropped_account: bool,
 }
 
 impl MemoryShard {
@@ -68,32 +71,34 @@ impl MemoryShard {
 
     /// What changed since the last call (empty if the shard does not track changes).
     pub fn take_changes(&mut self) -> Changes {
-        match &mut self.changes {
-            Some(c) => std::mem::take(c),
-            None => Changes::default(),
+        let Some(c) = &mut self.changes else {
+            return Changes::default();
+        };
+        let mut taken = std::mem::take(c);
+        self.accounts.next_mark();
+        self.transfers.next_mark();
+        if taken.dropped_account {
+            let mut seen = FastSet::default();
+            taken.accounts.retain(|id| seen.insert(id.clone()));
         }
+        taken
     }
 
-    /// True if `id` changed since the last [`MemoryShard::take_changes`].
+    /// True if `id` changed since the last [`MemoryShard::take_changes`] (and the shard
+    /// tracks changes).
     pub fn transfer_changed(&self, id: &TransferId) -> bool {
-        self.changes
-            .as_ref()
-            .is_some_and(|c| c.transfers.contains(id))
+        self.changes.is_some() && self.transfers.is_marked(id)
+    }
+
+    /// Notes a change of account `id` (called on its first change since the last take).
+    fn account_changed(&mut self, id: &AccountId) {
+        if let Some(c) = &mut self.changes {
+            c.accounts.push(id.clone());
+        }
     }
 
     /// Applies one op with the store's clock at `now`.
     pub fn apply(&mut self, op: &Op, now: Timestamp) -> Reply {
-        if let Some(c) = &mut self.changes {
-            match op {
-                Op::Account(_, AccountOp::Get) | Op::Transfer(_, TransferOp::Get) => {}
-                Op::Account(id, _) => {
-                    c.accounts.insert(id.clone());
-                }
-                Op::Transfer(id, _) => {
-                    c.transfers.insert(id.clone());
-                }
-            }
-        }
         // Reads never take a record mutably: that would copy one a checkpoint's cut holds.
         match op {
             Op::Account(id, AccountOp::Get) => {
@@ -111,12 +116,19 @@ impl MemoryShard {
         match op {
             Op::Account(id, op) => {
                 // In place when present (one lookup); the rules never remove a record.
-                let (reply, effect) = match self.accounts.get_mut(id) {
-                    Some(a) => apply_account_to(Arc::make_mut(a), id, op, now),
+                let (reply, effect) = match self.accounts.get_mut_marking(id) {
+                    Some((a, first)) => {
+                        let applied = apply_account_to(Arc::make_mut(a), id, op, now);
+                        if first {
+                            self.account_changed(id);
+                        }
+                        applied
+                    }
                     None => {
                         let (reply, created, effect) = apply_account_absent(id, op);
                         if let Some(a) = created {
-                            self.accounts.insert(id.clone(), Arc::new(a));
+                            self.accounts.insert_marking(id.clone(), Arc::new(a));
+                            self.account_changed(id);
                         }
                         (reply, effect)
                     }
@@ -139,8 +151,13 @@ impl MemoryShard {
                 }
                 reply
             }
-            Op::Transfer(id, op) => match self.transfers.get_mut(id) {
-                Some(r) => {
+            Op::Transfer(id, op) => match self.transfers.get_mut_marking(id) {
+                Some((r, first)) => {
+                    if first {
+                        if let Some(c) = &mut self.changes {
+                            c.transfers.push(id.clone());
+                        }
+                    }
                     let r = Arc::make_mut(r);
                     let before = r.wake_at();
                     let reply = apply_transfer_to(r, op, now);
@@ -162,7 +179,10 @@ impl MemoryShard {
                         if let Some(w) = r.wake_at() {
                             self.wake.insert((w, id.clone()));
                         }
-                        self.transfers.insert(id.clone(), Arc::new(r));
+                        self.transfers.insert_marking(id.clone(), Arc::new(r));
+                        if let Some(c) = &mut self.changes {
+                            c.transfers.push(id.clone());
+                        }
                     }
                     reply
                 }
@@ -304,10 +324,7 @@ impl MemoryShard {
                 break;
             }
             let (_, account, transfer) = self.tombstones.pop_first().expect("first() is due");
-            if let Some(c) = &mut self.changes {
-                c.accounts.insert(account.clone());
-            }
-            let Some(a) = self.accounts.get_mut(&account) else {
+            let Some((a, first)) = self.accounts.get_mut_marking(&account) else {
                 continue;
             };
             let a = Arc::make_mut(a);
@@ -319,8 +336,15 @@ impl MemoryShard {
                     dropped += 1;
                 }
             }
-            if a.status == xfer_core::AccountStatus::Unopened && a.intents.is_empty() {
+            let drop_it = a.status == xfer_core::AccountStatus::Unopened && a.intents.is_empty();
+            if first {
+                self.account_changed(&account);
+            }
+            if drop_it {
                 self.accounts.remove(&account);
+                if let Some(c) = &mut self.changes {
+                    c.dropped_account = true;
+                }
             }
         }
         dropped
@@ -503,5 +527,84 @@ mod tests {
         let held = shard.account_shared(&a).unwrap();
         shard.apply(&Op::Account(a.clone(), AccountOp::Get), Timestamp(3));
         assert!(Arc::ptr_eq(&held, &shard.account_shared(&a).unwrap()));
+    }
+
+    #[test]
+    fn changes_name_each_changed_record_once_per_take() {
+        let usd = || AssetCode::new("USD", "asset").unwrap();
+        let t = |s: &str| TransferId::new(s).unwrap();
+        let mut shard = MemoryShard::tracking();
+        let a = create(&mut shard, "a");
+        let b = create(&mut shard, "b");
+        let prepare = |transfer: &str| AccountOp::Prepare {
+            transfer: t(transfer),
+            asset: usd(),
+            debit: 0,
+            credit: 1,
+            deadline: Timestamp(1_000),
+            horizon: Timestamp(2_000),
+        };
+        for n in 0..3 {
+            shard.apply(
+                &Op::Account(a.clone(), prepare(&format!("t{n}"))),
+                Timestamp(2),
+            );
+        }
+        // A read, and a refused step on an account nobody created, change nothing.
+        shard.apply(&Op::Account(b.clone(), AccountOp::Get), Timestamp(2));
+        let ghost = AccountId::new("ghost").unwrap();
+        shard.apply(&Op::Account(ghost.clone(), prepare("t9")), Timestamp(2));
+        let c = shard.take_changes();
+        assert_eq!(
+            (c.accounts, c.history.len()),
+            (vec![a.clone(), b.clone()], 3)
+        );
+        // A new take starts empty; a record changed again is named again, once.
+        let c = shard.take_changes();
+        assert!(c.accounts.is_empty() && c.transfers.is_empty() && c.history.is_empty());
+        shard.apply(&Op::Account(b.clone(), prepare("t1")), Timestamp(3));
+        shard.apply(&Op::Account(b.clone(), prepare("t2")), Timestamp(3));
+        let c = shard.take_changes();
+        assert_eq!(c.accounts, vec![b.clone()]);
+        // A placeholder made by a release, dropped by prune, then made again: named once.
+        let release = |transfer: &str| AccountOp::Release {
+            transfer: t(transfer),
+            asset: usd(),
+            horizon: Timestamp(10),
+        };
+        shard.apply(&Op::Account(ghost.clone(), release("r1")), Timestamp(4));
+        assert_eq!(shard.prune(Timestamp(20), 100), 1);
+        assert!(
+            shard.account(&ghost).is_none(),
+            "the placeholder is dropped"
+        );
+        shard.apply(&Op::Account(ghost.clone(), release("r2")), Timestamp(21));
+        let c = shard.take_changes();
+        assert_eq!(c.accounts, vec![ghost.clone()]);
+        // Transfers: an insert and later steps in one take name it once, and it counts as
+        // changed (not evictable) until the next take.
+        let spec = xfer_core::TransferSpec {
+            id: t("x1"),
+            postings: vec![xfer_core::Posting {
+                from: a.clone(),
+                to: b.clone(),
+                asset: usd(),
+                amount: xfer_core::Amount::new(5, "amount").unwrap(),
+            }],
+            metadata: String::new(),
+            kind: xfer_core::TransferKind::Transfer,
+            refund_of: None,
+            timeout_ms: 1_000,
+        };
+        let rec = TransferRecord::accept(spec, Timestamp(30), 5_000);
+        shard.apply(
+            &Op::Transfer(t("x1"), TransferOp::Insert(Box::new(rec))),
+            Timestamp(30),
+        );
+        shard.apply(&Op::Transfer(t("x1"), TransferOp::Get), Timestamp(31));
+        assert!(shard.transfer_changed(&t("x1")));
+        let c = shard.take_changes();
+        assert_eq!(c.transfers, vec![t("x1")]);
+        assert!(!shard.transfer_changed(&t("x1")));
     }
 }
