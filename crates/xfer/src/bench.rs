@@ -628,10 +628,14 @@ async fn measure(
             let mut decided: Vec<f64> = Vec::new();
             let clock = DecidedClock::new();
             let mut n = 0u64;
-            // With --rate: this client's requests are due every `every_ms`, from its start.
+            // With --rate: this client's requests are due every `every_ms`, the clients'
+            // schedules spread evenly over that interval (client c starts c/clients of it
+            // late). Started together, every client sent at the same instants: bursts of
+            // the whole in-flight window, each request waiting behind all the others.
             let every_ms = a
                 .rate
                 .map(|r| (a.batch * clients) as f64 * 1e3 / r.max(1) as f64);
+            let offset = c as f64 / clients as f64;
             let paced = Stopwatch::start();
             let mut sent = 0u64;
             while !stop.load(Ordering::Relaxed) {
@@ -643,7 +647,7 @@ async fn measure(
                     .collect();
                 let k = specs.len() as u64;
                 if let Some(every) = every_ms {
-                    let due = sent as f64 * every - paced.seconds() * 1e3;
+                    let due = (sent as f64 + offset) * every - paced.seconds() * 1e3;
                     if due >= 1.0 {
                         TokioSleeper.sleep(due as u64).await;
                     }
