@@ -152,7 +152,7 @@ impl Sweeper {
         let mut ids = Vec::new();
         for (shard, scan) in scans.into_iter().enumerate() {
             match scan {
-                Ok(records) => ids.extend(records.into_iter().map(|r| r.spec.id)),
+                Ok(records) => ids.extend(records.into_iter().map(|r| r.spec.id.clone())),
                 Err(e) => report.shard_errors.push((shard, e)),
             }
         }

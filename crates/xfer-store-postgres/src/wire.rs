@@ -148,7 +148,7 @@ pub(crate) struct TransferRow {
 impl From<TransferRow> for TransferRecord {
     fn from(r: TransferRow) -> TransferRecord {
         TransferRecord {
-            spec: r.spec,
+            spec: r.spec.into(),
             state: r.state,
             created_at: Timestamp(r.created_at),
             updated_at: Timestamp(r.updated_at),

@@ -390,7 +390,7 @@ pub(crate) fn transfer(flat: &[String]) -> Result<TransferRecord, String> {
     }
     let missing = |f: &str| format!("transfer without {f}");
     Ok(TransferRecord {
-        spec: spec.ok_or_else(|| missing("spec"))?,
+        spec: spec.ok_or_else(|| missing("spec"))?.into(),
         state: state.ok_or_else(|| missing("state"))?,
         created_at: created.ok_or_else(|| missing("created"))?,
         updated_at: updated.ok_or_else(|| missing("updated"))?,

@@ -462,7 +462,7 @@ async fn transfers_insert_once(s: &dyn Store) {
         "same body: the first record"
     );
     let mut other = record("t1", 10);
-    other.spec.metadata = "different".into();
+    std::sync::Arc::make_mut(&mut other.spec).metadata = "different".into();
     assert_eq!(
         transfer_op(s, "t1", TransferOp::Insert(Box::new(other))).await,
         Reply::Refused(Code::IdExistsWithDifferentBody)
