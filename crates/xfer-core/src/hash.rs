@@ -4,7 +4,13 @@
 //!
 //! Determinism: a map's order depends on its seed, so no map of this kind is iterated
 //! where the order can show (the simulator replays a seed exactly): callers iterate in id
-//! order, or only fold in ways order cannot change (counts, sums).
+//! order, fold in ways order cannot change (counts, sums), or encode for a reader that
+//! ignores the order (an account's intents in the checkpoint tables).
+//!
+//! Flooding: foldhash claims only minimal resistance to chosen collisions. A client who
+//! could find ids colliding under an unknown per-map seed would slow one account's or one
+//! shard's lookups, never change a result; the B-trees these maps replaced had a
+//! logarithmic worst case instead.
 
 use std::collections::{HashMap, HashSet};
 

@@ -71,7 +71,7 @@ pub(crate) fn bytes_eq(a: &[u8], b: &[u8]) -> bool {
 /// Bytes `from..to` (fewer than eight) as one number, most significant first.
 #[inline(always)]
 fn tail(b: &[u8], from: usize, to: usize) -> u64 {
-    b[from..to].iter().fold(0, |w, &c| w << 8 | u64::from(c))
+    b[from..to].iter().fold(0, |w, &c| (w << 8) | u64::from(c))
 }
 
 /// `a.cmp(b)` in byte order (what `str` and `[u8]` answer), eight bytes at a time, inline.
@@ -134,9 +134,9 @@ macro_rules! id_type {
         #[derive(Clone)]
         pub struct $name(Arc<str>);
 
-        // Ids are compared all the time (the intents of an account, the shard's indexes,
-        // the change sets): by [`bytes_eq`] and [`bytes_cmp`], inline, not by a call to
-        // the C library's memcmp. The order is the text's byte order, as `str`'s.
+        // Ids are compared all the time (the keys of every hash map once the hash matches,
+        // the shard's ordered indexes): by [`bytes_eq`] and [`bytes_cmp`], inline, not by a
+        // call to the C library's memcmp. The order is the text's byte order, as `str`'s.
         impl PartialEq for $name {
             #[inline]
             fn eq(&self, other: &Self) -> bool {
@@ -156,6 +156,9 @@ macro_rules! id_type {
         impl Ord for $name {
             #[inline]
             fn cmp(&self, other: &Self) -> Ordering {
+                if Arc::ptr_eq(&self.0, &other.0) {
+                    return Ordering::Equal;
+                }
                 bytes_cmp(self.0.as_bytes(), other.0.as_bytes())
             }
         }
@@ -285,6 +288,31 @@ mod tests {
                     // Another allocation of the same text is the same id.
                     assert_eq!(a, &TransferId::new(ta).expect("valid"));
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn byte_comparisons_agree_with_slices_at_every_length_and_position() {
+        // Every length 0..=65 (past ID_LEN_MAX), one byte moved up or down at every
+        // position (inside a word, in the overlapping last word, in the short tail), and
+        // every prefix of each: the inline comparisons answer what `[u8]` answers.
+        let base: Vec<u8> = (0..65u8).map(|i| b'A' + i % 26).collect();
+        for len in 0..=base.len() {
+            let a = &base[..len];
+            let mut others: Vec<Vec<u8>> = (0..=len).map(|p| base[..p].to_vec()).collect();
+            for pos in 0..len {
+                for delta in [1i16, -1] {
+                    let mut b = a.to_vec();
+                    b[pos] = (b[pos] as i16 + delta) as u8;
+                    others.push(b);
+                }
+            }
+            others.push([a, b"z"].concat());
+            for b in &others {
+                assert_eq!(bytes_cmp(a, b), a.cmp(b.as_slice()), "{a:?} {b:?}");
+                assert_eq!(bytes_cmp(b, a), b.as_slice().cmp(a), "{b:?} {a:?}");
+                assert_eq!(bytes_eq(a, b), a == b.as_slice(), "{a:?} {b:?}");
             }
         }
     }

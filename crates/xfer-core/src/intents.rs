@@ -155,10 +155,16 @@ impl<'de> serde::Deserialize<'de> for Intents {
                     Default::default(),
                 );
                 while let Some((t, i)) = m.next_entry::<TransferId, Intent>()? {
-                    if out.insert(t.clone(), i).is_some() {
-                        return Err(serde::de::Error::custom(format!(
-                            "transfer {t} has two intents"
-                        )));
+                    match out.entry(t) {
+                        Entry::Occupied(e) => {
+                            return Err(serde::de::Error::custom(format!(
+                                "transfer {} has two intents",
+                                e.key()
+                            )));
+                        }
+                        Entry::Vacant(e) => {
+                            e.insert(i);
+                        }
                     }
                 }
                 Ok(Intents(out))

@@ -5,7 +5,9 @@
 //! - [`amount`]: [`Asset`] (code and scale, exact decimal text), [`AssetCode`], [`Amount`]:
 //!   exact integers in an asset's minor unit.
 //! - [`rejection`]: [`Rejection`], the named reason a request was refused, and its field.
-//! - [`account`]: the [`Account`] record with its [`Intent`]s and [`LowerBound`].
+//! - [`account`]: the [`Account`] record with its [`Intent`]s and [`LowerBound`];
+//!   [`intents`]: [`Intents`], an account's intents by transfer id (hashed, listed in order).
+//! - [`hash`]: [`FastMap`], [`FastSet`], [`FastState`]: the hasher of maps keyed by ids.
 //! - [`transfer`]: [`TransferSpec`] (what the client asks), [`TransferRecord`] (what the log
 //!   keeps), [`TransferState`] and its allowed transitions, and the per-account [`Leg`]s.
 //! - [`rng`]: [`Rng`], the deterministic generator the simulator and fault injection use.

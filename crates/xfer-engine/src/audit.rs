@@ -89,7 +89,7 @@ pub async fn audit(cluster: &Cluster) -> Result<AuditReport, ExecError> {
     let accounts = all_accounts(cluster).await?;
     let intents: BTreeSet<TransferId> = accounts
         .iter()
-        .flat_map(|a| a.intents.iter())
+        .flat_map(|a| a.intents.unordered()) // into an ordered set: order does not matter
         .filter(|(_, i)| i.state == IntentState::Open)
         .map(|(t, _)| t.clone())
         .collect();

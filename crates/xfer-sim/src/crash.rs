@@ -17,8 +17,8 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use xfer_core::{
-    Account, AccountId, AccountStatus, Amount, AssetCode, Clock, IntentState, LowerBound, OwnerId,
-    Posting, Rng, SystemClock, TransferId, TransferKind, TransferRecord, TransferSpec,
+    Account, AccountId, AccountStatus, Amount, AssetCode, Clock, LowerBound, OwnerId, Posting, Rng,
+    SystemClock, TransferId, TransferKind, TransferRecord, TransferSpec,
 };
 use xfer_engine::{
     Cluster, Config, Executor, Outcome, Retry, RetryPolicy, Router, Sleeper, SweepConfig, Sweeper,
@@ -437,11 +437,7 @@ fn check(
     let accounts: Vec<&Account> = shards.iter().flat_map(|s| s.accounts()).collect();
     for a in &accounts {
         checker.after_account_write(Some(a), 0);
-        let open = a
-            .intents
-            .values()
-            .filter(|i| i.state == IntentState::Open)
-            .count();
+        let open = a.open_intents();
         if a.reserved != 0 || a.incoming != 0 || open != 0 || a.status == AccountStatus::Unopened {
             checker.record(
                 "no_leaks",

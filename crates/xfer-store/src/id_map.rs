@@ -13,6 +13,7 @@
 //! The hash is [`FastState`] (xfer-core's: foldhash with random seeds, per process and
 //! per map).
 
+use std::collections::hash_map::Entry;
 use std::collections::BTreeSet;
 use std::hash::Hash;
 use std::ops::Bound::{Excluded, Unbounded};
@@ -38,10 +39,13 @@ impl<K, V> Default for IdMap<K, V> {
         IdMap {
             by_id: FastMap::default(),
             order: BTreeSet::new(),
-            mark: 1,
+            mark: FIRST_MARK,
         }
     }
 }
+
+/// The mark a new map starts with (values inserted unmarked carry 0).
+const FIRST_MARK: u64 = 1;
 
 impl<K: Ord + Hash + Clone, V> IdMap<K, V> {
     /// Builds the map from key-value pairs (bulk: the ordered set is built sorted, much
@@ -56,7 +60,7 @@ impl<K: Ord + Hash + Clone, V> IdMap<K, V> {
         IdMap {
             by_id,
             order,
-            mark: 1,
+            mark: FIRST_MARK,
         }
     }
 
@@ -93,8 +97,8 @@ impl<K: Ord + Hash + Clone, V> IdMap<K, V> {
         self.by_id.contains_key(k)
     }
 
-    /// Inserts or replaces, unmarked (a value restored, not a change); answers the value
-    /// replaced.
+    /// Inserts or replaces, unmarked (a value restored, not a change; a value replaced that
+    /// was marked stays marked); answers the value replaced.
     pub(crate) fn insert(&mut self, k: K, v: V) -> Option<V> {
         self.insert_with(k, v, 0)
     }
@@ -105,11 +109,19 @@ impl<K: Ord + Hash + Clone, V> IdMap<K, V> {
     }
 
     fn insert_with(&mut self, k: K, v: V, mark: u64) -> Option<V> {
-        let old = self.by_id.insert(k.clone(), (v, mark));
-        if old.is_none() {
-            self.order.insert(k);
+        match self.by_id.entry(k) {
+            Entry::Occupied(mut e) => {
+                // Marks only grow: a value marked now stays marked.
+                let (old, old_mark) = e.insert((v, mark));
+                e.get_mut().1 = mark.max(old_mark);
+                Some(old)
+            }
+            Entry::Vacant(e) => {
+                self.order.insert(e.key().clone());
+                e.insert((v, mark));
+                None
+            }
         }
-        old.map(|(v, _)| v)
     }
 
     pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
@@ -176,5 +188,40 @@ mod tests {
         assert!(rebuilt.values().eq(reference.values()));
         assert!(rebuilt.order.iter().all(|k| rebuilt.by_id.contains_key(k)));
         assert_eq!(rebuilt.order.len(), rebuilt.by_id.len());
+    }
+
+    #[test]
+    fn marks_name_what_changed_since_the_last_next_mark() {
+        let mut m: IdMap<String, u64> = IdMap::from_pairs([("a".to_string(), 1)]);
+        m.insert("b".to_string(), 2);
+        assert!(
+            !m.is_marked(&"a".into()) && !m.is_marked(&"b".into()),
+            "restored: unmarked"
+        );
+        let (v, first) = m.get_mut_marking(&"a".into()).expect("present");
+        *v += 10;
+        assert!(first);
+        assert!(
+            !m.get_mut_marking(&"a".into()).expect("present").1,
+            "the second change"
+        );
+        assert!(m.is_marked(&"a".into()));
+        // Replacing a marked value unmarked (a restore) keeps it marked.
+        m.insert("a".to_string(), 5);
+        assert!(m.is_marked(&"a".into()));
+        m.insert_marking("c".to_string(), 3);
+        assert!(m.is_marked(&"c".into()));
+        m.next_mark();
+        for k in ["a", "b", "c"] {
+            assert!(!m.is_marked(&k.into()), "{k}: a new mark");
+        }
+        assert!(m.get_mut_marking(&"b".into()).expect("present").1);
+        // Removed, then inserted marked again: marked, and listed once in order.
+        m.remove(&"c".into());
+        assert!(!m.is_marked(&"c".into()));
+        m.insert_marking("c".to_string(), 4);
+        assert!(m.is_marked(&"c".into()));
+        assert_eq!(m.values().copied().collect::<Vec<_>>(), vec![5, 2, 4]);
+        assert_eq!(m.order.len(), m.by_id.len());
     }
 }

@@ -90,10 +90,18 @@ impl MemoryShard {
         self.changes.is_some() && self.transfers.is_marked(id)
     }
 
-    /// Notes a change of account `id` (called on its first change since the last take).
-    fn account_changed(&mut self, id: &AccountId) {
+    /// Lists account `id` as changed (on its first change since the last take, or when it
+    /// is made again after being dropped).
+    fn note_account(&mut self, id: &AccountId) {
         if let Some(c) = &mut self.changes {
             c.accounts.push(id.clone());
+        }
+    }
+
+    /// Lists transfer `id` as changed (on its first change since the last take).
+    fn note_transfer(&mut self, id: &TransferId) {
+        if let Some(c) = &mut self.changes {
+            c.transfers.push(id.clone());
         }
     }
 
@@ -120,7 +128,7 @@ impl MemoryShard {
                     Some((a, first)) => {
                         let applied = apply_account_to(Arc::make_mut(a), id, op, now);
                         if first {
-                            self.account_changed(id);
+                            self.note_account(id);
                         }
                         applied
                     }
@@ -128,7 +136,7 @@ impl MemoryShard {
                         let (reply, created, effect) = apply_account_absent(id, op);
                         if let Some(a) = created {
                             self.accounts.insert_marking(id.clone(), Arc::new(a));
-                            self.account_changed(id);
+                            self.note_account(id);
                         }
                         (reply, effect)
                     }
@@ -153,11 +161,6 @@ impl MemoryShard {
             }
             Op::Transfer(id, op) => match self.transfers.get_mut_marking(id) {
                 Some((r, first)) => {
-                    if first {
-                        if let Some(c) = &mut self.changes {
-                            c.transfers.push(id.clone());
-                        }
-                    }
                     let r = Arc::make_mut(r);
                     let before = r.wake_at();
                     let reply = apply_transfer_to(r, op, now);
@@ -170,6 +173,9 @@ impl MemoryShard {
                             self.wake.insert((w, id.clone()));
                         }
                     }
+                    if first {
+                        self.note_transfer(id);
+                    }
                     reply
                 }
                 None => {
@@ -180,9 +186,7 @@ impl MemoryShard {
                             self.wake.insert((w, id.clone()));
                         }
                         self.transfers.insert_marking(id.clone(), Arc::new(r));
-                        if let Some(c) = &mut self.changes {
-                            c.transfers.push(id.clone());
-                        }
+                        self.note_transfer(id);
                     }
                     reply
                 }
@@ -338,7 +342,7 @@ impl MemoryShard {
             }
             let drop_it = a.status == xfer_core::AccountStatus::Unopened && a.intents.is_empty();
             if first {
-                self.account_changed(&account);
+                self.note_account(&account);
             }
             if drop_it {
                 self.accounts.remove(&account);

@@ -5,8 +5,8 @@
 
 use std::fmt;
 use xfer_core::{
-    Account, AccountId, AssetCode, CancelReason, Code, IntentState, LowerBound, OwnerId, Timestamp,
-    TransferId, TransferRecord, TransferState,
+    Account, AccountId, AssetCode, CancelReason, Code, LowerBound, OwnerId, Timestamp, TransferId,
+    TransferRecord, TransferState,
 };
 
 /// One single-record operation, addressed to its record.
@@ -269,11 +269,7 @@ impl fmt::Display for Reply {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reply::Account(a) => {
-                let open = a
-                    .intents
-                    .values()
-                    .filter(|i| i.state == IntentState::Open)
-                    .count();
+                let open = a.open_intents();
                 write!(
                     f,
                     "account balance={} reserved={} incoming={} intents={} open={} {:?}",

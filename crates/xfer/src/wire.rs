@@ -9,8 +9,8 @@ use crate::error::{ApiCode, ApiError};
 use serde::{Deserialize, Serialize};
 use xfer_core::amount::AMOUNT_MAX;
 use xfer_core::{
-    Account, AccountId, AccountStatus, Amount, AssetCode, CancelReason, Code, IntentState,
-    LowerBound, Posting, Rejection, TransferId, TransferKind, TransferRecord, TransferSpec,
+    Account, AccountId, AccountStatus, Amount, AssetCode, CancelReason, Code, LowerBound, Posting,
+    Rejection, TransferId, TransferKind, TransferRecord, TransferSpec,
 };
 
 /// How long prepares may take when a request does not say.
@@ -351,11 +351,7 @@ impl AccountOut {
                 AccountStatus::Unopened => "unopened",
             }
             .to_string(),
-            in_flight: a
-                .intents
-                .values()
-                .filter(|i| i.state == IntentState::Open)
-                .count() as u64,
+            in_flight: a.open_intents() as u64,
             shard,
         }
     }
