@@ -51,19 +51,9 @@ impl Intents {
         self.0.get_mut(transfer)
     }
 
-    /// Whether `transfer` has an intent here.
-    pub fn contains_key(&self, transfer: &TransferId) -> bool {
-        self.0.contains_key(transfer)
-    }
-
     /// Sets the intent of `transfer`, answering the one it replaces.
     pub fn insert(&mut self, transfer: TransferId, intent: Intent) -> Option<Intent> {
         self.0.insert(transfer, intent)
-    }
-
-    /// Drops the intent of `transfer`, answering it.
-    pub fn remove(&mut self, transfer: &TransferId) -> Option<Intent> {
-        self.0.remove(transfer)
     }
 
     /// The slot of `transfer`, to read and then fill or empty with one lookup.

@@ -112,9 +112,8 @@ impl<K: Ord + Hash + Clone, V> IdMap<K, V> {
         match self.by_id.entry(k) {
             Entry::Occupied(mut e) => {
                 // Marks only grow: a value marked now stays marked.
-                let (old, old_mark) = e.insert((v, mark));
-                e.get_mut().1 = mark.max(old_mark);
-                Some(old)
+                let kept = mark.max(e.get().1);
+                Some(e.insert((v, kept)).0)
             }
             Entry::Vacant(e) => {
                 self.order.insert(e.key().clone());
