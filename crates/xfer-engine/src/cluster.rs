@@ -12,7 +12,9 @@
 //! ```
 //!
 //! A batch is one round trip; each op in it stays atomic on its own record and nothing more
-//! (see [`Store`]). A failed batch fails every request in it: the caller cannot tell which
+//! (see [`Store`]). When every shard appends to one log ([`Store::log_domain`]),
+//! [`Cluster::execute_pending`] lets them answer before their sync, with the log point to
+//! wait for ([`Cluster::wait_durable`]) before acknowledging anything. A failed batch fails every request in it: the caller cannot tell which
 //! prefix was applied, and need not, because every protocol step is idempotent. The engine
 //! never spawns tasks: the per-shard calls are futures joined in the caller's task.
 
@@ -20,12 +22,14 @@ use crate::machine::Request;
 use crate::router::{RouteError, Router};
 use futures_util::future::join_all;
 use std::sync::Arc;
-use xfer_store::{Op, Reply, Store, StoreError};
+use xfer_store::{BoxFuture, LogDomain, Op, Reply, Store, StoreError};
 
 /// The shards and their router.
 pub struct Cluster {
     shards: Vec<Arc<dyn Store>>,
     router: Router,
+    /// The log every shard appends to, if they all share one.
+    domain: Option<LogDomain>,
 }
 
 /// The result of one request: the store's reply, or why its batch failed.
@@ -41,7 +45,19 @@ impl Cluster {
             shards.len(),
             router.shards()
         );
-        Cluster { shards, router }
+        let first = shards.first().and_then(|s| s.log_domain());
+        let domain = first.filter(|d| shards.iter().all(|s| s.log_domain() == Some(*d)));
+        Cluster {
+            shards,
+            router,
+            domain,
+        }
+    }
+
+    /// True if every shard appends to one log, so that answers may come before the sync
+    /// ([`Cluster::execute_pending`]).
+    pub fn pipelined(&self) -> bool {
+        self.domain.is_some()
     }
 
     /// The router.
@@ -55,8 +71,44 @@ impl Cluster {
     }
 
     /// Sends `requests`, one batch per shard, all shards concurrently, and answers one
-    /// result per request in the same order. If any op cannot be routed nothing is sent.
+    /// result per request in the same order, each durable. If any op cannot be routed
+    /// nothing is sent.
     pub async fn execute(&self, requests: &[Request]) -> Result<Vec<Sent>, RouteError> {
+        let (sent, _) = self.send(requests, false).await?;
+        Ok(sent)
+    }
+
+    /// As [`Cluster::execute`], but when every shard appends to one log the answers may
+    /// come before they are durable: with them comes the log point (0: none) that
+    /// [`Cluster::wait_durable`] must reach before anything they led to is acknowledged.
+    /// Otherwise it is `execute`, with point 0.
+    pub async fn execute_pending(
+        &self,
+        requests: &[Request],
+    ) -> Result<(Vec<Sent>, u64), RouteError> {
+        self.send(requests, self.pipelined()).await
+    }
+
+    /// Waits until the shards' log is durable up to `point`.
+    pub async fn wait_durable(&self, point: u64) -> Result<(), StoreError> {
+        match self.shards.first() {
+            Some(s) if point > 0 => s.wait_durable(point).await,
+            _ => Ok(()),
+        }
+    }
+
+    /// True if the shards' log is durable up to `point` now.
+    pub fn is_durable(&self, point: u64) -> bool {
+        point == 0 || self.shards.first().is_some_and(|s| s.is_durable(point))
+    }
+
+    /// One batch per shard: `execute_pending` on each if `pending`, else `execute`; the
+    /// results in request order, and the highest log point answered.
+    async fn send(
+        &self,
+        requests: &[Request],
+        pending: bool,
+    ) -> Result<(Vec<Sent>, u64), RouteError> {
         let groups = self.group(requests.iter().map(|r| &r.op))?;
         let calls = groups
             .iter()
@@ -64,11 +116,23 @@ impl Cluster {
             .filter(|(_, g)| !g.is_empty())
             .map(|(s, g)| {
                 let ops: Vec<Op> = g.iter().map(|i| requests[*i].op.clone()).collect();
-                async move { (s, self.shards[s].execute(ops).await) }
+                let shard = &self.shards[s];
+                let call: BoxFuture<'_, Result<(Vec<Reply>, u64), StoreError>> = if pending {
+                    shard.execute_pending(ops)
+                } else {
+                    let call = shard.execute(ops);
+                    Box::pin(async move { call.await.map(|r| (r, 0)) })
+                };
+                async move { (s, call.await) }
             });
         let mut out: Vec<Option<Sent>> = vec![None; requests.len()];
+        let mut point = 0;
         for (shard, result) in join_all(calls).await {
             let members = &groups[shard];
+            let result = result.map(|(replies, at)| {
+                point = point.max(at);
+                replies
+            });
             match result {
                 Ok(replies) if replies.len() == members.len() => {
                     for (i, reply) in members.iter().zip(replies) {
@@ -87,10 +151,11 @@ impl Cluster {
             }
         }
         // Every request belongs to exactly one non-empty group, so every slot is filled.
-        Ok(out
+        let out = out
             .into_iter()
             .map(|s| s.expect("every request was sent in a batch"))
-            .collect())
+            .collect();
+        Ok((out, point))
     }
 
     /// Sends one op on its own (a batch of one).

@@ -7,6 +7,15 @@
 //!        ─▶ if anything failed: back off (Retry), counting failed rounds per machine
 //! ```
 //!
+//! When every shard appends to one log (the embedded store), a round's answers come before
+//! they are durable ([`Cluster::execute_pending`]) and the next round goes on at once: a
+//! crash keeps a prefix of that log, so no step can survive without the steps it followed.
+//! Nothing leaves the drive before the log is durable up to the last point its machines
+//! saw: a decision is reported ([`Decisions`]) once its round's point is durable, and the
+//! outcomes are returned after one wait for the highest point. If that wait fails, every
+//! outcome that rests on an answer is `Indeterminate`. A transfer thus waits for one sync
+//! instead of one per step.
+//!
 //! A machine whose rounds fail `attempts_max` times in a row is given up: `Unavailable` if
 //! nothing of it can have been applied (no reply ever came and every failure said so),
 //! else `Indeterminate`. Giving up is always safe: every request is idempotent and whatever
@@ -18,7 +27,8 @@ use crate::error::ExecError;
 use crate::executor::Decisions;
 use crate::machine::{Machine, Outcome, Request};
 use crate::retry::{Retry, RetryPolicy};
-use xfer_core::{Clock, Code, Rejection};
+use std::collections::VecDeque;
+use xfer_core::{Clock, Code, Rejection, TransferId};
 use xfer_store::StoreError;
 
 /// The most rounds one drive runs before giving up on every machine still live. A plain
@@ -38,6 +48,39 @@ struct Flight {
     round_ok: bool,
     round_err: bool,
     result: Option<Result<Outcome, ExecError>>,
+    /// The highest log point of the answers it took (0: all were durable when answered).
+    point: u64,
+}
+
+/// Decisions taken from answers not yet durable, reported once their point is.
+#[derive(Default)]
+struct Unreported {
+    rounds: VecDeque<(u64, Vec<TransferId>)>,
+}
+
+impl Unreported {
+    /// Reports `ids`, decided from answers at log `point`, now if that is durable.
+    fn push(&mut self, cluster: &Cluster, point: u64, ids: Vec<TransferId>, to: &dyn Decisions) {
+        if ids.is_empty() {
+            return;
+        }
+        if self.rounds.is_empty() && cluster.is_durable(point) {
+            ids.iter().for_each(|id| to.decided(id));
+        } else {
+            self.rounds.push_back((point, ids));
+        }
+    }
+
+    /// Reports every round whose point is durable (all of them if `all`).
+    fn report(&mut self, cluster: &Cluster, all: bool, to: &dyn Decisions) {
+        while let Some((point, _)) = self.rounds.front() {
+            if !all && !cluster.is_durable(*point) {
+                return;
+            }
+            let (_, ids) = self.rounds.pop_front().expect("front exists");
+            ids.iter().for_each(|id| to.decided(id));
+        }
+    }
 }
 
 /// Runs `starts` to their outcomes; results in the same order.
@@ -49,6 +92,7 @@ pub(crate) async fn drive(
     decisions: Option<&dyn Decisions>,
 ) -> Vec<Result<Outcome, ExecError>> {
     let mut flights: Vec<Flight> = starts.into_iter().map(Flight::new).collect();
+    let mut unreported = Unreported::default();
     for round in 0..=ROUNDS_MAX {
         let now = clock.now();
         let (mut owners, mut batch) = (Vec::new(), Vec::new());
@@ -68,7 +112,7 @@ pub(crate) async fn drive(
             flights.iter_mut().for_each(|f| f.give_up(&why));
             break;
         }
-        let sent = match cluster.execute(&batch).await {
+        let (sent, point) = match cluster.execute_pending(&batch).await {
             Ok(sent) => sent,
             Err(e) => {
                 flights
@@ -78,8 +122,16 @@ pub(crate) async fn drive(
             }
         };
         let now = clock.now();
+        let mut decided = Vec::new();
         for ((i, req), sent) in owners.into_iter().zip(batch).zip(sent) {
-            flights[i].absorb(req, sent, now, decisions);
+            let f = &mut flights[i];
+            if f.absorb(req, sent, now, point) && decisions.is_some() {
+                decided.push(f.machine.id().clone());
+            }
+        }
+        if let Some(d) = decisions {
+            unreported.report(cluster, false, d);
+            unreported.push(cluster, point, decided, d);
         }
         let worst = flights
             .iter_mut()
@@ -88,6 +140,15 @@ pub(crate) async fn drive(
         if let Some(failures) = worst {
             retry.pause(failures).await;
         }
+    }
+    let point = flights.iter().map(|f| f.point).max().unwrap_or(0);
+    match cluster.wait_durable(point).await {
+        Ok(()) => {
+            if let Some(d) = decisions {
+                unreported.report(cluster, true, d);
+            }
+        }
+        Err(e) => flights.iter_mut().for_each(|f| f.unsynced(&e)),
     }
     flights.into_iter().map(Flight::finish).collect()
 }
@@ -131,6 +192,7 @@ impl Flight {
             round_ok: false,
             round_err: false,
             result: None,
+            point: 0,
         }
     }
 
@@ -160,27 +222,21 @@ impl Flight {
         true
     }
 
-    /// Takes one request's result.
-    fn absorb(
-        &mut self,
-        req: Request,
-        sent: Sent,
-        now: xfer_core::Timestamp,
-        decisions: Option<&dyn Decisions>,
-    ) {
+    /// Takes one request's result, answered at log `point`; true if it decided the
+    /// transfer.
+    fn absorb(&mut self, req: Request, sent: Sent, now: xfer_core::Timestamp, point: u64) -> bool {
         if self.result.is_some() {
-            return;
+            return false;
         }
         match sent {
             Ok(reply) => {
                 (self.round_ok, self.maybe_applied) = (true, true);
+                self.point = self.point.max(point);
                 if self.machine.wants(req.tag) {
                     let deciding = self.machine.is_deciding();
                     let next = self.machine.on_reply(req.tag, reply, now);
                     self.queue.extend(next);
-                    if let Some(d) = decisions.filter(|_| deciding && self.machine.is_decided()) {
-                        d.decided(self.machine.id());
-                    }
+                    return deciding && self.machine.is_decided();
                 }
             }
             Err(StoreError::Corrupted(m)) => self.fail(ExecError::Corrupted(m)),
@@ -190,6 +246,27 @@ impl Flight {
                 self.last_error = Some(e);
                 self.queue.push(req); // resent next round if still wanted
             }
+        }
+        false
+    }
+
+    /// The log could not be made durable up to the answers this machine took: whatever it
+    /// concluded from them may be lost, so its outcome is unknown (errors that say more,
+    /// like corruption, stay).
+    fn unsynced(&mut self, e: &StoreError) {
+        if self.point == 0 {
+            return;
+        }
+        let keep = matches!(
+            &self.result,
+            Some(Err(err)) if !matches!(err, ExecError::Rejected(_))
+        );
+        if !keep {
+            self.result = Some(Err(ExecError::Indeterminate(format!(
+                "{}: the log could not be synced after phase {}: {e}",
+                self.machine.id(),
+                self.machine.phase_name()
+            ))));
         }
     }
 

@@ -29,8 +29,8 @@ pub const FLIGHTS_MAX: usize = 1_024;
 pub const CLOSE_WAITS_MAX_DEFAULT: u32 = 20;
 
 /// Told, while transfers are driven, of each decision this executor writes: the transfer's
-/// decide step (the commit point) answered, so it is applied, held or canceling now and its
-/// outcome can no longer change. `xfer bench` times submit-to-decided with it.
+/// decide step (the commit point) answered and is durable, so it is applied, held or
+/// canceling now and its outcome can no longer change. `xfer bench` times submit-to-decided with it.
 pub trait Decisions: Send + Sync {
     /// `id` is decided.
     fn decided(&self, id: &TransferId);
@@ -240,9 +240,32 @@ impl Executor {
         Ok(replies.pop().expect("one reply per op"))
     }
 
-    /// Sends ops as one batch per shard and answers one reply per op, in order; the ops a
-    /// store failed are sent again (every op is idempotent) as the retry policy says.
+    /// Sends ops as one batch per shard and answers one reply per op, in order, each
+    /// durable; the ops a store failed are sent again (every op is idempotent) as the retry
+    /// policy says.
     pub async fn execute_ops(&self, ops: Vec<Op>) -> Result<Vec<Reply>, ExecError> {
+        let (replies, _) = self.send_ops(ops, false).await?;
+        Ok(replies)
+    }
+
+    /// As [`Executor::execute_ops`], but when the shards share one log the replies may come
+    /// before they are durable, with the log point to pass to [`Executor::wait_durable`]
+    /// before acting on them outside that log (answering a client). A caller whose next
+    /// step is a drive on the same shards need not wait: the drive's own wait covers it.
+    pub async fn execute_ops_pending(&self, ops: Vec<Op>) -> Result<(Vec<Reply>, u64), ExecError> {
+        self.send_ops(ops, true).await
+    }
+
+    /// Waits until the shards' log is durable up to `point` (0: at once).
+    pub async fn wait_durable(&self, point: u64) -> Result<(), ExecError> {
+        self.cluster
+            .wait_durable(point)
+            .await
+            .map_err(|e| ExecError::Indeterminate(format!("the log could not be synced: {e}")))
+    }
+
+    async fn send_ops(&self, ops: Vec<Op>, pending: bool) -> Result<(Vec<Reply>, u64), ExecError> {
+        let mut point = 0;
         let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
         let mut failures = 0;
         let mut maybe_applied = false;
@@ -257,10 +280,14 @@ impl Executor {
                 })
                 .collect();
             let mut last = None;
-            for (req, sent) in unanswered
-                .iter()
-                .zip(self.cluster.execute(&unanswered).await?)
-            {
+            let sent = if pending {
+                let (sent, at) = self.cluster.execute_pending(&unanswered).await?;
+                point = point.max(at);
+                sent
+            } else {
+                self.cluster.execute(&unanswered).await?
+            };
+            for (req, sent) in unanswered.iter().zip(sent) {
                 match sent {
                     Ok(reply) => replies[req.tag as usize] = Some(reply),
                     Err(e) => {
@@ -270,7 +297,7 @@ impl Executor {
                 }
             }
             let Some(e) = last else {
-                return Ok(replies.into_iter().flatten().collect());
+                return Ok((replies.into_iter().flatten().collect(), point));
             };
             failures += 1;
             if !e.is_retryable() || !self.retry.policy().allows(failures) {

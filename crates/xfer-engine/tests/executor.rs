@@ -2,6 +2,7 @@
 //! clock: every retry's backoff moves the clock instead of waiting, so these tests take no
 //! real time and replay exactly.
 
+use futures_util::FutureExt;
 use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -15,7 +16,8 @@ use xfer_engine::{
     RetryPolicy, Router, SweepConfig, Sweeper,
 };
 use xfer_store::{
-    AccountOp, ExecuteHook, FaultPlan, Faulty, Intercept, MemoryStore, Op, Reply, Store, TransferOp,
+    AccountOp, ExecuteHook, FaultPlan, Faulty, Intercept, MemoryStore, Op, Reply, Store,
+    StoreError, TransferOp,
 };
 
 const SHARDS: usize = 3;
@@ -878,4 +880,216 @@ async fn each_decision_written_is_told_once_and_a_repeat_decides_nothing() {
         "{:?}",
         again.0.lock().unwrap()
     );
+}
+
+/// The log shared by [`Pipelined`] shards: every answer gets the next point, and the test
+/// says by hand how far the log is durable, or that syncing failed.
+#[derive(Default)]
+struct Gate {
+    next: std::sync::atomic::AtomicU64,
+    durable: std::sync::atomic::AtomicU64,
+    failed: std::sync::atomic::AtomicBool,
+    changed: tokio::sync::Notify,
+}
+
+impl Gate {
+    fn open_all(&self) {
+        self.durable.store(u64::MAX, Relaxed);
+        self.changed.notify_waiters();
+    }
+
+    fn close(&self) {
+        self.durable.store(self.next.load(Relaxed), Relaxed);
+    }
+
+    fn fail(&self) {
+        self.failed.store(true, Relaxed);
+        self.changed.notify_waiters();
+    }
+}
+
+/// A Memory store that says it appends to the gate's log and answers before the log is
+/// durable (as the embedded store does).
+struct Pipelined {
+    inner: MemoryStore,
+    gate: Arc<Gate>,
+}
+
+impl Store for Pipelined {
+    fn execute(&self, ops: Vec<Op>) -> xfer_store::BoxFuture<'_, Result<Vec<Reply>, StoreError>> {
+        self.inner.execute(ops)
+    }
+
+    fn log_domain(&self) -> Option<xfer_store::LogDomain> {
+        Some(xfer_store::LogDomain(Arc::as_ptr(&self.gate) as usize))
+    }
+
+    fn execute_pending(
+        &self,
+        ops: Vec<Op>,
+    ) -> xfer_store::BoxFuture<'_, Result<(Vec<Reply>, u64), StoreError>> {
+        Box::pin(async move {
+            let replies = self.inner.execute(ops).await?;
+            Ok((replies, self.gate.next.fetch_add(1, Relaxed) + 1))
+        })
+    }
+
+    fn wait_durable(&self, point: u64) -> xfer_store::BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            loop {
+                let changed = self.gate.changed.notified();
+                if self.gate.failed.load(Relaxed) {
+                    return Err(StoreError::Indeterminate("sync failed".into()));
+                }
+                if self.is_durable(point) {
+                    return Ok(());
+                }
+                changed.await;
+            }
+        })
+    }
+
+    fn is_durable(&self, point: u64) -> bool {
+        point <= self.gate.durable.load(Relaxed)
+    }
+
+    fn scan_due(
+        &self,
+        now: Timestamp,
+        limit: usize,
+    ) -> xfer_store::BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>> {
+        self.inner.scan_due(now, limit)
+    }
+
+    fn history<'a>(
+        &'a self,
+        account: &'a AccountId,
+        before: Option<u64>,
+        limit: usize,
+    ) -> xfer_store::BoxFuture<'a, Result<xfer_store::HistoryPage, StoreError>> {
+        self.inner.history(account, before, limit)
+    }
+
+    fn prune(&self, limit: usize) -> xfer_store::BoxFuture<'_, Result<usize, StoreError>> {
+        self.inner.prune(limit)
+    }
+
+    fn accounts<'a>(
+        &'a self,
+        after: Option<&'a AccountId>,
+        limit: usize,
+    ) -> xfer_store::BoxFuture<'a, Result<Vec<Account>, StoreError>> {
+        self.inner.accounts(after, limit)
+    }
+
+    fn transfers<'a>(
+        &'a self,
+        after: Option<&'a TransferId>,
+        limit: usize,
+    ) -> xfer_store::BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>> {
+        self.inner.transfers(after, limit)
+    }
+}
+
+/// `SHARDS` shards on one gated log (the gate open), and the gate; with `plain_last`, the
+/// last shard is a plain Memory store instead (durable answers, no shared log).
+fn pipelined_world(plain_last: bool) -> (World, Arc<Gate>) {
+    let clock = Arc::new(ManualClock::at(T0));
+    let gate = Arc::new(Gate::default());
+    gate.open_all();
+    let shards = (0..SHARDS)
+        .map(|i| {
+            if plain_last && i == SHARDS - 1 {
+                Arc::new(MemoryStore::new(clock.clone())) as Arc<dyn Store>
+            } else {
+                Arc::new(Pipelined {
+                    inner: MemoryStore::new(clock.clone()),
+                    gate: gate.clone(),
+                }) as Arc<dyn Store>
+            }
+        })
+        .collect();
+    (World::over(clock, shards, SweepConfig::default()), gate)
+}
+
+/// On shards that share one log, a transfer runs all its steps without waiting for the log
+/// to be durable, but neither its outcome nor its decision is given before the log is
+/// durable up to its last step.
+#[tokio::test(flavor = "current_thread")]
+async fn on_one_log_steps_run_ahead_of_the_sync_and_nothing_is_told_before_it() {
+    let (w, gate) = pipelined_world(false);
+    assert!(w.cluster().pipelined());
+    w.bank().await;
+    gate.close();
+    let told = Told::default();
+    let specs = vec![spec("t1", vec![posting("alice", "bob", "USD", 30)])];
+    let submit = w.exec.submit_many_observed(specs, Some(&told));
+    tokio::pin!(submit);
+    // Let it run until it can go no further: it then waits for the log.
+    for _ in 0..100 {
+        assert!(
+            submit.as_mut().now_or_never().is_none(),
+            "answered before the log was durable"
+        );
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        w.transfer("t1").await.state,
+        TransferState::Done,
+        "every step ran"
+    );
+    assert!(
+        told.0.lock().unwrap().is_empty(),
+        "decision told before it was durable"
+    );
+    gate.open_all();
+    let results = submit.await;
+    assert_eq!(
+        finished(results.into_iter().next().unwrap()).state,
+        TransferState::Done
+    );
+    assert_eq!(*told.0.lock().unwrap(), ["t1"]);
+    w.assert_settled(&[("alice", 70), ("bob", 30)]).await;
+}
+
+/// If the shared log cannot be synced, no outcome resting on its answers is given: each is
+/// `Indeterminate` (the transfer may or may not survive a crash), and no decision is told.
+#[tokio::test(flavor = "current_thread")]
+async fn a_failed_sync_of_the_shared_log_leaves_every_outcome_unknown() {
+    let (w, gate) = pipelined_world(false);
+    w.bank().await;
+    gate.close();
+    let told = Told::default();
+    let specs = vec![
+        spec("t1", vec![posting("alice", "bob", "USD", 30)]),
+        spec("t2", vec![posting("alice", "bob", "USD", 500)]), // canceled: not enough
+    ];
+    let submit = w.exec.submit_many_observed(specs, Some(&told));
+    tokio::pin!(submit);
+    for _ in 0..100 {
+        assert!(submit.as_mut().now_or_never().is_none());
+        tokio::task::yield_now().await;
+    }
+    gate.fail();
+    for r in submit.await {
+        assert!(matches!(r, Err(ExecError::Indeterminate(_))), "{r:?}");
+    }
+    assert!(told.0.lock().unwrap().is_empty());
+}
+
+/// Shards on different logs (here one is a plain durable store) never answer ahead of their
+/// sync: a crash of one could keep a step that rests on a lost step of the other.
+#[tokio::test(flavor = "current_thread")]
+async fn shards_on_different_logs_wait_for_every_step() {
+    let (w, gate) = pipelined_world(true);
+    assert!(!w.cluster().pipelined());
+    w.bank().await;
+    gate.close();
+    // Nothing waits on the gate: every step is a durable `execute`.
+    let r = w
+        .exec
+        .submit(spec("t1", vec![posting("alice", "bob", "USD", 30)]))
+        .await;
+    assert_eq!(finished(r).state, TransferState::Done);
+    assert_eq!(gate.next.load(Relaxed), 0, "no pending call was made");
 }

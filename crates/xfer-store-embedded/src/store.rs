@@ -6,6 +6,9 @@
 //!          ─▶ apply every op to the in-memory shard (MemoryShard's rules, store clock `now`)
 //!          ─▶ append one log entry {s, now, the writes} ─▶ unlock
 //!   wait until the committer's fdatasync covers the entry (group commit) ─▶ replies
+//! execute_pending(ops): the same up to the unlock ─▶ ask the committer to sync up to the
+//!   entry ─▶ replies with the entry's point (every shard appends to the one log, so the
+//!   caller waits for that point only before it acknowledges anything: wait_durable)
 //! checkpointer (every `checkpoint_bytes` of log): per shard, under its lock, note the
 //!   log position and take what changed (the records shared, not copied) ─▶ one atomic
 //!   synced batch into the tables ─▶ evict finished transfers and history from memory, a
@@ -31,7 +34,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use xfer_core::{Account, AccountId, AccountStatus, Clock, Timestamp, TransferId, TransferRecord};
 use xfer_store::{
-    BoxFuture, FastSet, HistoryPage, MemoryShard, Op, Reply, Store, StoreError, TransferOp,
+    BoxFuture, FastSet, HistoryPage, LogDomain, MemoryShard, Op, Reply, Store, StoreError,
+    TransferOp,
 };
 
 /// Settings of an embedded store.
@@ -97,6 +101,10 @@ struct CommitState {
     /// The committer sleeps on the condvar (only then is a wake-up worth a syscall).
     idle: bool,
     shutdown: bool,
+    /// The highest LSN a pending call asked to be synced, with nobody waiting yet.
+    wanted: u64,
+    /// Every LSN below this was synced by the committer.
+    synced: u64,
 }
 
 /// Records evicted per hold of a shard's lock after a checkpoint.
@@ -288,7 +296,10 @@ impl<F: Fs> Embedded<F> {
             tables,
             shards: shards.into_iter().map(Mutex::new).collect(),
             clock,
-            commit: Mutex::new(CommitState::default()),
+            commit: Mutex::new(CommitState {
+                synced: 1,
+                ..CommitState::default()
+            }),
             commit_wake: Condvar::new(),
             failed: Mutex::new(None),
             checkpointing: Mutex::new(()),
@@ -552,13 +563,25 @@ impl<F: Fs> Inner<F> {
         }
     }
 
-    /// The committer: syncs the log up to the highest LSN anyone waits for, then answers
-    /// every waiter it covered. Waiters arriving during a sync share the next one.
+    /// Asks the committer to sync up to `lsn` soon, without waiting (a pending call's
+    /// entry: its caller will wait, or poll, later).
+    fn want_sync(&self, lsn: u64) {
+        let mut st = self.lock_commit();
+        st.wanted = st.wanted.max(lsn);
+        if st.idle && st.wanted >= st.synced {
+            st.idle = false;
+            self.commit_wake.notify_one();
+        }
+    }
+
+    /// The committer: syncs the log up to the highest LSN anyone waits for or asked for,
+    /// then answers every waiter it covered. Waiters arriving during a sync share the next
+    /// one.
     fn run_committer(&self) {
         loop {
-            let waiters = {
+            let (waiters, wanted) = {
                 let mut st = self.lock_commit();
-                while st.waiters.is_empty() && !st.shutdown {
+                while st.waiters.is_empty() && st.wanted < st.synced && !st.shutdown {
                     st.idle = true;
                     st = self
                         .commit_wake
@@ -566,14 +589,28 @@ impl<F: Fs> Inner<F> {
                         .expect("commit state poisoned by a panic");
                 }
                 st.idle = false;
-                if st.waiters.is_empty() {
+                if st.waiters.is_empty() && st.shutdown {
                     st.stopped = true;
                     return;
                 }
-                std::mem::take(&mut st.waiters)
+                (std::mem::take(&mut st.waiters), st.wanted)
             };
-            let target = waiters.iter().map(|(l, _)| *l).max().unwrap_or(0);
+            let target = waiters
+                .iter()
+                .map(|(l, _)| *l)
+                .max()
+                .unwrap_or(0)
+                .max(wanted);
             let result = self.log.sync(target).map_err(|e| e.to_string());
+            {
+                let mut st = self.lock_commit();
+                match &result {
+                    Ok(()) => st.synced = st.synced.max(target + 1),
+                    // The log is poisoned: nothing will sync again, so stop asking (a
+                    // pending call's wait gets the error from its own sync attempt).
+                    Err(_) => st.wanted = 0,
+                }
+            }
             if let Err(why) = &result {
                 self.fail(why.clone());
             }
@@ -752,6 +789,29 @@ impl<F: Fs> Store for EmbeddedShard<F> {
             self.inner.durable(lsn).await?;
             Ok(replies)
         })
+    }
+
+    /// Every shard of one data directory appends to its one log.
+    fn log_domain(&self) -> Option<LogDomain> {
+        Some(LogDomain(Arc::as_ptr(&self.inner) as *const () as usize))
+    }
+
+    fn execute_pending(
+        &self,
+        ops: Vec<Op>,
+    ) -> BoxFuture<'_, Result<(Vec<Reply>, u64), StoreError>> {
+        let result = self
+            .execute_now(&ops)
+            .inspect(|(_, lsn)| self.inner.want_sync(*lsn));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn wait_durable(&self, point: u64) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.inner.durable(point))
+    }
+
+    fn is_durable(&self, point: u64) -> bool {
+        point < self.inner.log.durable_lsn()
     }
 
     fn scan_due(

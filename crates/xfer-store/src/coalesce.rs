@@ -7,6 +7,9 @@
 //! fsync for the embedded store, one statement for SQL, one pipeline for Redis) carries the
 //! steps of every transfer in flight, so per-call costs stop scaling with concurrency.
 //!
+//! [`Store::execute_pending`] is not merged: it answers without waiting for a sync, so it
+//! goes straight to the inner store.
+//!
 //! It changes no guarantee: a store promises each op atomic on its record and nothing across
 //! ops, so merging batches is invisible; a failed merged call fails every caller in it with
 //! the same error (`Unavailable`: none applied; `Indeterminate`: any of them may have been).
@@ -210,7 +213,9 @@ impl<S: Store> Store for Coalesce<S> {
         })
     }
 
-    crate::store::forward_to_inner!(inner: scan_due, history, prune, accounts, transfers);
+    // Pending calls go straight through: they do not wait for a sync, so there is no
+    // round trip to share, and the log's committer already covers many in one fsync.
+    crate::store::forward_to_inner!(inner: pending, scan_due, history, prune, accounts, transfers);
 }
 
 #[cfg(test)]

@@ -1,25 +1,48 @@
 //! [`Intercept`]: a [`Store`] that passes every call to an inner store except `execute`,
 //! which goes through a hook first. For wrappers that only change how batches are sent
 //! (counting them, refusing them), so they need not restate the whole trait.
+//!
+//! [`Store::execute_pending`] goes through a second hook if one is given
+//! ([`Intercept::with_pending`]); without one the wrapper answers only what is durable (no
+//! log domain), so nothing the inner store answers early can bypass the hook.
 
 use crate::op::{Op, Reply};
-use crate::store::{BoxFuture, Store, StoreError};
+use crate::store::{BoxFuture, LogDomain, Store, StoreError};
 
 /// The hook: sees each batch and the inner store, and answers for it.
 pub type ExecuteHook<S> = Box<
     dyn for<'a> Fn(&'a S, Vec<Op>) -> BoxFuture<'a, Result<Vec<Reply>, StoreError>> + Send + Sync,
 >;
 
+/// The hook for [`Store::execute_pending`]: answers the replies and the log point.
+pub type PendingHook<S> = Box<
+    dyn for<'a> Fn(&'a S, Vec<Op>) -> BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>>
+        + Send
+        + Sync,
+>;
+
 /// `inner` with `execute` replaced by `hook`; every other call goes straight to `inner`.
 pub struct Intercept<S> {
     inner: S,
     hook: ExecuteHook<S>,
+    pending: Option<PendingHook<S>>,
 }
 
 impl<S: Store> Intercept<S> {
     /// Wraps `inner`.
     pub fn new(inner: S, hook: ExecuteHook<S>) -> Intercept<S> {
-        Intercept { inner, hook }
+        Intercept {
+            inner,
+            hook,
+            pending: None,
+        }
+    }
+
+    /// Also sends [`Store::execute_pending`] through `pending` (and so takes the inner
+    /// store's log domain).
+    pub fn with_pending(mut self, pending: PendingHook<S>) -> Intercept<S> {
+        self.pending = Some(pending);
+        self
     }
 
     /// The wrapped store.
@@ -31,6 +54,31 @@ impl<S: Store> Intercept<S> {
 impl<S: Store> Store for Intercept<S> {
     fn execute(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Reply>, StoreError>> {
         (self.hook)(&self.inner, ops)
+    }
+
+    fn log_domain(&self) -> Option<LogDomain> {
+        self.pending.as_ref().and_then(|_| self.inner.log_domain())
+    }
+
+    fn execute_pending(
+        &self,
+        ops: Vec<Op>,
+    ) -> BoxFuture<'_, Result<(Vec<Reply>, u64), StoreError>> {
+        match &self.pending {
+            Some(hook) => hook(&self.inner, ops),
+            None => {
+                let call = self.execute(ops);
+                Box::pin(async move { call.await.map(|replies| (replies, 0)) })
+            }
+        }
+    }
+
+    fn wait_durable(&self, point: u64) -> BoxFuture<'_, Result<(), StoreError>> {
+        self.inner.wait_durable(point)
+    }
+
+    fn is_durable(&self, point: u64) -> bool {
+        self.inner.is_durable(point)
     }
 
     crate::store::forward_to_inner!(inner: scan_due, history, prune, accounts, transfers);

@@ -22,6 +22,19 @@
 //! rows locked in one global order; Redis: a pipeline of `FCALL`s; MongoDB: a `bulkWrite`); each op stays
 //! atomic on its own record, and a refused op is an answer, not a failure of the batch.
 //!
+//! # Answering before the sync (one log, one order)
+//!
+//! A store whose shards all append to one log in one order (the embedded store) can answer
+//! [`Store::execute_pending`] as soon as the ops are applied and appended, before the log
+//! is synced: a crash then keeps a prefix of that log, so whatever an answer led to (the
+//! next step, on any shard of the same log) is appended after what it depended on and can
+//! never survive without it. Such stores name their log with [`Store::log_domain`]. The
+//! engine uses this only when every shard a transfer touches has the same domain, and
+//! acknowledges nothing outside it (an outcome, a decision) until [`Store::wait_durable`]
+//! covers the point the answers carried. Every other store keeps the defaults: `None`,
+//! `execute_pending` is `execute` (durable when answered, point 0), and point 0 is always
+//! durable.
+//!
 //! # Scans
 //!
 //! [`Store::scan_due`] serves the sweeper from an index on the transfer's wake time;
@@ -94,11 +107,52 @@ impl HistoryPage {
     }
 }
 
+/// A log that several shards append to in one order (see the module docs): equal domains
+/// share every crash's prefix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct LogDomain(pub usize);
+
 /// One shard of records with single-record atomic operations. See the module docs.
 pub trait Store: Send + Sync {
     /// Applies `ops` in order, each atomically on its own record, and answers one reply per
-    /// op. Ops of one batch must address records of this shard.
+    /// op once they are durable. Ops of one batch must address records of this shard.
     fn execute(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Reply>, StoreError>>;
+
+    /// The log this shard appends to, if it can answer before its writes are durable (see
+    /// the module docs). `None` (the default): every answer is durable.
+    fn log_domain(&self) -> Option<LogDomain> {
+        None
+    }
+
+    /// As [`Store::execute`], but may answer before the ops are durable: with the replies
+    /// comes the point of the log (0: nothing to wait for) that [`Store::wait_durable`]
+    /// must reach before anything that depends on them is acknowledged. The default is
+    /// `execute`, durable when answered.
+    fn execute_pending(
+        &self,
+        ops: Vec<Op>,
+    ) -> BoxFuture<'_, Result<(Vec<Reply>, u64), StoreError>> {
+        let call = self.execute(ops);
+        Box::pin(async move { call.await.map(|replies| (replies, 0)) })
+    }
+
+    /// Waits until the log is durable up to `point` (from [`Store::execute_pending`]); an
+    /// error means it may never be (the answers that carried it must not be acknowledged).
+    /// The default knows only point 0.
+    fn wait_durable(&self, point: u64) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(std::future::ready(if point == 0 {
+            Ok(())
+        } else {
+            Err(StoreError::Corrupted(format!(
+                "asked to wait for log point {point} of a store that answers only what is durable"
+            )))
+        }))
+    }
+
+    /// True if the log is durable up to `point` now (no wait).
+    fn is_durable(&self, point: u64) -> bool {
+        point == 0
+    }
 
     /// Non-terminal transfers whose wake time ([`TransferRecord::wake_at`]) is at or before
     /// `now`, earliest first, at most `limit`.
@@ -142,6 +196,23 @@ pub trait Store: Send + Sync {
 macro_rules! forward_to_inner {
     ($inner:ident: $($method:ident),+ $(,)?) => {
         $(crate::store::forward_to_inner!(@ $inner $method);)+
+    };
+    (@ $inner:ident pending) => {
+        fn log_domain(&self) -> Option<crate::store::LogDomain> {
+            self.$inner.log_domain()
+        }
+        fn execute_pending(
+            &self,
+            ops: Vec<crate::op::Op>,
+        ) -> crate::store::BoxFuture<'_, Result<(Vec<crate::op::Reply>, u64), crate::store::StoreError>> {
+            self.$inner.execute_pending(ops)
+        }
+        fn wait_durable(&self, point: u64) -> crate::store::BoxFuture<'_, Result<(), crate::store::StoreError>> {
+            self.$inner.wait_durable(point)
+        }
+        fn is_durable(&self, point: u64) -> bool {
+            self.$inner.is_durable(point)
+        }
     };
     (@ $inner:ident scan_due) => {
         fn scan_due(
@@ -192,6 +263,25 @@ pub(crate) use forward_to_inner;
 impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
     fn execute(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Reply>, StoreError>> {
         (**self).execute(ops)
+    }
+
+    fn log_domain(&self) -> Option<LogDomain> {
+        (**self).log_domain()
+    }
+
+    fn execute_pending(
+        &self,
+        ops: Vec<Op>,
+    ) -> BoxFuture<'_, Result<(Vec<Reply>, u64), StoreError>> {
+        (**self).execute_pending(ops)
+    }
+
+    fn wait_durable(&self, point: u64) -> BoxFuture<'_, Result<(), StoreError>> {
+        (**self).wait_durable(point)
+    }
+
+    fn is_durable(&self, point: u64) -> bool {
+        (**self).is_durable(point)
     }
 
     fn scan_due(

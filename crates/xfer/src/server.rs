@@ -133,7 +133,8 @@ pub fn assemble(
         .into_iter()
         .enumerate()
         .map(|(i, s)| {
-            let metered = Intercept::new(s, meter(metrics.clone(), i));
+            let metered = Intercept::new(s, meter(metrics.clone(), i))
+                .with_pending(meter_pending(metrics.clone(), i));
             Arc::new(Coalesce::new(metered, cfg.store_calls_per_shard)) as Arc<dyn Store>
         })
         .collect();
@@ -186,6 +187,20 @@ fn meter<S: Store>(metrics: Arc<Metrics>, index: usize) -> xfer_store::ExecuteHo
             let watch = Stopwatch::start();
             let n = ops.len();
             let result = inner.execute(ops).await;
+            metrics.round_trip(index, n, watch.seconds(), result.is_ok());
+            result
+        })
+    })
+}
+
+/// As [`meter`], for calls answered before their sync (the round trip without the wait).
+fn meter_pending<S: Store>(metrics: Arc<Metrics>, index: usize) -> xfer_store::PendingHook<S> {
+    Box::new(move |inner, ops| {
+        let metrics = metrics.clone();
+        Box::pin(async move {
+            let watch = Stopwatch::start();
+            let n = ops.len();
+            let result = inner.execute_pending(ops).await;
             metrics.round_trip(index, n, watch.seconds(), result.is_ok());
             result
         })

@@ -165,7 +165,7 @@ impl Service {
         let watch = Stopwatch::start();
         let n = specs.len();
         let mut results: Vec<Option<Result<Answer, ApiError>>> = vec![None; n];
-        let checks = match self.precheck(&specs).await {
+        let (checks, point) = match self.precheck(&specs).await {
             Ok(c) => c,
             Err(e) => return vec![Err(ApiError::from(e)); n],
         };
@@ -197,6 +197,11 @@ impl Service {
             };
             self.metrics.transfer(outcome, watch.seconds());
             results[i] = Some(answer);
+        }
+        // The pre-check's reads may have seen writes not yet durable: answer nothing that
+        // rests on them before they are (usually already true: the drive waited for more).
+        if let Err(e) = self.executor.wait_durable(point).await {
+            return vec![Err(ApiError::from(e)); n];
         }
         results
             .into_iter()
@@ -305,8 +310,14 @@ impl Service {
     }
 
     /// For each spec, `Some(rejection)` if it must not be written: it does not exist yet
-    /// and one of its accounts is missing, closed or holds another asset.
-    async fn precheck(&self, specs: &[TransferSpec]) -> Result<Vec<Option<Rejection>>, ExecError> {
+    /// and one of its accounts is missing, closed or holds another asset. With the log
+    /// point the reads saw (wait for it before answering from them: they need not be
+    /// durable yet, so the drive that follows does not wait for a sync first).
+    #[allow(clippy::type_complexity)]
+    async fn precheck(
+        &self,
+        specs: &[TransferSpec],
+    ) -> Result<(Vec<Option<Rejection>>, u64), ExecError> {
         let mut accounts: BTreeMap<&AccountId, usize> = BTreeMap::new();
         let mut ops = Vec::new();
         for s in specs {
@@ -320,8 +331,8 @@ impl Service {
                 });
             }
         }
-        let replies = self.executor.execute_ops(ops).await?;
-        Ok(specs
+        let (replies, point) = self.executor.execute_ops_pending(ops).await?;
+        let checks = specs
             .iter()
             .enumerate()
             .map(|(i, s)| {
@@ -337,7 +348,8 @@ impl Service {
                         })
                 })
             })
-            .collect())
+            .collect();
+        Ok((checks, point))
     }
 
     /// Reads one transfer.
