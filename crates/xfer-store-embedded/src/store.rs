@@ -110,6 +110,9 @@ struct CommitState {
 /// Records evicted per hold of a shard's lock after a checkpoint.
 const EVICT_SLICE: usize = 256;
 
+/// Tombstones pruned per hold of a shard's lock (and per log entry).
+const PRUNE_SLICE: usize = 128;
+
 /// One shard: its records in memory, and which finished transfers were brought back from
 /// the tables only to be read (dropped again at the next checkpoint).
 struct ShardState {
@@ -845,13 +848,27 @@ impl<F: Fs> Store for EmbeddedShard<F> {
     fn prune(&self, limit: usize) -> BoxFuture<'_, Result<usize, StoreError>> {
         let result = self.inner.check_open().and_then(|()| {
             let now = self.inner.clock.now();
-            let mut shard = self.inner.shard(self.index);
-            let dropped = shard.mem.prune(now, limit);
-            self.inner.append(&EntryRef::Prune {
-                shard: self.index,
-                now,
-                limit: u32::try_from(limit).unwrap_or(u32::MAX),
-            })?;
+            // A slice per hold of the shard's lock, each its own log entry (replayed as it
+            // was applied, between the same calls): a whole call held the lock for up to
+            // 7 ms, stalling every step on the shard (the latency tail).
+            let mut dropped = 0;
+            let mut left = limit;
+            while left > 0 {
+                let slice = left.min(PRUNE_SLICE);
+                let mut shard = self.inner.shard(self.index);
+                let n = shard.mem.prune(now, slice);
+                self.inner.append(&EntryRef::Prune {
+                    shard: self.index,
+                    now,
+                    limit: u32::try_from(slice).unwrap_or(u32::MAX),
+                })?;
+                drop(shard);
+                dropped += n;
+                left -= slice;
+                if n < slice {
+                    break;
+                }
+            }
             Ok((dropped, self.inner.horizon()))
         });
         Box::pin(async move {
