@@ -22,7 +22,7 @@ use crate::machine::Request;
 use crate::router::{RouteError, Router};
 use futures_util::future::join_all;
 use std::sync::Arc;
-use xfer_store::{BoxFuture, LogDomain, Op, Reply, Store, StoreError};
+use xfer_store::{answered_durable, BoxFuture, LogDomain, Op, Reply, Store, StoreError};
 
 /// The shards and their router.
 pub struct Cluster {
@@ -120,8 +120,7 @@ impl Cluster {
                 let call: BoxFuture<'_, Result<(Vec<Reply>, u64), StoreError>> = if pending {
                     shard.execute_pending(ops)
                 } else {
-                    let call = shard.execute(ops);
-                    Box::pin(async move { call.await.map(|r| (r, 0)) })
+                    answered_durable(shard.execute(ops))
                 };
                 async move { (s, call.await) }
             });

@@ -250,8 +250,9 @@ impl Executor {
 
     /// As [`Executor::execute_ops`], but when the shards share one log the replies may come
     /// before they are durable, with the log point to pass to [`Executor::wait_durable`]
-    /// before acting on them outside that log (answering a client). A caller whose next
-    /// step is a drive on the same shards need not wait: the drive's own wait covers it.
+    /// before acting on them outside that log (answering a client). Writes made because
+    /// of them may go on meanwhile (they are appended after); the wait is the caller's, on
+    /// every path that answers, whatever else it waited for.
     pub async fn execute_ops_pending(&self, ops: Vec<Op>) -> Result<(Vec<Reply>, u64), ExecError> {
         self.send_ops(ops, true).await
     }

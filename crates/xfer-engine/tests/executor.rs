@@ -921,7 +921,7 @@ impl Store for Pipelined {
     }
 
     fn log_domain(&self) -> Option<xfer_store::LogDomain> {
-        Some(xfer_store::LogDomain(Arc::as_ptr(&self.gate) as usize))
+        Some(xfer_store::LogDomain::of(&self.gate))
     }
 
     fn execute_pending(

@@ -72,7 +72,8 @@ pub fn populate(dir: &Path, accounts: u64, finished: u64) -> Result<(), String> 
             let a = Account::open(id.clone(), usd.clone(), LowerBound::Unbounded);
             cuts[s].accounts.push((id, Some(std::sync::Arc::new(a))));
         }
-        tables.write(SHARDS, &cuts).map_err(|e| e.to_string())?;
+        let batch = tables.batch(SHARDS, &mut cuts);
+        tables.commit(batch).map_err(|e| e.to_string())?;
         written = (written + chunk).min(accounts);
         eprintln!("populate: {written}/{accounts} accounts");
     }
@@ -101,7 +102,8 @@ pub fn populate(dir: &Path, accounts: u64, finished: u64) -> Result<(), String> 
             let s = router.shard_of_transfer(r.id());
             cuts[s].transfers.push(std::sync::Arc::new(r));
         }
-        tables.write(SHARDS, &cuts).map_err(|e| e.to_string())?;
+        let batch = tables.batch(SHARDS, &mut cuts);
+        tables.commit(batch).map_err(|e| e.to_string())?;
         written = (written + chunk).min(finished);
         eprintln!("populate: {written}/{finished} finished transfers");
     }

@@ -17,9 +17,11 @@
 //!   each shard's log entries from its checkpoint position
 //! ```
 //!
-//! Replies are sent only after the log record holding the ops — and every record before it,
-//! so everything the replies could have seen — is durable. Reads wait too: a read may show
-//! another caller's write that is applied in memory but not yet durable.
+//! `execute` and the reads answer only after the log record holding the ops — and every
+//! record before it, so everything the replies could have seen — is durable (a read may show
+//! another caller's write that is applied in memory but not yet durable). `execute_pending`
+//! answers at once with the LSN of that record: its caller waits for it (`wait_durable`)
+//! before acknowledging anything that rests on the replies.
 
 use crate::codec::{self, Entry, EntryRef};
 use crate::fs::{lock_dir, Fs, RealFs};
@@ -294,13 +296,14 @@ impl<F: Fs> Embedded<F> {
         report.tables_ms = t1.0.saturating_sub(t0.0);
         report.load_ms = t2.0.saturating_sub(t1.0);
         report.replay_ms = t3.0.saturating_sub(t2.0);
+        let synced = log.durable_lsn();
         let inner = Arc::new(Inner {
             log,
             tables,
             shards: shards.into_iter().map(Mutex::new).collect(),
             clock,
             commit: Mutex::new(CommitState {
-                synced: 1,
+                synced,
                 ..CommitState::default()
             }),
             commit_wake: Condvar::new(),
@@ -688,6 +691,9 @@ impl<F: Fs> Inner<F> {
             }
             cuts.push(cut);
         }
+        // Encoded before the log's sync, releasing the accounts as it goes (see
+        // `Tables::batch`); nothing is written until the commit.
+        let batch = self.tables.batch(self.cfg.shards, &mut cuts);
         // Everything cut is in the log at an LSN below its shard's checkpoint LSN; the
         // tables must not get ahead of what is durable there.
         let newest = cuts
@@ -701,7 +707,7 @@ impl<F: Fs> Inner<F> {
                 StoreError::Unavailable(format!("embedded log: {e}"))
             })?;
         }
-        self.tables.write(self.cfg.shards, &cuts)?;
+        self.tables.commit(batch)?;
         // Evict in slices, taking the shard's lock for each: a checkpoint covers thousands
         // of transfers per shard, and evicting them all at once held the lock for tens of
         // milliseconds, stalling every call to the shard (the latency tail). Each eviction
@@ -796,7 +802,7 @@ impl<F: Fs> Store for EmbeddedShard<F> {
 
     /// Every shard of one data directory appends to its one log.
     fn log_domain(&self) -> Option<LogDomain> {
-        Some(LogDomain(Arc::as_ptr(&self.inner) as *const () as usize))
+        Some(LogDomain::of(&self.inner))
     }
 
     fn execute_pending(
@@ -851,11 +857,15 @@ impl<F: Fs> Store for EmbeddedShard<F> {
             // A slice per hold of the shard's lock, each its own log entry (replayed as it
             // was applied, between the same calls): a whole call held the lock for up to
             // 7 ms, stalling every step on the shard (the latency tail).
+            // A slice with nothing due is not applied (nor logged: it would change nothing).
             let mut dropped = 0;
             let mut left = limit;
             while left > 0 {
                 let slice = left.min(PRUNE_SLICE);
                 let mut shard = self.inner.shard(self.index);
+                if !shard.mem.tombstones_due(now) {
+                    break;
+                }
                 let n = shard.mem.prune(now, slice);
                 self.inner.append(&EntryRef::Prune {
                     shard: self.index,
@@ -865,9 +875,6 @@ impl<F: Fs> Store for EmbeddedShard<F> {
                 drop(shard);
                 dropped += n;
                 left -= slice;
-                if n < slice {
-                    break;
-                }
             }
             Ok((dropped, self.inner.horizon()))
         });

@@ -14,7 +14,7 @@
 //! every shard's state exactly as of that shard's checkpoint LSN, never a mix.
 
 use crate::codec::{self, decode, encode, record_key};
-use fjall::{Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
@@ -231,17 +231,20 @@ impl Tables {
         Ok(out)
     }
 
-    /// Writes one checkpoint atomically and durably.
-    pub fn write(&self, shards: u16, cuts: &[ShardCut]) -> Result<(), StoreError> {
+    /// Encodes one checkpoint into a batch for [`Tables::commit`], nothing written yet. The
+    /// cut's accounts are taken out and released as they are encoded: a shard copies an
+    /// account it writes while the cut still holds it, and until the batch is committed and
+    /// flushed (hundreds of milliseconds) that was nearly every account.
+    pub fn batch(&self, shards: u16, cuts: &mut [ShardCut]) -> OwnedWriteBatch {
         let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));
         batch.insert(&self.meta, SHARDS_KEY, encode(&shards));
         for cut in cuts {
             let s = cut.shard;
             batch.insert(&self.meta, meta_key(s), encode(&cut.meta));
-            for (id, account) in &cut.accounts {
+            for (id, account) in std::mem::take(&mut cut.accounts) {
                 let key = record_key(s, id.as_str());
                 match account {
-                    Some(a) => batch.insert(&self.accounts, key, encode(&**a)),
+                    Some(a) => batch.insert(&self.accounts, key, encode(&*a)),
                     None => batch.remove(&self.accounts, key),
                 }
             }
@@ -268,6 +271,11 @@ impl Tables {
                 );
             }
         }
+        batch
+    }
+
+    /// Writes a checkpoint's batch atomically and durably.
+    pub fn commit(&self, batch: OwnedWriteBatch) -> Result<(), StoreError> {
         batch.commit().map_err(unavailable("checkpoint"))?;
         // Flush what the checkpoint wrote into fjall's tables and wait (we are on the
         // checkpointer's thread, off the hot path), so that fjall's journal, which fjall

@@ -219,22 +219,44 @@ async fn power_loss_at_every_sync_recovers_a_prefix_with_everything_acknowledged
     }
 }
 
-/// Runs `ops` answered ahead of the sync (`execute_pending`), acknowledging them five at a
-/// time once `wait_durable` covers the last one's point, until the first failure; answers
-/// how many were acknowledged.
+/// Two shards of one log: op `i` goes to shard `i % 2`.
+fn config_two() -> EmbeddedConfig {
+    EmbeddedConfig {
+        shards: 2,
+        ..config()
+    }
+}
+
+/// Both shards' states after each prefix of `ops` (op `i` on shard `i % 2`).
+fn reference_two(ops: &[Op]) -> Vec<(State, State)> {
+    let mut shards = [MemoryShard::new(), MemoryShard::new()];
+    let mut states = vec![(snapshot(&shards[0]), snapshot(&shards[1]))];
+    for (i, op) in ops.iter().enumerate() {
+        shards[i % 2].apply(op, NOW);
+        states.push((snapshot(&shards[0]), snapshot(&shards[1])));
+    }
+    states
+}
+
+/// Runs `ops` over two shards of one log, answered ahead of the sync (`execute_pending`),
+/// acknowledging them five at a time once `wait_durable` covers the last one's point (the
+/// way the engine waits once for many steps), until the first failure; answers how many
+/// were acknowledged.
 async fn run_pending(disk: &SimFs, tables: &std::path::Path, ops: &[Op]) -> usize {
     let clock = Arc::new(ManualClock::at(NOW));
-    let Ok((store, _)) = Embedded::open_with(disk.clone(), tables, config(), clock) else {
+    let Ok((store, _)) = Embedded::open_with(disk.clone(), tables, config_two(), clock) else {
         return 0;
     };
-    let shard = store.shards().remove(0);
+    let shards = store.shards();
     let mut acked = 0;
     for (i, op) in ops.iter().enumerate() {
+        let shard = &shards[i % 2];
         let Ok((_, point)) = shard.execute_pending(vec![op.clone()]).await else {
             break;
         };
         if i % 5 == 4 || i + 1 == ops.len() {
-            if shard.wait_durable(point).await.is_err() {
+            // Either shard waits for the one log.
+            if shards[(i + 1) % 2].wait_durable(point).await.is_err() {
                 break;
             }
             assert!(shard.is_durable(point));
@@ -247,13 +269,27 @@ async fn run_pending(disk: &SimFs, tables: &std::path::Path, ops: &[Op]) -> usiz
     acked
 }
 
-/// Answers ahead of the sync: the power fails at every sync (the committer's, which now
-/// runs on its own, and the checkpoints'), and the store recovers a prefix of the ops that
-/// keeps every one acknowledged after its wait.
+async fn recovered_two(disk: SimFs, tables: &std::path::Path) -> (State, State) {
+    let clock = Arc::new(ManualClock::at(NOW));
+    let (store, _) = Embedded::open_with(disk, tables, config_two(), clock).expect("recovers");
+    let mut states = Vec::new();
+    for shard in store.shards() {
+        let accounts = shard.accounts(None, usize::MAX).await.unwrap();
+        let transfers = shard.transfers(None, usize::MAX).await.unwrap();
+        states.push((accounts, transfers));
+    }
+    let second = states.pop().unwrap();
+    (states.pop().unwrap(), second)
+}
+
+/// Answers ahead of the sync, over two shards of one log: the power fails at every sync
+/// (the committer's, which now runs on its own, and the checkpoints'), and the store
+/// recovers one prefix of the ops across both shards that keeps every one acknowledged
+/// after its wait (a step on one shard never survives a lost step before it on the other).
 #[tokio::test]
 async fn power_loss_with_answers_ahead_of_the_sync_recovers_a_prefix_with_everything_waited_for() {
     let ops = ops(11);
-    let states = reference(&ops);
+    let states = reference_two(&ops);
     let total_syncs = {
         let disk = SimFs::new();
         let tables = tempfile::tempdir().unwrap();
@@ -271,7 +307,7 @@ async fn power_loss_with_answers_ahead_of_the_sync_recovers_a_prefix_with_everyt
             let tables = tempfile::tempdir().unwrap();
             disk.fail_from_sync(fail_at);
             let acked = run_pending(&disk, tables.path(), &ops).await;
-            let got = recovered(disk.after_power_loss(torn), tables.path()).await;
+            let got = recovered_two(disk.after_power_loss(torn), tables.path()).await;
             let prefix = (acked..=ops.len()).find(|&k| states[k] == got);
             assert!(
                 prefix.is_some(),

@@ -7,7 +7,7 @@
 //! log domain), so nothing the inner store answers early can bypass the hook.
 
 use crate::op::{Op, Reply};
-use crate::store::{BoxFuture, LogDomain, Store, StoreError};
+use crate::store::{answered_durable, BoxFuture, LogDomain, Store, StoreError};
 
 /// The hook: sees each batch and the inner store, and answers for it.
 pub type ExecuteHook<S> = Box<
@@ -66,10 +66,7 @@ impl<S: Store> Store for Intercept<S> {
     ) -> BoxFuture<'_, Result<(Vec<Reply>, u64), StoreError>> {
         match &self.pending {
             Some(hook) => hook(&self.inner, ops),
-            None => {
-                let call = self.execute(ops);
-                Box::pin(async move { call.await.map(|replies| (replies, 0)) })
-            }
+            None => answered_durable(self.execute(ops)),
         }
     }
 

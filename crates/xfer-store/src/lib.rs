@@ -25,4 +25,4 @@ pub use id_map::{FastMap, FastSet, FastState};
 pub use intercept::{ExecuteHook, Intercept, PendingHook};
 pub use memory::{Changes, MemoryShard, MemoryStore};
 pub use op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
-pub use store::{BoxFuture, HistoryPage, LogDomain, Store, StoreError};
+pub use store::{answered_durable, BoxFuture, HistoryPage, LogDomain, Store, StoreError};

@@ -310,6 +310,11 @@ impl MemoryShard {
         self.transfers.contains_key(id)
     }
 
+    /// True if the pruner's index has an entry due at `now` (a prune would take it).
+    pub fn tombstones_due(&self, now: Timestamp) -> bool {
+        self.tombstones.first().is_some_and(|(h, _, _)| *h <= now)
+    }
+
     /// See [`Store::prune`]: drops tombstones with horizon `<= now`.
     pub fn prune(&mut self, now: Timestamp, limit: usize) -> usize {
         if mutant::is(Mutant::TombstonesNeverPruned) {

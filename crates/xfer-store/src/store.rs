@@ -29,7 +29,7 @@
 //! is synced: a crash then keeps a prefix of that log, so whatever an answer led to (the
 //! next step, on any shard of the same log) is appended after what it depended on and can
 //! never survive without it. Such stores name their log with [`Store::log_domain`]. The
-//! engine uses this only when every shard a transfer touches has the same domain, and
+//! engine uses this only when every shard of its cluster has the same domain, and
 //! acknowledges nothing outside it (an outcome, a decision) until [`Store::wait_durable`]
 //! covers the point the answers carried. Every other store keeps the defaults: `None`,
 //! `execute_pending` is `execute` (durable when answered, point 0), and point 0 is always
@@ -110,7 +110,22 @@ impl HistoryPage {
 /// A log that several shards append to in one order (see the module docs): equal domains
 /// share every crash's prefix.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct LogDomain(pub usize);
+pub struct LogDomain(usize);
+
+impl LogDomain {
+    /// The domain of the log `owner` holds (its allocation's address: unique while it
+    /// lives, and every shard of that log holds it).
+    pub fn of<T: ?Sized>(owner: &std::sync::Arc<T>) -> LogDomain {
+        LogDomain(std::sync::Arc::as_ptr(owner) as *const () as usize)
+    }
+}
+
+/// `execute`'s answer as `execute_pending`'s: durable when answered, so point 0.
+pub fn answered_durable<'a>(
+    call: BoxFuture<'a, Result<Vec<Reply>, StoreError>>,
+) -> BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>> {
+    Box::pin(async move { call.await.map(|replies| (replies, 0)) })
+}
 
 /// One shard of records with single-record atomic operations. See the module docs.
 pub trait Store: Send + Sync {
@@ -132,8 +147,7 @@ pub trait Store: Send + Sync {
         &self,
         ops: Vec<Op>,
     ) -> BoxFuture<'_, Result<(Vec<Reply>, u64), StoreError>> {
-        let call = self.execute(ops);
-        Box::pin(async move { call.await.map(|replies| (replies, 0)) })
+        answered_durable(self.execute(ops))
     }
 
     /// Waits until the log is durable up to `point` (from [`Store::execute_pending`]); an

@@ -9,7 +9,7 @@
 //! | `xfer_transfers_in_flight` | transfers this process is driving now |
 //! | `xfer_transfers_stuck` | unfinished transfers whose owner lapsed more than `stuck_after_ms` ago (each sweep) |
 //! | `xfer_retries_total` | store calls retried after a failure |
-//! | `xfer_store_round_trips_total{shard}`, `xfer_store_ops_total{shard}`, `xfer_store_errors_total{shard}`, `xfer_store_round_trip_seconds{shard}` | calls to each shard, the ops they carried, failures, latency |
+//! | `xfer_store_round_trips_total{shard}`, `xfer_store_ops_total{shard}`, `xfer_store_errors_total{shard}`, `xfer_store_round_trip_seconds{shard}` | calls to each shard, the ops they carried, failures, latency (of calls that wait for durability; the embedded store's protocol steps answer ahead of the sync and are only counted) |
 //! | `xfer_sweeper_recovered_total`, `xfer_sweeper_pruned_total` | transfers finished by the sweeper, tombstones dropped |
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -209,8 +209,9 @@ impl Metrics {
         self.stuck.set(n as i64);
     }
 
-    /// One call to shard `shard` carrying `ops` ops.
-    pub fn round_trip(&self, shard: usize, ops: usize, seconds: f64, ok: bool) {
+    /// One call to shard `shard` carrying `ops` ops, taking `seconds` if it waited for the
+    /// store to make them durable (`None`: answered ahead of the sync).
+    pub fn round_trip(&self, shard: usize, ops: usize, seconds: Option<f64>, ok: bool) {
         let l = ShardLabels {
             shard: shard.to_string(),
         };
@@ -219,7 +220,9 @@ impl Metrics {
         if !ok {
             self.store_errors.get_or_create(&l).inc();
         }
-        self.round_trip_seconds.get_or_create(&l).observe(seconds);
+        if let Some(s) = seconds {
+            self.round_trip_seconds.get_or_create(&l).observe(s);
+        }
     }
 
     /// What a sweep did.
@@ -264,7 +267,7 @@ mod tests {
         let m = Metrics::new();
         m.request("/v1/transfers", "POST", 200, 0.001);
         m.transfer("done", 0.002);
-        m.round_trip(1, 8, 0.0005, true);
+        m.round_trip(1, 8, Some(0.0005), true);
         m.in_flight(3);
         let text = m.render();
         for needle in [

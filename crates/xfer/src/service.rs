@@ -171,10 +171,11 @@ impl Service {
         };
         let mut go = Vec::new();
         let mut slots = Vec::new();
+        let mut refused = 0;
         for (i, (spec, check)) in specs.into_iter().zip(checks).enumerate() {
             match check {
                 Some(r) => {
-                    self.metrics.transfer("rejected", 0.0);
+                    refused += 1;
                     results[i] = Some(Err(r.into()));
                 }
                 None => {
@@ -183,11 +184,22 @@ impl Service {
                 }
             }
         }
-        let answers = if wait {
+        let mut answers = if wait {
             self.drive(go).await
         } else {
             self.accept(go).await
         };
+        // The pre-check's reads may have seen writes not yet durable: answer nothing that
+        // rests on them before they are (usually already true: the drive waited for more).
+        match self.executor.wait_durable(point).await {
+            Ok(()) => (0..refused).for_each(|_| self.metrics.transfer("rejected", 0.0)),
+            Err(e) => {
+                let e = ApiError::from(e);
+                answers = vec![Err(e.clone()); answers.len()];
+                results = vec![Some(Err(e)); n];
+                (0..refused).for_each(|_| self.metrics.transfer("failed", 0.0));
+            }
+        }
         for (i, answer) in slots.into_iter().zip(answers) {
             let outcome = match &answer {
                 Ok(Answer::Accepted(_)) => "accepted",
@@ -197,11 +209,6 @@ impl Service {
             };
             self.metrics.transfer(outcome, watch.seconds());
             results[i] = Some(answer);
-        }
-        // The pre-check's reads may have seen writes not yet durable: answer nothing that
-        // rests on them before they are (usually already true: the drive waited for more).
-        if let Err(e) = self.executor.wait_durable(point).await {
-            return vec![Err(ApiError::from(e)); n];
         }
         results
             .into_iter()
