@@ -181,7 +181,14 @@ impl<F: Fs> Log<F> {
             }
         }
         let (file, segment_name, segment_len) = match tail {
-            Some((name, len)) => (fs.open_append(&name).map_err(io(&name, "open"))?, name, len),
+            Some((name, len)) => {
+                // What a killed process wrote but never synced is read back above and
+                // counted durable from here on (`durable_lsn` below): make it so, or a
+                // power loss later could drop what a reply has already shown.
+                let mut file = fs.open_append(&name).map_err(io(&name, "open"))?;
+                file.sync_data().map_err(io(&name, "sync"))?;
+                (file, name, len)
+            }
             None => {
                 let (file, name) = create_segment(&fs, next_lsn)?;
                 (file, name, HEADER_LEN as u64)

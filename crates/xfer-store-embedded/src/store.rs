@@ -20,8 +20,9 @@
 //! `execute` and the reads answer only after the log record holding the ops — and every
 //! record before it, so everything the replies could have seen — is durable (a read may show
 //! another caller's write that is applied in memory but not yet durable). `execute_pending`
-//! answers at once with the LSN of that record: its caller waits for it (`wait_durable`)
-//! before acknowledging anything that rests on the replies.
+//! answers at once with the last LSN appended so far (its own record's or later: whatever
+//! the replies could have seen): its caller waits for it (`wait_durable`) before
+//! acknowledging anything that rests on the replies.
 
 use crate::codec::{self, Entry, EntryRef};
 use crate::fs::{lock_dir, Fs, RealFs};
@@ -105,7 +106,7 @@ struct CommitState {
     shutdown: bool,
     /// The highest LSN a pending call asked to be synced, with nobody waiting yet.
     wanted: u64,
-    /// Every LSN below this was synced by the committer.
+    /// Every LSN below this is durable (synced by the committer, or found at open).
     synced: u64,
 }
 

@@ -261,3 +261,32 @@ fn a_real_directory_round_trips_and_refuses_a_second_opener() {
     assert_eq!(prefix_len(&rec.records), 50);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A process killed after its log write reached the OS but before the `fdatasync` leaves
+/// records on disk unsynced. The next open reads them back and answers as if they were
+/// durable (a read waits for nothing older than the open), so the open must make them so:
+/// otherwise a power loss afterwards drops what was already shown.
+#[test]
+fn records_written_before_a_kill_are_durable_once_reopened() {
+    let fs = SimFs::new();
+    let (log, _) = Log::open(fs.clone(), small()).unwrap();
+    assert_eq!(log.append_sync(&payload(1)).unwrap(), 1);
+    // Record 2 is written, and its sync fails: on disk, as a kill between the two leaves it.
+    fs.fail_from_sync(fs.syncs() + 1);
+    assert!(log.append_sync(&payload(2)).is_err());
+    drop(log);
+    fs.fail_from_sync(u64::MAX);
+    let (log, rec) = Log::open(fs.clone(), small()).unwrap();
+    assert_eq!(
+        prefix_len(&rec.records),
+        2,
+        "the page cache still holds record 2"
+    );
+    drop(log);
+    let (_, rec) = Log::open(fs.after_power_loss(Torn::DropUnsynced), small()).unwrap();
+    assert_eq!(
+        prefix_len(&rec.records),
+        2,
+        "a record the open read back was lost in a later power loss"
+    );
+}

@@ -219,7 +219,7 @@ async fn power_loss_at_every_sync_recovers_a_prefix_with_everything_acknowledged
     }
 }
 
-/// Two shards of one log: op `i` goes to shard `i % 2`.
+/// Two shards of one log (see [`shard_of`]).
 fn config_two() -> EmbeddedConfig {
     EmbeddedConfig {
         shards: 2,
@@ -227,12 +227,22 @@ fn config_two() -> EmbeddedConfig {
     }
 }
 
-/// Both shards' states after each prefix of `ops` (op `i` on shard `i % 2`).
+/// The shard of an op's record when two share the log: `a{k}` and `t{k}` on shard `k % 2`
+/// (so each account's ops reach the shard that created it).
+fn shard_of(op: &Op) -> usize {
+    let id = match op {
+        Op::Account(a, _) => a.as_str(),
+        Op::Transfer(t, _) => t.as_str(),
+    };
+    id[1..].parse::<usize>().expect("a{k} or t{k}") % 2
+}
+
+/// Both shards' states after each prefix of `ops` (each on [`shard_of`] its record).
 fn reference_two(ops: &[Op]) -> Vec<(State, State)> {
     let mut shards = [MemoryShard::new(), MemoryShard::new()];
     let mut states = vec![(snapshot(&shards[0]), snapshot(&shards[1]))];
-    for (i, op) in ops.iter().enumerate() {
-        shards[i % 2].apply(op, NOW);
+    for op in ops {
+        shards[shard_of(op)].apply(op, NOW);
         states.push((snapshot(&shards[0]), snapshot(&shards[1])));
     }
     states
@@ -250,13 +260,14 @@ async fn run_pending(disk: &SimFs, tables: &std::path::Path, ops: &[Op]) -> usiz
     let shards = store.shards();
     let mut acked = 0;
     for (i, op) in ops.iter().enumerate() {
-        let shard = &shards[i % 2];
+        let s = shard_of(op);
+        let shard = &shards[s];
         let Ok((_, point)) = shard.execute_pending(vec![op.clone()]).await else {
             break;
         };
         if i % 5 == 4 || i + 1 == ops.len() {
             // Either shard waits for the one log.
-            if shards[(i + 1) % 2].wait_durable(point).await.is_err() {
+            if shards[1 - s].wait_durable(point).await.is_err() {
                 break;
             }
             assert!(shard.is_durable(point));
