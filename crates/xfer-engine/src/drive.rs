@@ -59,14 +59,9 @@ struct Unreported {
 }
 
 impl Unreported {
-    /// Reports `ids`, decided from answers at log `point`, now if that is durable.
-    fn push(&mut self, cluster: &Cluster, point: u64, ids: Vec<TransferId>, to: &dyn Decisions) {
-        if ids.is_empty() {
-            return;
-        }
-        if self.rounds.is_empty() && cluster.is_durable(point) {
-            ids.iter().for_each(|id| to.decided(id));
-        } else {
+    /// Queues `ids`, decided from answers at log `point`.
+    fn push(&mut self, point: u64, ids: Vec<TransferId>) {
+        if !ids.is_empty() {
             self.rounds.push_back((point, ids));
         }
     }
@@ -130,8 +125,8 @@ pub(crate) async fn drive(
             }
         }
         if let Some(d) = decisions {
+            unreported.push(point, decided);
             unreported.report(cluster, false, d);
-            unreported.push(cluster, point, decided, d);
         }
         let worst = flights
             .iter_mut()
