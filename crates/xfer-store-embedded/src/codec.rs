@@ -11,6 +11,9 @@
 //! table key   = shard: u16 BE ‖ id bytes                  accounts, live, done
 //! history key = shard: u16 BE ‖ account bytes ‖ 0x00 ‖ first sequence: u64 BE
 //!            -> [(sequence, transfer id)]   one checkpoint's entries of the account
+//! tombstone run key = shard: u16 BE ‖ checkpoint LSN: u64 BE ‖ number: u32 BE
+//!            -> (latest horizon, [(account, transfer, intent)])
+//! accounts value = the account without its tombstones (they are in the runs)
 //! ```
 //!
 //! Ids never contain a 0 byte, so the history key's separator keeps one account's runs
@@ -19,7 +22,7 @@
 //! account never overlap.
 
 use serde::{Deserialize, Serialize};
-use xfer_core::{AccountId, Timestamp, TransferId};
+use xfer_core::{Account, AccountId, Intent, IntentState, Timestamp, TransferId};
 use xfer_store::Op;
 
 /// What one log record says to do, as written.
@@ -140,6 +143,104 @@ pub fn history_run(key: &[u8], value: &[u8]) -> Result<Vec<(u64, TransferId)>, S
     Ok(run)
 }
 
+/// An account as the `accounts` table holds it: the record without its tombstones (they
+/// are written once each, in tombstone runs, instead of with every later write of the
+/// account until their horizon). Decodes as an [`Account`] holding only its open intents.
+pub struct AccountWithoutTombstones<'a>(pub &'a Account);
+
+impl Serialize for AccountWithoutTombstones<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        // Account's fields, in its order (the test below holds the two together).
+        let a = self.0;
+        let mut st = s.serialize_struct("Account", 8)?;
+        st.serialize_field("id", &a.id)?;
+        st.serialize_field("asset", &a.asset)?;
+        st.serialize_field("balance", &a.balance)?;
+        st.serialize_field("reserved", &a.reserved)?;
+        st.serialize_field("incoming", &a.incoming)?;
+        st.serialize_field("lower_bound", &a.lower_bound)?;
+        st.serialize_field("status", &a.status)?;
+        st.serialize_field("intents", &OpenIntents(a))?;
+        st.end()
+    }
+}
+
+/// An account's open intents, as the map `Intents` encodes to.
+struct OpenIntents<'a>(&'a Account);
+
+impl Serialize for OpenIntents<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let open = || {
+            self.0
+                .intents
+                .unordered()
+                .filter(|(_, i)| i.state == IntentState::Open)
+        };
+        let mut map = s.serialize_map(Some(open().count()))?;
+        for (t, i) in open() {
+            map.serialize_entry(t, i)?;
+        }
+        map.end()
+    }
+}
+
+/// One tombstone as a run holds it: the account, the transfer, the intent.
+pub type Tombstone = (AccountId, TransferId, Intent);
+
+/// The key of a tombstone run: `shard ‖ the checkpoint's LSN ‖ its number in the
+/// checkpoint`, all big-endian, so a shard's runs are contiguous and in the order written.
+pub fn tombstone_run_key(shard: u16, lsn: u64, number: u32) -> Vec<u8> {
+    let mut k = Vec::with_capacity(14);
+    k.extend_from_slice(&shard.to_be_bytes());
+    k.extend_from_slice(&lsn.to_be_bytes());
+    k.extend_from_slice(&number.to_be_bytes());
+    k
+}
+
+/// A tombstone run's value: the greatest horizon in it, then its tombstones.
+#[derive(Serialize)]
+pub struct TombstoneRunRef<'a> {
+    /// The greatest horizon of the run's tombstones.
+    pub latest_horizon: Timestamp,
+    /// The tombstones.
+    pub tombstones: &'a [Tombstone],
+}
+
+/// A tombstone run as read back (see [`TombstoneRunRef`]).
+#[derive(Debug, Deserialize)]
+pub struct TombstoneRun {
+    /// See [`TombstoneRunRef::latest_horizon`].
+    pub latest_horizon: Timestamp,
+    /// See [`TombstoneRunRef::tombstones`].
+    pub tombstones: Vec<Tombstone>,
+}
+
+/// Decodes a tombstone run, checked: not empty, no open intent, the greatest horizon as
+/// stated.
+pub fn tombstone_run(value: &[u8]) -> Result<TombstoneRun, String> {
+    let run: TombstoneRun = decode(value)?;
+    if run.tombstones.is_empty() {
+        return Err("an empty tombstone run".into());
+    }
+    if run
+        .tombstones
+        .iter()
+        .any(|(_, _, i)| i.state == IntentState::Open)
+    {
+        return Err("an open intent in a tombstone run".into());
+    }
+    let latest = run.tombstones.iter().map(|(_, _, i)| i.horizon).max();
+    if latest != Some(run.latest_horizon) {
+        return Err(format!(
+            "the run's greatest horizon is {latest:?}, not {:?} as it says",
+            run.latest_horizon
+        ));
+    }
+    Ok(run)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,5 +303,87 @@ mod tests {
         let back = vec![(42, t("t1")), (42, t("t2"))];
         assert!(history_run(&key, &encode(&back)).is_err());
         assert!(history_run(&key[..4], &encode(&run)).is_err());
+    }
+
+    #[test]
+    fn an_account_is_written_without_its_tombstones_and_reads_back_as_an_account() {
+        use xfer_core::{AccountStatus, AssetCode, LowerBound};
+        let t = |s: &str| TransferId::new(s).unwrap();
+        let intent = |state, horizon| Intent {
+            debit: 7,
+            credit: 3,
+            state,
+            horizon: Timestamp(horizon),
+        };
+        let mut a = Account::open(
+            AccountId::new("a").unwrap(),
+            AssetCode::new("USD", "asset").unwrap(),
+            LowerBound::Bounded(-5),
+        );
+        a.balance = 100;
+        a.reserved = 14;
+        a.incoming = 6;
+        a.status = AccountStatus::Closed;
+        a.intents.insert(t("open1"), intent(IntentState::Open, 10));
+        a.intents.insert(t("open2"), intent(IntentState::Open, 11));
+        a.intents
+            .insert(t("posted"), intent(IntentState::Posted, 12));
+        a.intents
+            .insert(t("released"), intent(IntentState::Released, 13));
+        let back: Account = decode(&encode(&AccountWithoutTombstones(&a))).unwrap();
+        let mut want = a.clone();
+        want.intents = a
+            .intents
+            .iter()
+            .filter(|(_, i)| i.state == IntentState::Open)
+            .map(|(t, i)| (t.clone(), *i))
+            .collect();
+        assert_eq!(
+            back, want,
+            "every field in Account's order, open intents only"
+        );
+        // Without tombstones it is the account's own encoding.
+        assert_eq!(encode(&AccountWithoutTombstones(&want)), encode(&want));
+    }
+
+    #[test]
+    fn tombstone_runs_round_trip_and_are_checked() {
+        let t = |s: &str| TransferId::new(s).unwrap();
+        let a = AccountId::new("a").unwrap();
+        let tomb = |transfer: &str, state, horizon| {
+            let i = Intent {
+                debit: 1,
+                credit: 0,
+                state,
+                horizon: Timestamp(horizon),
+            };
+            (a.clone(), t(transfer), i)
+        };
+        let run = vec![
+            tomb("t1", IntentState::Posted, 5),
+            tomb("t2", IntentState::Released, 9),
+        ];
+        let bytes = |latest, tombstones: &[Tombstone]| {
+            encode(&TombstoneRunRef {
+                latest_horizon: Timestamp(latest),
+                tombstones,
+            })
+        };
+        let back = tombstone_run(&bytes(9, &run)).unwrap();
+        assert_eq!(
+            (back.latest_horizon, back.tombstones),
+            (Timestamp(9), run.clone())
+        );
+        assert!(
+            tombstone_run(&bytes(8, &run)).is_err(),
+            "wrong greatest horizon"
+        );
+        assert!(tombstone_run(&bytes(0, &[])).is_err(), "empty");
+        let open = vec![tomb("t3", IntentState::Open, 9)];
+        assert!(tombstone_run(&bytes(9, &open)).is_err(), "an open intent");
+        // Keys: a shard's runs in the order written.
+        assert!(tombstone_run_key(1, 7, 0) < tombstone_run_key(1, 7, 1));
+        assert!(tombstone_run_key(1, 7, 9) < tombstone_run_key(1, 8, 0));
+        assert!(tombstone_run_key(1, u64::MAX, 9) < tombstone_run_key(2, 0, 0));
     }
 }

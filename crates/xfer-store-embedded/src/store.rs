@@ -236,8 +236,7 @@ impl<F: Fs> Embedded<F> {
                     let tables = &tables;
                     scope.spawn(move || {
                         let mut mem = MemoryShard::tracking();
-                        let in_live = tables.load(s as u16, &mut mem)?;
-                        mem.restore_sequence(meta.sequence);
+                        let in_live = tables.load(s as u16, meta, &mut mem)?;
                         Ok(ShardState {
                             mem,
                             fetched: Vec::new(),
@@ -666,12 +665,14 @@ impl<F: Fs> Inner<F> {
             let meta = ShardMeta {
                 checkpoint_lsn: self.log.next_lsn(),
                 sequence: shard.mem.sequence(),
+                first_tombstone: shard.mem.first_tombstone(),
             };
             let changes = shard.mem.take_changes();
             let mut cut = ShardCut {
                 shard: s,
                 meta,
                 history: changes.history,
+                tombstones: changes.tombstones,
                 ..ShardCut::default()
             };
             // Shared records: a reference count each under the lock, not a copy.

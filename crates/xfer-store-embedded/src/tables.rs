@@ -4,7 +4,8 @@
 //!
 //! | table | key | value |
 //! |---|---|---|
-//! | `accounts` | shard ‖ account id | the account with its intents (all loaded at start) |
+//! | `accounts` | shard ‖ account id | the account with its open intents (all loaded at start) |
+//! | `tombstones` | shard ‖ checkpoint LSN ‖ number | up to 1,024 tombstones written since the previous checkpoint, with the greatest horizon among them (all loaded at start, into their accounts) |
 //! | `live` | shard ‖ transfer id | a non-terminal transfer (all loaded at start) |
 //! | `done` | shard ‖ transfer id | a terminal transfer (read on demand) |
 //! | `history` | shard ‖ account ‖ 0 ‖ first sequence | up to 256 of the account's entries of one checkpoint: (sequence, transfer id)… (read on demand) |
@@ -12,23 +13,57 @@
 //!
 //! A checkpoint is one atomic fjall batch, synced before it returns: the tables always hold
 //! every shard's state exactly as of that shard's checkpoint LSN, never a mix.
+//!
+//! Tombstones are written once each, in the runs of the checkpoint after they were made,
+//! not with their account: a tombstone stays on its account until its horizon (seconds),
+//! and uniform traffic writes every account at every checkpoint, so with the account each
+//! was written again and again (three quarters of a checkpoint's bytes, see
+//! `docs/benchmarks.md`). A run is deleted by the first checkpoint whose cut finds none of
+//! its tombstones in memory any more (the pruner takes them in horizon order: every one at
+//! or below the run's greatest horizon is gone when the oldest left is later), so the
+//! tables never lose a tombstone the shard still holds. A tombstone pruned from a run that
+//! is still kept comes back at the next open, past its horizon: a prune drops it again,
+//! and until then it answers a late prepare exactly as it did before it was pruned.
 
-use crate::codec::{self, decode, encode, record_key};
+use crate::codec::{self, decode, encode, record_key, AccountWithoutTombstones, Tombstone};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
-use xfer_core::{Account, AccountId, TransferId, TransferRecord};
+use std::sync::Mutex;
+use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
 use xfer_store::{FastSet, MemoryShard, StoreError};
 
 /// Where a shard's checkpoint stands.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ShardMeta {
     /// Every log record of this shard with an LSN below this is in the tables.
     pub checkpoint_lsn: u64,
     /// The shard's history sequence at that point.
     pub sequence: u64,
+    /// The first entry of the shard's pruner index at that point, `(horizon, account,
+    /// transfer)` (`None`: the shard held no tombstone). A tombstone in a run that sorts
+    /// before it had been pruned, and is not restored.
+    pub first_tombstone: Option<(Timestamp, AccountId, TransferId)>,
+}
+
+impl ShardMeta {
+    /// True if the shard held, at the checkpoint, no tombstone from a run whose greatest
+    /// horizon is `latest` (all of them sort before its first index entry).
+    fn run_pruned(&self, latest: Timestamp) -> bool {
+        self.first_tombstone
+            .as_ref()
+            .is_none_or(|(first, _, _)| latest < *first)
+    }
+
+    /// True if the shard still held `t` at the checkpoint, as far as its index tells.
+    fn holds(&self, t: &Tombstone) -> bool {
+        let (account, transfer, intent) = t;
+        self.first_tombstone
+            .as_ref()
+            .is_some_and(|(h, a, tr)| (intent.horizon, account, transfer) >= (*h, a, tr))
+    }
 }
 
 /// One shard's part of a checkpoint: what changed since the previous one.
@@ -47,6 +82,19 @@ pub struct ShardCut {
     pub left_live: Vec<TransferId>,
     /// History entries added, in sequence order (as the shard numbered them).
     pub history: Vec<(u64, AccountId, TransferId)>,
+    /// Tombstones made, in the order they were made.
+    pub tombstones: Vec<Tombstone>,
+}
+
+/// The most tombstones in one run (about 40 KiB).
+pub const TOMBSTONE_RUN_MAX: usize = 1024;
+
+/// A tombstone run in the tables: its shard, key and greatest horizon.
+#[derive(Debug)]
+struct RunNote {
+    shard: u16,
+    key: Vec<u8>,
+    latest_horizon: Timestamp,
 }
 
 /// The most entries in one history run: a hot account gains tens of thousands per
@@ -83,7 +131,10 @@ pub struct Tables {
     live: Keyspace,
     done: Keyspace,
     history: Keyspace,
+    tombstones: Keyspace,
     meta: Keyspace,
+    /// The tombstone runs in the tables (noted at load and as checkpoints write them).
+    runs: Mutex<Vec<RunNote>>,
 }
 
 fn unavailable(what: &str) -> impl FnOnce(fjall::Error) -> StoreError + '_ {
@@ -125,7 +176,9 @@ impl Tables {
             live: ks("live")?,
             done: ks("done")?,
             history: ks("history")?,
+            tombstones: ks("tombstones")?,
             meta: ks("meta")?,
+            runs: Mutex::new(Vec::new()),
             db,
         })
     }
@@ -149,10 +202,12 @@ impl Tables {
         }
     }
 
-    /// Loads `shard`'s accounts and live transfers into `into`; returns the live ids.
+    /// Loads `shard`'s accounts (with the tombstones it held), its live transfers and its
+    /// history sequence, as of its checkpoint `meta`, into `into`; returns the live ids.
     pub fn load(
         &self,
         shard: u16,
+        meta: &ShardMeta,
         into: &mut MemoryShard,
     ) -> Result<FastSet<TransferId>, StoreError> {
         let prefix = shard.to_be_bytes();
@@ -162,6 +217,19 @@ impl Tables {
             accounts.push(decode::<Account>(&v).map_err(|e| corrupted("accounts", &k, e))?);
         }
         into.restore_accounts(accounts);
+        into.restore_sequence(meta.sequence);
+        let mut runs = self.runs.lock().expect("runs poisoned");
+        for item in self.tombstones.prefix(prefix) {
+            let (k, v) = item.into_inner().map_err(unavailable("tombstones"))?;
+            let run = codec::tombstone_run(&v).map_err(|e| corrupted("tombstones", &k, e))?;
+            runs.push(RunNote {
+                shard,
+                key: k.to_vec(),
+                latest_horizon: run.latest_horizon,
+            });
+            into.restore_tombstones(run.tombstones.into_iter().filter(|t| meta.holds(t)));
+        }
+        drop(runs);
         let mut live = FastSet::default();
         for item in self.live.prefix(prefix) {
             let (k, v) = item.into_inner().map_err(unavailable("live"))?;
@@ -170,6 +238,16 @@ impl Tables {
             into.restore_transfer(r);
         }
         Ok(live)
+    }
+
+    /// How many tombstone runs of `shard` the tables hold.
+    pub fn tombstone_runs(&self, shard: u16) -> Result<usize, StoreError> {
+        let mut n = 0;
+        for item in self.tombstones.prefix(shard.to_be_bytes()) {
+            item.into_inner().map_err(unavailable("tombstones"))?;
+            n += 1;
+        }
+        Ok(n)
     }
 
     /// A finished transfer of `shard`, if the tables hold it.
@@ -244,10 +322,13 @@ impl Tables {
             for (id, account) in std::mem::take(&mut cut.accounts) {
                 let key = record_key(s, id.as_str());
                 match account {
-                    Some(a) => batch.insert(&self.accounts, key, encode(&*a)),
+                    Some(a) => {
+                        batch.insert(&self.accounts, key, encode(&AccountWithoutTombstones(&a)))
+                    }
                     None => batch.remove(&self.accounts, key),
                 }
             }
+            self.write_tombstone_runs(&mut batch, cut);
             for id in &cut.left_live {
                 batch.remove(&self.live, record_key(s, id.as_str()));
             }
@@ -274,6 +355,40 @@ impl Tables {
         batch
     }
 
+    /// Adds `cut`'s tombstones to `batch` as runs, and deletes the runs it finds pruned.
+    fn write_tombstone_runs(&self, batch: &mut OwnedWriteBatch, cut: &ShardCut) {
+        let mut runs = self.runs.lock().expect("runs poisoned");
+        runs.retain(|run| {
+            let pruned = run.shard == cut.shard && cut.meta.run_pruned(run.latest_horizon);
+            if pruned {
+                batch.remove(&self.tombstones, run.key.clone());
+            }
+            !pruned
+        });
+        for (number, tombstones) in cut.tombstones.chunks(TOMBSTONE_RUN_MAX).enumerate() {
+            let latest_horizon = tombstones
+                .iter()
+                .map(|(_, _, i)| i.horizon)
+                .max()
+                .expect("chunks are not empty");
+            let key = codec::tombstone_run_key(
+                cut.shard,
+                cut.meta.checkpoint_lsn,
+                u32::try_from(number).expect("fewer than 2^32 runs"),
+            );
+            let value = encode(&codec::TombstoneRunRef {
+                latest_horizon,
+                tombstones,
+            });
+            batch.insert(&self.tombstones, key.clone(), value);
+            runs.push(RunNote {
+                shard: cut.shard,
+                key,
+                latest_horizon,
+            });
+        }
+    }
+
     /// Writes a checkpoint's batch atomically and durably.
     pub fn commit(&self, batch: OwnedWriteBatch) -> Result<(), StoreError> {
         batch.commit().map_err(unavailable("checkpoint"))?;
@@ -285,6 +400,7 @@ impl Tables {
             &self.live,
             &self.done,
             &self.history,
+            &self.tombstones,
             &self.meta,
         ] {
             ks.rotate_memtable_and_wait()

@@ -72,6 +72,13 @@ impl<K: Ord + Hash + Clone, V> IdMap<K, V> {
         self.by_id.get(k).map(|(v, _)| v)
     }
 
+    /// The value of `k`, to change without marking it: for changes a checkpoint need not
+    /// write (the embedded store keeps tombstones apart from their accounts, so dropping
+    /// one leaves the account's written form as it was).
+    pub(crate) fn get_mut_unmarked(&mut self, k: &K) -> Option<&mut V> {
+        self.by_id.get_mut(k).map(|(v, _)| v)
+    }
+
     /// The value of `k`, to change: marks it, and answers whether it was unmarked (its
     /// first change since the last [`IdMap::next_mark`]).
     pub(crate) fn get_mut_marking(&mut self, k: &K) -> Option<(&mut V, bool)> {

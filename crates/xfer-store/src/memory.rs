@@ -17,7 +17,10 @@ use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
 use std::collections::{hash_map, BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use xfer_core::mutant::{self, Mutant};
-use xfer_core::{Account, AccountId, Clock, IntentState, Timestamp, TransferId, TransferRecord};
+use xfer_core::{
+    Account, AccountId, AccountStatus, Clock, Intent, IntentState, Timestamp, TransferId,
+    TransferRecord,
+};
 
 /// One shard's records and indexes, in memory.
 #[derive(Debug, Default)]
@@ -51,6 +54,12 @@ pub struct Changes {
     pub transfers: Vec<TransferId>,
     /// History entries added: `(sequence, account, transfer)`.
     pub history: Vec<(u64, AccountId, TransferId)>,
+    /// Tombstones written, each as it was written (it never changes after: a tombstone is
+    /// only ever dropped, past its horizon). An account listed as changed is still the
+    /// whole record, tombstones included; a store that writes tombstones apart from their
+    /// accounts writes these (and a tombstone pruned since is harmless to keep: its horizon
+    /// has passed, so a prune drops it again, and nothing else can find it).
+    pub tombstones: Vec<(AccountId, TransferId, Intent)>,
     /// An account was dropped (and may have been created again, so named twice).
     dropped_account: bool,
 }
@@ -152,8 +161,11 @@ impl MemoryShard {
                             .or_default()
                             .insert(self.sequence, t);
                     }
-                    Some(IndexEffect::Tombstone(t, horizon)) => {
-                        self.tombstones.insert((horizon, id.clone(), t));
+                    Some(IndexEffect::Tombstone(t, intent)) => {
+                        if let Some(c) = &mut self.changes {
+                            c.tombstones.push((id.clone(), t.clone(), intent));
+                        }
+                        self.tombstones.insert((intent.horizon, id.clone(), t));
                     }
                     None => {}
                 }
@@ -315,6 +327,13 @@ impl MemoryShard {
         self.tombstones.first().is_some_and(|(h, _, _)| *h <= now)
     }
 
+    /// The first entry of the pruner's index, `(horizon, account, transfer)`, if the shard
+    /// holds any tombstone: the pruner takes entries from the front, so a tombstone saved
+    /// elsewhere whose entry sorts before this one is not held any more.
+    pub fn first_tombstone(&self) -> Option<(Timestamp, AccountId, TransferId)> {
+        self.tombstones.first().cloned()
+    }
+
     /// See [`Store::prune`]: drops tombstones with horizon `<= now`.
     pub fn prune(&mut self, now: Timestamp, limit: usize) -> usize {
         if mutant::is(Mutant::TombstonesNeverPruned) {
@@ -333,7 +352,9 @@ impl MemoryShard {
                 break;
             }
             let (_, account, transfer) = self.tombstones.pop_first().expect("first() is due");
-            let Some((a, first)) = self.accounts.get_mut_marking(&account) else {
+            // Not a change of the account's written form (tombstones are listed apart, see
+            // `Changes::tombstones`), unless it is a placeholder left empty and dropped.
+            let Some(a) = self.accounts.get_mut_unmarked(&account) else {
                 continue;
             };
             let a = Arc::make_mut(a);
@@ -345,18 +366,40 @@ impl MemoryShard {
                     dropped += 1;
                 }
             }
-            let drop_it = a.status == xfer_core::AccountStatus::Unopened && a.intents.is_empty();
-            if first {
-                self.note_account(&account);
-            }
-            if drop_it {
-                self.accounts.remove(&account);
-                if let Some(c) = &mut self.changes {
-                    c.dropped_account = true;
-                }
+            if a.status == AccountStatus::Unopened && a.intents.is_empty() {
+                self.drop_account(&account);
             }
         }
         dropped
+    }
+
+    /// Drops an account from memory, as a change.
+    fn drop_account(&mut self, id: &AccountId) {
+        self.accounts.remove(id);
+        if let Some(c) = &mut self.changes {
+            // It may be listed already: `take_changes` removes the repeat.
+            c.accounts.push(id.clone());
+            c.dropped_account = true;
+        }
+    }
+
+    /// Restores tombstones saved apart from their accounts (the embedded store's
+    /// checkpoint), with their index entries. A tombstone whose account is not there is
+    /// skipped: an account leaves a shard only when a prune took its last intent, so that
+    /// tombstone was pruned. Not a change.
+    pub fn restore_tombstones(
+        &mut self,
+        tombstones: impl IntoIterator<Item = (AccountId, TransferId, Intent)>,
+    ) {
+        for (account, transfer, intent) in tombstones {
+            debug_assert_ne!(intent.state, IntentState::Open, "a tombstone");
+            let Some(a) = self.accounts.get_mut_unmarked(&account) else {
+                continue;
+            };
+            self.tombstones
+                .insert((intent.horizon, account, transfer.clone()));
+            Arc::make_mut(a).intents.insert(transfer, intent);
+        }
     }
 
     /// Every account, in id order (including placeholders that hold tombstones).
@@ -582,6 +625,22 @@ mod tests {
             horizon: Timestamp(10),
         };
         shard.apply(&Op::Account(ghost.clone(), release("r1")), Timestamp(4));
+        let c = shard.take_changes();
+        assert_eq!(c.accounts, vec![ghost.clone()]);
+        assert_eq!(
+            c.tombstones,
+            vec![(
+                ghost.clone(),
+                t("r1"),
+                Intent {
+                    debit: 0,
+                    credit: 0,
+                    state: IntentState::Released,
+                    horizon: Timestamp(10),
+                }
+            )],
+            "a tombstone is listed as it was written"
+        );
         assert_eq!(shard.prune(Timestamp(20), 100), 1);
         assert!(
             shard.account(&ghost).is_none(),
@@ -590,6 +649,24 @@ mod tests {
         shard.apply(&Op::Account(ghost.clone(), release("r2")), Timestamp(21));
         let c = shard.take_changes();
         assert_eq!(c.accounts, vec![ghost.clone()]);
+        // Pruning an open account's tombstone is no change of what a checkpoint writes of
+        // it (tombstones are listed apart).
+        shard.apply(
+            &Op::Account(
+                b.clone(),
+                AccountOp::Post {
+                    transfer: t("t1"),
+                    asset: usd(),
+                },
+            ),
+            Timestamp(22),
+        );
+        let c = shard.take_changes();
+        assert_eq!((c.accounts, c.tombstones.len()), (vec![b.clone()], 1));
+        assert_eq!(shard.prune(Timestamp(2_000), 100), 2, "b's t1 and r2");
+        let c = shard.take_changes();
+        assert_eq!(c.accounts, vec![ghost.clone()], "the placeholder, dropped");
+        assert!(c.tombstones.is_empty());
         // Transfers: an insert and later steps in one take name it once, and it counts as
         // changed (not evictable) until the next take.
         let spec = xfer_core::TransferSpec {

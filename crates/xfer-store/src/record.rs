@@ -18,8 +18,8 @@ use xfer_core::{
 pub enum IndexEffect {
     /// An intent was written: add the transfer to the account's history.
     History(TransferId),
-    /// A tombstone was written: drop it after this horizon.
-    Tombstone(TransferId, Timestamp),
+    /// A tombstone was written (as it now is on the account): drop it after its horizon.
+    Tombstone(TransferId, Intent),
 }
 
 /// Applies `op` to the account `id`, which may not exist (`slot` is `None`).
@@ -66,7 +66,10 @@ pub fn apply_account_absent(
                 .intents
                 .insert(transfer.clone(), tombstone(IntentState::Released, *horizon));
             slot = Some(placeholder);
-            let effect = IndexEffect::Tombstone(transfer.clone(), *horizon);
+            let effect = IndexEffect::Tombstone(
+                transfer.clone(),
+                tombstone(IntentState::Released, *horizon),
+            );
             (Reply::Release(ReleaseOutcome::Marked), Some(effect))
         }
         AccountOp::Prepare { .. } => (
@@ -106,10 +109,10 @@ pub fn apply_account_to(
             (Reply::Prepare(outcome), effect)
         }
         AccountOp::Post { transfer, .. } => {
-            let (outcome, horizon) = post(a, transfer);
-            let effect = horizon
+            let (outcome, intent) = post(a, transfer);
+            let effect = intent
                 .filter(|_| outcome == PostOutcome::Posted)
-                .map(|h| IndexEffect::Tombstone(transfer.clone(), h));
+                .map(|i| IndexEffect::Tombstone(transfer.clone(), i));
             (Reply::Post(outcome), effect)
         }
         AccountOp::Release {
@@ -120,7 +123,7 @@ pub fn apply_account_to(
                 .then(|| {
                     a.intents
                         .get(transfer)
-                        .map(|i| IndexEffect::Tombstone(transfer.clone(), i.horizon))
+                        .map(|i| IndexEffect::Tombstone(transfer.clone(), *i))
                 })
                 .flatten();
             (Reply::Release(outcome), effect)
@@ -231,21 +234,20 @@ fn prepare(
     PrepareOutcome::Prepared
 }
 
-/// SPEC §3 step 5 on one account: only an open intent moves money. Answers the intent's
-/// horizon too (when there is one), for the tombstone index.
-fn post(a: &mut Account, transfer: &TransferId) -> (PostOutcome, Option<Timestamp>) {
+/// SPEC §3 step 5 on one account: only an open intent moves money. Answers the intent as
+/// it is after the call too (when there is one), for the tombstone index.
+fn post(a: &mut Account, transfer: &TransferId) -> (PostOutcome, Option<Intent>) {
     let Some(intent) = a.intents.get_mut(transfer) else {
         return (PostOutcome::Missing, None);
     };
-    let horizon = Some(intent.horizon);
     match intent.state {
         IntentState::Open => {}
         IntentState::Posted if mutant::is(Mutant::DoublePost) => {
             a.balance += intent.credit as i64 - intent.debit as i64;
-            return (PostOutcome::Posted, horizon);
+            return (PostOutcome::Posted, Some(*intent));
         }
-        IntentState::Posted => return (PostOutcome::AlreadyPosted, horizon),
-        IntentState::Released => return (PostOutcome::FoundReleased, horizon),
+        IntentState::Posted => return (PostOutcome::AlreadyPosted, Some(*intent)),
+        IntentState::Released => return (PostOutcome::FoundReleased, Some(*intent)),
     }
     intent.state = IntentState::Posted;
     a.reserved -= intent.debit as i64;
@@ -255,7 +257,7 @@ fn post(a: &mut Account, transfer: &TransferId) -> (PostOutcome, Option<Timestam
         a.incoming -= intent.credit as i64;
         a.balance += intent.credit as i64 - intent.debit as i64;
     }
-    (PostOutcome::Posted, horizon)
+    (PostOutcome::Posted, Some(*intent))
 }
 
 /// SPEC §3 step 6 on one account: give back an open intent, or leave a released mark.
