@@ -660,6 +660,7 @@ impl<F: Fs> Inner<F> {
         let _one_at_a_time = self.checkpointing.lock().expect("checkpoint lock poisoned");
         let covered = self.log_bytes();
         let mut cuts = Vec::new();
+        let mut batch = self.tables.begin_batch(self.cfg.shards);
         for s in 0..self.cfg.shards {
             let mut shard = self.shard(s);
             let meta = ShardMeta {
@@ -691,11 +692,14 @@ impl<F: Fs> Inner<F> {
                 }
                 cut.transfers.push(r);
             }
+            drop(shard);
+            // Encoded at once, before the next shard's cut and before the log's sync,
+            // releasing the accounts as it goes (see `Tables::batch`): a shard copies an
+            // account it writes while a cut still holds it, so the sooner the cut lets go
+            // the fewer copies. Nothing is written until the commit.
+            self.tables.add_cut(&mut batch, &mut cut);
             cuts.push(cut);
         }
-        // Encoded before the log's sync, releasing the accounts as it goes (see
-        // `Tables::batch`); nothing is written until the commit.
-        let batch = self.tables.batch(self.cfg.shards, &mut cuts);
         // Everything cut is in the log at an LSN below its shard's checkpoint LSN; the
         // tables must not get ahead of what is durable there.
         let newest = cuts

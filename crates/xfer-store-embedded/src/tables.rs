@@ -314,45 +314,56 @@ impl Tables {
     /// account it writes while the cut still holds it, and until the batch is committed and
     /// flushed (hundreds of milliseconds) that was nearly every account.
     pub fn batch(&self, shards: u16, cuts: &mut [ShardCut]) -> OwnedWriteBatch {
-        let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));
-        batch.insert(&self.meta, SHARDS_KEY, encode(&shards));
+        let mut batch = self.begin_batch(shards);
         for cut in cuts {
-            let s = cut.shard;
-            batch.insert(&self.meta, meta_key(s), encode(&cut.meta));
-            for (id, account) in std::mem::take(&mut cut.accounts) {
-                let key = record_key(s, id.as_str());
-                match account {
-                    Some(a) => {
-                        batch.insert(&self.accounts, key, encode(&AccountWithoutTombstones(&a)))
-                    }
-                    None => batch.remove(&self.accounts, key),
-                }
-            }
-            self.write_tombstone_runs(&mut batch, cut);
-            for id in &cut.left_live {
-                batch.remove(&self.live, record_key(s, id.as_str()));
-            }
-            for r in &cut.transfers {
-                let key = record_key(s, r.spec.id.as_str());
-                if r.state.is_terminal() {
-                    batch.insert(&self.done, key, encode(&**r));
-                } else {
-                    batch.insert(&self.live, key, encode(&**r));
-                }
-            }
-            // One key per account per checkpoint, not per entry: fjall's cost is mostly per
-            // key (its journal, memtable, flush and compaction), and a checkpoint adds a few
-            // entries to each of thousands of accounts.
-            for (account, run) in history_runs(&cut.history) {
-                let first = run[0].0;
-                batch.insert(
-                    &self.history,
-                    codec::history_key(s, account, first),
-                    encode(&run),
-                );
-            }
+            self.add_cut(&mut batch, cut);
         }
         batch
+    }
+
+    /// An empty checkpoint batch for a store of `shards` shards: [`Tables::add_cut`] adds
+    /// each shard's cut, [`Tables::commit`] writes it.
+    pub fn begin_batch(&self, shards: u16) -> OwnedWriteBatch {
+        let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));
+        batch.insert(&self.meta, SHARDS_KEY, encode(&shards));
+        batch
+    }
+
+    /// Encodes one shard's cut into `batch`, taking out and releasing its accounts as they
+    /// are encoded (see [`Tables::batch`]).
+    pub fn add_cut(&self, batch: &mut OwnedWriteBatch, cut: &mut ShardCut) {
+        let s = cut.shard;
+        batch.insert(&self.meta, meta_key(s), encode(&cut.meta));
+        for (id, account) in std::mem::take(&mut cut.accounts) {
+            let key = record_key(s, id.as_str());
+            match account {
+                Some(a) => batch.insert(&self.accounts, key, encode(&AccountWithoutTombstones(&a))),
+                None => batch.remove(&self.accounts, key),
+            }
+        }
+        for id in &cut.left_live {
+            batch.remove(&self.live, record_key(s, id.as_str()));
+        }
+        for r in &cut.transfers {
+            let key = record_key(s, r.spec.id.as_str());
+            if r.state.is_terminal() {
+                batch.insert(&self.done, key, encode(&**r));
+            } else {
+                batch.insert(&self.live, key, encode(&**r));
+            }
+        }
+        // One key per account per checkpoint, not per entry: fjall's cost is mostly per
+        // key (its journal, memtable, flush and compaction), and a checkpoint adds a few
+        // entries to each of thousands of accounts.
+        for (account, run) in history_runs(&cut.history) {
+            let first = run[0].0;
+            batch.insert(
+                &self.history,
+                codec::history_key(s, account, first),
+                encode(&run),
+            );
+        }
+        self.write_tombstone_runs(batch, cut);
     }
 
     /// Adds `cut`'s tombstones to `batch` as runs, and deletes the runs it finds pruned.
