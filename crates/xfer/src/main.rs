@@ -11,7 +11,55 @@ use xfer::server::{init_logging, Server};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// mimalloc's `purge_delay` option: its place in `mi_option_e` in the mimalloc 3 header that
+/// libmimalloc-sys 0.1.49 builds (Cargo.lock pins it; a test checks the place still holds
+/// the option's default, from that version's `options.c`).
+const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
+
+/// How long freed memory stays mapped before mimalloc gives it back to the OS. Its default,
+/// 1 s, gave back memory that the next checkpoint's cycle (records evicted, then as many
+/// made) asked for again soon after: the kernel zeroed each page anew on its first touch
+/// (`clear_page_erms`, 5 % of `xfer bench`'s CPU). At 10 s, `xfer bench` does 9 % more
+/// transfers per second for about 12 % more peak memory (docs/benchmarks.md), and memory
+/// freed for good still goes back, 10 s later.
+const PURGE_DELAY_MS: std::ffi::c_long = 10_000;
+
+#[allow(unsafe_code)]
+mod mimalloc_options {
+    extern "C" {
+        // From mimalloc.h: `long mi_option_get(mi_option_t)`, `void mi_option_set(mi_option_t,
+        // long)`; `mi_option_t` is a C enum (an int).
+        #[cfg(test)]
+        pub fn mi_option_get(option: std::ffi::c_int) -> std::ffi::c_long;
+        pub fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
+    }
+
+    /// Option `option`'s value.
+    #[cfg(test)]
+    pub fn get(option: std::ffi::c_int) -> std::ffi::c_long {
+        // SAFETY: mimalloc (the global allocator, so linked into this binary) defines the
+        // function with this signature; it reads one entry of its option table, and any
+        // option below `_mi_option_last` (47) is a valid index.
+        unsafe { mi_option_get(option) }
+    }
+
+    /// Sets option `option` to `value`.
+    pub fn set(option: std::ffi::c_int, value: std::ffi::c_long) {
+        // SAFETY: as in `get`; it stores one entry of the option table, which mimalloc
+        // reads with relaxed atomics from any thread, so setting it at any time is sound.
+        unsafe { mi_option_set(option, value) }
+    }
+}
+
+/// Sets the allocator's options (a `MIMALLOC_PURGE_DELAY` in the environment wins).
+fn tune_allocator() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        mimalloc_options::set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS);
+    }
+}
+
 fn main() {
+    tune_allocator();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -71,5 +119,25 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_purge_delay_option_is_where_we_set_it() {
+        // mimalloc's defaults around it (its `options.c`): eager_commit_delay (14) = 1,
+        // purge_delay (15) = 1,000 ms, use_numa_nodes (16) = 0. A mimalloc whose options moved fails here
+        // instead of changing some other option.
+        if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
+            return;
+        }
+        assert_eq!(mimalloc_options::get(MI_OPTION_PURGE_DELAY - 1), 1);
+        assert_eq!(mimalloc_options::get(MI_OPTION_PURGE_DELAY), 1_000);
+        assert_eq!(mimalloc_options::get(MI_OPTION_PURGE_DELAY + 1), 0);
+        tune_allocator();
+        assert_eq!(mimalloc_options::get(MI_OPTION_PURGE_DELAY), PURGE_DELAY_MS);
     }
 }
