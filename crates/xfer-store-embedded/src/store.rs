@@ -363,7 +363,10 @@ impl<F: Fs> Embedded<F> {
     pub fn close(mut self) -> Result<(), StoreError> {
         self.stop();
         let result = if self.inner.failure().is_none() {
-            self.inner.checkpoint()
+            // Flushed too: the next open replays nothing of fjall's journal either.
+            self.inner
+                .checkpoint()
+                .and_then(|()| self.inner.tables.flush())
         } else {
             Ok(())
         };

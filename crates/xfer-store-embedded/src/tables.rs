@@ -86,6 +86,31 @@ pub struct ShardCut {
     pub tombstones: Vec<Tombstone>,
 }
 
+/// A checkpoint's writes, not yet committed, and their size.
+pub struct CheckpointBatch {
+    batch: OwnedWriteBatch,
+    /// Key and value bytes inserted (what fjall's journal and memtables take).
+    bytes: u64,
+}
+
+impl CheckpointBatch {
+    fn insert(&mut self, ks: &Keyspace, key: Vec<u8>, value: Vec<u8>) {
+        self.bytes += (key.len() + value.len()) as u64;
+        self.batch.insert(ks, key, value);
+    }
+
+    fn remove(&mut self, ks: &Keyspace, key: Vec<u8>) {
+        self.bytes += key.len() as u64;
+        self.batch.remove(ks, key);
+    }
+}
+
+/// fjall's memtables are flushed (and its journal let go) once checkpoints have put this
+/// many bytes into them since the last flush: flushing at every checkpoint made small
+/// tables that compaction then merged again and again (the bound keeps fjall's journal
+/// replay at open short; see `Tables::commit`).
+pub const FLUSH_AFTER_BYTES: u64 = 32 << 20;
+
 /// The most tombstones in one run (about 40 KiB).
 pub const TOMBSTONE_RUN_MAX: usize = 1024;
 
@@ -135,6 +160,10 @@ pub struct Tables {
     meta: Keyspace,
     /// The tombstone runs in the tables (noted at load and as checkpoints write them).
     runs: Mutex<Vec<RunNote>>,
+    /// Bytes checkpoints put into fjall's memtables since the last flush.
+    unflushed: Mutex<u64>,
+    /// [`FLUSH_AFTER_BYTES`] (tests lower it).
+    flush_after: u64,
 }
 
 fn unavailable(what: &str) -> impl FnOnce(fjall::Error) -> StoreError + '_ {
@@ -179,6 +208,8 @@ impl Tables {
             tombstones: ks("tombstones")?,
             meta: ks("meta")?,
             runs: Mutex::new(Vec::new()),
+            unflushed: Mutex::new(0),
+            flush_after: FLUSH_AFTER_BYTES,
             db,
         })
     }
@@ -313,7 +344,7 @@ impl Tables {
     /// cut's accounts are taken out and released as they are encoded: a shard copies an
     /// account it writes while the cut still holds it, and until the batch is committed and
     /// flushed (hundreds of milliseconds) that was nearly every account.
-    pub fn batch(&self, shards: u16, cuts: &mut [ShardCut]) -> OwnedWriteBatch {
+    pub fn batch(&self, shards: u16, cuts: &mut [ShardCut]) -> CheckpointBatch {
         let mut batch = self.begin_batch(shards);
         for cut in cuts {
             self.add_cut(&mut batch, cut);
@@ -323,15 +354,18 @@ impl Tables {
 
     /// An empty checkpoint batch for a store of `shards` shards: [`Tables::add_cut`] adds
     /// each shard's cut, [`Tables::commit`] writes it.
-    pub fn begin_batch(&self, shards: u16) -> OwnedWriteBatch {
-        let mut batch = self.db.batch().durability(Some(PersistMode::SyncAll));
-        batch.insert(&self.meta, SHARDS_KEY, encode(&shards));
+    pub fn begin_batch(&self, shards: u16) -> CheckpointBatch {
+        let mut batch = CheckpointBatch {
+            batch: self.db.batch().durability(Some(PersistMode::SyncAll)),
+            bytes: 0,
+        };
+        batch.insert(&self.meta, SHARDS_KEY.to_vec(), encode(&shards));
         batch
     }
 
     /// Encodes one shard's cut into `batch`, taking out and releasing its accounts as they
     /// are encoded (see [`Tables::batch`]).
-    pub fn add_cut(&self, batch: &mut OwnedWriteBatch, cut: &mut ShardCut) {
+    pub fn add_cut(&self, batch: &mut CheckpointBatch, cut: &mut ShardCut) {
         let s = cut.shard;
         batch.insert(&self.meta, meta_key(s), encode(&cut.meta));
         for (id, account) in std::mem::take(&mut cut.accounts) {
@@ -367,7 +401,7 @@ impl Tables {
     }
 
     /// Adds `cut`'s tombstones to `batch` as runs, and deletes the runs it finds pruned.
-    fn write_tombstone_runs(&self, batch: &mut OwnedWriteBatch, cut: &ShardCut) {
+    fn write_tombstone_runs(&self, batch: &mut CheckpointBatch, cut: &ShardCut) {
         let mut runs = self.runs.lock().expect("runs poisoned");
         runs.retain(|run| {
             let pruned = run.shard == cut.shard && cut.meta.run_pruned(run.latest_horizon);
@@ -400,12 +434,25 @@ impl Tables {
         }
     }
 
-    /// Writes a checkpoint's batch atomically and durably.
-    pub fn commit(&self, batch: OwnedWriteBatch) -> Result<(), StoreError> {
-        batch.commit().map_err(unavailable("checkpoint"))?;
-        // Flush what the checkpoint wrote into fjall's tables and wait (we are on the
-        // checkpointer's thread, off the hot path), so that fjall's journal, which fjall
-        // replays at open after a crash, holds at most about one checkpoint.
+    /// Writes a checkpoint's batch atomically and durably; then flushes fjall's memtables if
+    /// checkpoints have put [`FLUSH_AFTER_BYTES`] into them since the last flush.
+    pub fn commit(&self, batch: CheckpointBatch) -> Result<(), StoreError> {
+        batch.batch.commit().map_err(unavailable("checkpoint"))?;
+        let due = {
+            let mut unflushed = self.unflushed.lock().expect("unflushed poisoned");
+            *unflushed += batch.bytes;
+            *unflushed >= self.flush_after
+        };
+        if due {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Flushes what checkpoints wrote into fjall's tables and waits (on the checkpointer's
+    /// thread, off the hot path), so that fjall's journal, which fjall replays at open,
+    /// holds at most about [`FLUSH_AFTER_BYTES`] plus one checkpoint.
+    pub fn flush(&self) -> Result<(), StoreError> {
         for ks in [
             &self.accounts,
             &self.live,
@@ -417,6 +464,7 @@ impl Tables {
             ks.rotate_memtable_and_wait()
                 .map_err(unavailable("flush"))?;
         }
+        *self.unflushed.lock().expect("unflushed poisoned") = 0;
         Ok(())
     }
 }
@@ -424,6 +472,40 @@ impl Tables {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memtables_are_flushed_once_checkpoints_put_enough_into_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut tables = Tables::open(dir.path()).unwrap();
+        tables.flush_after = 1_000;
+        let commit = |lsn: u64| {
+            let mut cut = ShardCut {
+                meta: ShardMeta {
+                    checkpoint_lsn: lsn,
+                    ..ShardMeta::default()
+                },
+                ..ShardCut::default()
+            };
+            let batch = tables.batch(1, std::slice::from_mut(&mut cut));
+            let bytes = batch.bytes;
+            tables.commit(batch).unwrap();
+            bytes
+        };
+        let mut put = 0;
+        let mut lsn = 1;
+        while put + 100 < 1_000 {
+            put += commit(lsn);
+            lsn += 1;
+            assert_eq!(tables.meta.table_count(), 0, "flushed after {put} bytes");
+        }
+        while tables.meta.table_count() == 0 {
+            assert!(put < 1_100, "not flushed after {put} bytes");
+            put += commit(lsn);
+            lsn += 1;
+        }
+        assert_eq!(*tables.unflushed.lock().unwrap(), 0);
+        assert_eq!(tables.shard_meta(0).unwrap().checkpoint_lsn, lsn - 1);
+    }
 
     #[test]
     fn history_runs_are_each_accounts_entries_in_order_in_bounded_runs() {
