@@ -16,12 +16,11 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// the option's default, from that version's `options.c`).
 const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
 
-/// How long freed memory stays mapped before mimalloc gives it back to the OS. Its default,
-/// 1 s, gave back memory that the next checkpoint's cycle (records evicted, then as many
-/// made) asked for again soon after: the kernel zeroed each page anew on its first touch
-/// (`clear_page_erms`, 5 % of `xfer bench`'s CPU). At 10 s, `xfer bench` does 9 % more
-/// transfers per second for about 12 % more peak memory (docs/benchmarks.md), and memory
-/// freed for good still goes back, 10 s later.
+/// How long freed memory stays mapped before mimalloc gives it back to the OS. Its default
+/// is 1 s; every checkpoint frees the records it evicted while as many are being made. At
+/// 10 s, `xfer bench` does about 7 % more transfers per second than the same code at 1 s, for
+/// about 8 % more peak memory (measured in docs/benchmarks.md, with what the profile does
+/// and does not explain), and memory freed for good still goes back, 10 s later.
 const PURGE_DELAY_MS: std::ffi::c_long = 10_000;
 
 #[allow(unsafe_code)]
