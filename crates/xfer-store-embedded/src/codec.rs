@@ -172,14 +172,16 @@ struct OpenIntents<'a>(&'a Account);
 impl Serialize for OpenIntents<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let open = || {
-            self.0
-                .intents
-                .unordered()
-                .filter(|(_, i)| i.state == IntentState::Open)
-        };
-        let mut map = s.serialize_map(Some(open().count()))?;
-        for (t, i) in open() {
+        // One pass over the intents (mostly tombstones); the few open ones are counted
+        // for the map's length as they are gathered.
+        let open: Vec<_> = self
+            .0
+            .intents
+            .unordered()
+            .filter(|(_, i)| i.state == IntentState::Open)
+            .collect();
+        let mut map = s.serialize_map(Some(open.len()))?;
+        for (t, i) in open {
             map.serialize_entry(t, i)?;
         }
         map.end()

@@ -30,6 +30,7 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistM
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::Mutex;
 use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
@@ -161,7 +162,7 @@ pub struct Tables {
     /// The tombstone runs in the tables (noted at load and as checkpoints write them).
     runs: Mutex<Vec<RunNote>>,
     /// Bytes checkpoints put into fjall's memtables since the last flush.
-    unflushed: Mutex<u64>,
+    unflushed: AtomicU64,
     /// [`FLUSH_AFTER_BYTES`] (tests lower it).
     flush_after: u64,
 }
@@ -208,7 +209,7 @@ impl Tables {
             tombstones: ks("tombstones")?,
             meta: ks("meta")?,
             runs: Mutex::new(Vec::new()),
-            unflushed: Mutex::new(0),
+            unflushed: AtomicU64::new(0),
             flush_after: FLUSH_AFTER_BYTES,
             db,
         })
@@ -438,12 +439,8 @@ impl Tables {
     /// checkpoints have put [`FLUSH_AFTER_BYTES`] into them since the last flush.
     pub fn commit(&self, batch: CheckpointBatch) -> Result<(), StoreError> {
         batch.batch.commit().map_err(unavailable("checkpoint"))?;
-        let due = {
-            let mut unflushed = self.unflushed.lock().expect("unflushed poisoned");
-            *unflushed += batch.bytes;
-            *unflushed >= self.flush_after
-        };
-        if due {
+        let unflushed = self.unflushed.fetch_add(batch.bytes, Ordering::Relaxed) + batch.bytes;
+        if unflushed >= self.flush_after {
             self.flush()?;
         }
         Ok(())
@@ -464,7 +461,7 @@ impl Tables {
             ks.rotate_memtable_and_wait()
                 .map_err(unavailable("flush"))?;
         }
-        *self.unflushed.lock().expect("unflushed poisoned") = 0;
+        self.unflushed.store(0, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -503,7 +500,7 @@ mod tests {
             put += commit(lsn);
             lsn += 1;
         }
-        assert_eq!(*tables.unflushed.lock().unwrap(), 0);
+        assert_eq!(tables.unflushed.load(Ordering::Relaxed), 0);
         assert_eq!(tables.shard_meta(0).unwrap().checkpoint_lsn, lsn - 1);
     }
 

@@ -62,14 +62,10 @@ pub fn apply_account_absent(
             }
             let mut placeholder = Account::open(id.clone(), asset.clone(), LowerBound::default());
             placeholder.status = AccountStatus::Unopened;
-            placeholder
-                .intents
-                .insert(transfer.clone(), tombstone(IntentState::Released, *horizon));
+            let mark = tombstone(IntentState::Released, *horizon);
+            placeholder.intents.insert(transfer.clone(), mark);
             slot = Some(placeholder);
-            let effect = IndexEffect::Tombstone(
-                transfer.clone(),
-                tombstone(IntentState::Released, *horizon),
-            );
+            let effect = IndexEffect::Tombstone(transfer.clone(), mark);
             (Reply::Release(ReleaseOutcome::Marked), Some(effect))
         }
         AccountOp::Prepare { .. } => (

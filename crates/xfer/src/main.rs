@@ -128,8 +128,8 @@ mod tests {
     #[test]
     fn the_purge_delay_option_is_where_we_set_it() {
         // mimalloc's defaults around it (its `options.c`): eager_commit_delay (14) = 1,
-        // purge_delay (15) = 1,000 ms, use_numa_nodes (16) = 0. A mimalloc whose options moved fails here
-        // instead of changing some other option.
+        // purge_delay (15) = 1,000 ms, use_numa_nodes (16) = 0. A mimalloc whose options
+        // moved fails here instead of changing some other option.
         if std::env::var_os("MIMALLOC_PURGE_DELAY").is_some() {
             return;
         }
