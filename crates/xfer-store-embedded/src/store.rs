@@ -10,7 +10,8 @@
 //!   entry ─▶ replies with the entry's point (every shard appends to the one log, so the
 //!   caller waits for that point only before it acknowledges anything: wait_durable)
 //! checkpointer (every `checkpoint_bytes` of log): per shard, under its lock, note the
-//!   log position and take what changed (the records shared, not copied) ─▶ one atomic
+//!   log position and what changed, then take those records a slice per hold of the lock
+//!   (shared, not copied; as they were at the noting) ─▶ one atomic
 //!   synced batch into the tables ─▶ evict finished transfers and history from memory, a
 //!   slice per hold of the lock ─▶ delete log segments before the oldest shard position
 //! open: lock the directory ─▶ load accounts and live transfers from the tables ─▶ replay
@@ -37,7 +38,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use xfer_core::{Account, AccountId, AccountStatus, Clock, Timestamp, TransferId, TransferRecord};
 use xfer_store::{
-    BoxFuture, FastSet, HistoryPage, LogDomain, MemoryShard, Op, Reply, Store, StoreError,
+    BoxFuture, Cut, FastSet, HistoryPage, LogDomain, MemoryShard, Op, Reply, Store, StoreError,
     TransferOp,
 };
 
@@ -116,14 +117,20 @@ const EVICT_SLICE: usize = 256;
 /// Tombstones pruned per hold of a shard's lock (and per log entry).
 const PRUNE_SLICE: usize = 128;
 
+/// The most records a checkpoint's cut hands over per hold of a shard's lock.
+const CUT_SLICE: usize = 512;
+
+/// The `k`-th slice of `CUT_SLICE` ids (empty past the end).
+fn nth_slice<T>(ids: &[T], k: usize) -> &[T] {
+    let from = (k * CUT_SLICE).min(ids.len());
+    &ids[from..(from + CUT_SLICE).min(ids.len())]
+}
+
 /// One shard: its records in memory, and which finished transfers were brought back from
 /// the tables only to be read (dropped again at the next checkpoint).
 struct ShardState {
     mem: MemoryShard,
     fetched: Vec<TransferId>,
-    /// The transfers the `live` table holds: a finished transfer is deleted from it only
-    /// if it is there (most finish between two checkpoints and were never written live).
-    in_live: FastSet<TransferId>,
 }
 
 struct Inner<F: Fs> {
@@ -135,7 +142,10 @@ struct Inner<F: Fs> {
     commit_wake: Condvar,
     /// A sync failed: everything is refused until the store is reopened.
     failed: Mutex<Option<String>>,
-    checkpointing: Mutex<()>,
+    /// Held by the one checkpoint at a time, with the transfers each shard's `live` table
+    /// holds: a finished transfer is deleted from it only if it is there (most finish
+    /// between two checkpoints and were never written live).
+    checkpointing: Mutex<Vec<FastSet<TransferId>>>,
     /// Log bytes replayed at open: they count towards the next checkpoint, so that a
     /// process killed again and again before writing `checkpoint_bytes` of its own still
     /// checkpoints, and replay stays bounded.
@@ -228,7 +238,7 @@ impl<F: Fs> Embedded<F> {
             .collect::<Result<Vec<ShardMeta>, _>>()
             .map_err(OpenError::Store)?;
         // Shards are independent: load them on parallel threads.
-        let mut shards = std::thread::scope(|scope| {
+        let shards = std::thread::scope(|scope| {
             let loads: Vec<_> = metas
                 .iter()
                 .enumerate()
@@ -237,22 +247,24 @@ impl<F: Fs> Embedded<F> {
                     scope.spawn(move || {
                         let mut mem = MemoryShard::tracking();
                         let in_live = tables.load(s as u16, meta, &mut mem)?;
-                        Ok(ShardState {
+                        let shard = ShardState {
                             mem,
                             fetched: Vec::new(),
-                            in_live,
-                        })
+                        };
+                        Ok((shard, in_live))
                     })
                 })
                 .collect();
             loads
                 .into_iter()
                 .map(|h| h.join().expect("shard loader panicked"))
-                .collect::<Result<Vec<ShardState>, StoreError>>()
+                .collect::<Result<Vec<(ShardState, FastSet<TransferId>)>, StoreError>>()
         })
         .map_err(OpenError::Store)?;
+        let (mut shards, in_live): (Vec<ShardState>, Vec<FastSet<TransferId>>) =
+            shards.into_iter().unzip();
         report.accounts = shards.iter().map(|s| s.mem.accounts().count()).sum();
-        report.live = shards.iter().map(|s| s.in_live.len()).sum();
+        report.live = in_live.iter().map(|s| s.len()).sum();
         let t2 = clock.now();
         let (log, recovered) = Log::open(wal, cfg.log).map_err(OpenError::Log)?;
         report.torn_tail = recovered.torn_tail.clone();
@@ -308,7 +320,7 @@ impl<F: Fs> Embedded<F> {
             }),
             commit_wake: Condvar::new(),
             failed: Mutex::new(None),
-            checkpointing: Mutex::new(()),
+            checkpointing: Mutex::new(in_live),
             backlog,
             checkpointed_at: Mutex::new(0),
             closing: AtomicBool::new(false),
@@ -660,7 +672,8 @@ impl<F: Fs> Inner<F> {
 
     /// See [`Embedded::checkpoint`].
     fn checkpoint(&self) -> Result<(), StoreError> {
-        let _one_at_a_time = self.checkpointing.lock().expect("checkpoint lock poisoned");
+        // One at a time; with the transfers each shard's `live` table holds.
+        let mut in_live = self.checkpointing.lock().expect("checkpoint lock poisoned");
         let covered = self.log_bytes();
         let mut cuts = Vec::new();
         let mut batch = self.tables.begin_batch(self.cfg.shards);
@@ -671,7 +684,8 @@ impl<F: Fs> Inner<F> {
                 sequence: shard.mem.sequence(),
                 first_tombstone: shard.mem.first_tombstone(),
             };
-            let changes = shard.mem.take_changes();
+            let changes = shard.mem.begin_cut();
+            drop(shard);
             let mut cut = ShardCut {
                 shard: s,
                 meta,
@@ -679,23 +693,26 @@ impl<F: Fs> Inner<F> {
                 tombstones: changes.tombstones,
                 ..ShardCut::default()
             };
-            // Shared records: a reference count each under the lock, not a copy.
-            for id in changes.accounts {
-                let a = shard.mem.account_shared(&id);
-                cut.accounts.push((id, a));
+            // The records as they were at the cut, a slice per hold of the lock (shared:
+            // a reference count each, not a copy).
+            let mut records = Cut::default();
+            let (a, t) = (&changes.accounts, &changes.transfers);
+            for k in 0..a.len().max(t.len()).div_ceil(CUT_SLICE) {
+                let (a, t) = (nth_slice(a, k), nth_slice(t, k));
+                self.shard(s).mem.cut_slice(a, t, &mut records);
             }
-            for id in changes.transfers {
-                let Some(r) = shard.mem.transfer_shared(&id) else {
-                    continue;
-                };
+            self.shard(s).mem.end_cut(&mut records);
+            cut.accounts = records.accounts;
+            cut.transfers = records.transfers;
+            let in_live = &mut in_live[usize::from(s)];
+            for r in &cut.transfers {
+                let id = &r.spec.id;
                 if !r.state.is_terminal() {
-                    shard.in_live.insert(id);
-                } else if shard.in_live.remove(&id) {
-                    cut.left_live.push(id);
+                    in_live.insert(id.clone());
+                } else if in_live.remove(id) {
+                    cut.left_live.push(id.clone());
                 }
-                cut.transfers.push(r);
             }
-            drop(shard);
             // Encoded at once, before the next shard's cut and before the log's sync,
             // releasing the accounts as it goes (see `Tables::batch`): a shard copies an
             // account it writes while a cut still holds it, so the sooner the cut lets go

@@ -26,12 +26,23 @@ pub use xfer_core::{FastMap, FastSet, FastState};
 /// the `_marking` calls) since the last [`IdMap::next_mark`]. A shard tracks what a
 /// checkpoint must write with it, in the lookup it makes anyway, where a set of changed
 /// ids cost a second hash probe and key comparison per step.
+///
+/// A cut ([`IdMap::start_cut`]) is the set of values marked when it starts, as they are
+/// then, collected a few at a time ([`IdMap::take_cut`]) while the map goes on changing: a
+/// value of the cut written, replaced or removed before it is collected is first copied
+/// aside as it was (a clone: for the `Arc`s a shard holds, a reference count), and
+/// [`IdMap::end_cut`] hands those over. So a checkpoint holds its shard's lock for the
+/// start and for each small slice, not for one lookup per changed record at once.
 #[derive(Debug)]
 pub(crate) struct IdMap<K, V> {
     by_id: FastMap<K, (V, u64)>,
     order: BTreeSet<K>,
     /// The current mark (never 0: values inserted unmarked carry 0). A u64 never wraps.
     mark: u64,
+    /// The mark of the cut being collected, 0 if none (a value collected is marked 0).
+    cut: u64,
+    /// Values of the cut changed or removed before they were collected, as at the cut.
+    kept: Vec<(K, V)>,
 }
 
 impl<K, V> Default for IdMap<K, V> {
@@ -40,6 +51,8 @@ impl<K, V> Default for IdMap<K, V> {
             by_id: FastMap::default(),
             order: BTreeSet::new(),
             mark: FIRST_MARK,
+            cut: 0,
+            kept: Vec::new(),
         }
     }
 }
@@ -47,7 +60,7 @@ impl<K, V> Default for IdMap<K, V> {
 /// The mark a new map starts with (values inserted unmarked carry 0).
 const FIRST_MARK: u64 = 1;
 
-impl<K: Ord + Hash + Clone, V> IdMap<K, V> {
+impl<K: Ord + Hash + Clone, V: Clone> IdMap<K, V> {
     /// Builds the map from key-value pairs (bulk: the ordered set is built sorted, much
     /// faster than one insert at a time). A repeated key keeps its last value. Pairs in key
     /// order (a table scan) cost one comparison each to sort: the keys are taken in the
@@ -61,6 +74,8 @@ impl<K: Ord + Hash + Clone, V> IdMap<K, V> {
             by_id,
             order,
             mark: FIRST_MARK,
+            cut: 0,
+            kept: Vec::new(),
         }
     }
 
@@ -82,22 +97,59 @@ impl<K: Ord + Hash + Clone, V> IdMap<K, V> {
     /// The value of `k`, to change: marks it, and answers whether it was unmarked (its
     /// first change since the last [`IdMap::next_mark`]).
     pub(crate) fn get_mut_marking(&mut self, k: &K) -> Option<(&mut V, bool)> {
-        let mark = self.mark;
+        let (mark, cut) = (self.mark, self.cut);
+        let kept = &mut self.kept;
         self.by_id.get_mut(k).map(|(v, m)| {
+            if cut != 0 && *m == cut {
+                kept.push((k.clone(), v.clone()));
+            }
             let first = *m != mark;
             *m = mark;
             (v, first)
         })
     }
 
-    /// Whether `k` changed since the last [`IdMap::next_mark`].
+    /// Whether `k` changed since the last [`IdMap::next_mark`] or is in the cut being
+    /// collected and not collected yet.
     pub(crate) fn is_marked(&self, k: &K) -> bool {
-        self.by_id.get(k).is_some_and(|(_, m)| *m == self.mark)
+        self.by_id
+            .get(k)
+            .is_some_and(|(_, m)| *m == self.mark || (self.cut != 0 && *m == self.cut))
     }
 
     /// Starts a new mark: every value is unmarked.
     pub(crate) fn next_mark(&mut self) {
+        debug_assert_eq!(self.cut, 0, "no cut is being collected");
         self.mark += 1;
+    }
+
+    /// Starts a cut of every value marked now, and a new mark (see the type's docs).
+    pub(crate) fn start_cut(&mut self) {
+        debug_assert_eq!(self.cut, 0, "one cut at a time");
+        self.cut = self.mark;
+        self.kept.clear();
+        self.mark += 1;
+    }
+
+    /// The value of `k` as it was when the cut started, if it is in the cut, still here
+    /// and not changed since (then it leaves the cut: a second call answers `None`).
+    /// `None` otherwise: [`IdMap::end_cut`] has it if it was changed or removed since.
+    pub(crate) fn take_cut(&mut self, k: &K) -> Option<V> {
+        let cut = self.cut;
+        match self.by_id.get_mut(k) {
+            Some((v, m)) if cut != 0 && *m == cut => {
+                *m = 0;
+                Some(v.clone())
+            }
+            _ => None,
+        }
+    }
+
+    /// Ends the cut: the values of it changed or removed before they were collected, as
+    /// they were when it started (each once).
+    pub(crate) fn end_cut(&mut self) -> Vec<(K, V)> {
+        self.cut = 0;
+        std::mem::take(&mut self.kept)
     }
 
     pub(crate) fn contains_key(&self, k: &K) -> bool {
@@ -118,9 +170,15 @@ impl<K: Ord + Hash + Clone, V> IdMap<K, V> {
     fn insert_with(&mut self, k: K, v: V, mark: u64) -> Option<V> {
         match self.by_id.entry(k) {
             Entry::Occupied(mut e) => {
-                // Marks only grow: a value marked now stays marked.
-                let kept = mark.max(e.get().1);
-                Some(e.insert((v, kept)).0)
+                let old = e.get().1;
+                let in_cut = self.cut != 0 && old == self.cut;
+                if in_cut {
+                    self.kept.push((e.key().clone(), e.get().0.clone()));
+                }
+                // Marks only grow: a value marked now stays marked (one of the cut is
+                // marked now, its value at the cut kept aside).
+                let marked = if in_cut { self.mark } else { mark.max(old) };
+                Some(e.insert((v, marked)).0)
             }
             Entry::Vacant(e) => {
                 self.order.insert(e.key().clone());
@@ -131,7 +189,10 @@ impl<K: Ord + Hash + Clone, V> IdMap<K, V> {
     }
 
     pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
-        let (v, _) = self.by_id.remove(k)?;
+        let (v, m) = self.by_id.remove(k)?;
+        if self.cut != 0 && m == self.cut {
+            self.kept.push((k.clone(), v.clone()));
+        }
         let was_ordered = self.order.remove(k);
         debug_assert!(was_ordered, "every key is in the ordered set");
         Some(v)
@@ -229,5 +290,64 @@ mod tests {
         assert!(m.is_marked(&"c".into()));
         assert_eq!(m.values().copied().collect::<Vec<_>>(), vec![5, 2, 4]);
         assert_eq!(m.order.len(), m.by_id.len());
+    }
+
+    /// A cut collected a little at a time while the map changes: every value marked when it
+    /// started comes out once, as it was then (from `take_cut` or from `end_cut`), and
+    /// nothing else does, whatever happens to the keys in between.
+    #[test]
+    fn a_cut_is_the_marked_values_as_they_were_when_it_started() {
+        let mut rng = Rng::new(11);
+        for _ in 0..300 {
+            let mut m: IdMap<String, u64> = IdMap::default();
+            let key = |rng: &mut Rng| format!("k{}", rng.below(30));
+            for step in 0..60u64 {
+                let k = key(&mut rng);
+                match rng.below(4) {
+                    0 => drop(m.insert(k, step)),
+                    1 => drop(m.insert_marking(k, step)),
+                    2 => drop(m.get_mut_marking(&k).map(|(v, _)| *v += 1)),
+                    _ => drop(m.remove(&k)),
+                }
+            }
+            let at_cut: BTreeMap<String, u64> = (0..30)
+                .map(|i| format!("k{i}"))
+                .filter(|k| m.is_marked(k))
+                .map(|k| {
+                    let v = *m.get(&k).expect("marked: present");
+                    (k, v)
+                })
+                .collect();
+            m.start_cut();
+            let mut got: BTreeMap<String, u64> = BTreeMap::new();
+            let mut to_take: Vec<String> = at_cut.keys().cloned().collect();
+            let mut step = 1_000u64;
+            while !to_take.is_empty() {
+                step += 1;
+                let k = key(&mut rng);
+                match rng.below(6) {
+                    0 | 1 => {
+                        let k = to_take.swap_remove(rng.below(to_take.len() as u64) as usize);
+                        if let Some(v) = m.take_cut(&k) {
+                            assert!(got.insert(k.clone(), v).is_none(), "{k} once");
+                            assert_eq!(m.take_cut(&k), None, "{k}: taken already");
+                        }
+                    }
+                    2 => drop(m.get_mut_marking(&k).map(|(v, _)| *v += 1)),
+                    3 => drop(m.insert_marking(k, step)),
+                    4 => drop(m.insert(k, step)),
+                    _ => drop(m.remove(&k)),
+                }
+            }
+            for (k, v) in m.end_cut() {
+                assert!(got.insert(k.clone(), v).is_none(), "{k} once");
+            }
+            assert_eq!(got, at_cut);
+            // After the cut: marks as ever (the next cut takes what changed since it began).
+            assert!((0..30)
+                .map(|i| format!("k{i}"))
+                .filter(|k| m.is_marked(k))
+                .all(|k| m.by_id[&k].1 == m.mark));
+        }
     }
 }

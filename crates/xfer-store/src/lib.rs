@@ -23,6 +23,6 @@ pub use coalesce::Coalesce;
 pub use faulty::{FaultPlan, Faulty};
 pub use id_map::{FastMap, FastSet, FastState};
 pub use intercept::{ExecuteHook, Intercept, PendingHook};
-pub use memory::{Changes, MemoryShard, MemoryStore};
+pub use memory::{Changes, Cut, MemoryShard, MemoryStore};
 pub use op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
 pub use store::{answered_durable, BoxFuture, HistoryPage, LogDomain, Store, StoreError};
