@@ -117,8 +117,8 @@ impl MemoryShard {
     /// Starts a checkpoint's cut: answers what changed since the last cut (as
     /// [`MemoryShard::take_changes`] does), and keeps, as they are now, the records it
     /// names, for [`MemoryShard::cut_slice`] and [`MemoryShard::end_cut`] to hand over a
-    /// few at a time while the shard goes on (a
-    /// record written or dropped before it is handed over is first set aside as it was).
+    /// few at a time while the shard goes on (a record written or dropped before it is
+    /// handed over is first set aside as it was).
     /// A cut taken whole at once held the shard's lock for one lookup per changed record,
     /// 2.7 ms on average and up to 13 ms at 32,000 transfers/s, stalling every step on the
     /// shard (the latency tail; `docs/benchmarks.md`).
@@ -499,15 +499,10 @@ impl MemoryShard {
         self.transfers.get(id).map(|r| &**r)
     }
 
-    /// One account, shared: the record as it is now, however it changes later (a
-    /// checkpoint's cut; no copy is made unless the account is written while it is held).
+    /// One account, shared: the record as it is now, however it changes later (no copy is
+    /// made unless the account is written while it is held).
     pub fn account_shared(&self, id: &AccountId) -> Option<Arc<Account>> {
         self.accounts.get(id).cloned()
-    }
-
-    /// One transfer, shared (see [`MemoryShard::account_shared`]).
-    pub fn transfer_shared(&self, id: &TransferId) -> Option<Arc<TransferRecord>> {
-        self.transfers.get(id).cloned()
     }
 }
 
@@ -612,6 +607,28 @@ mod tests {
         };
         shard.apply(&Op::Account(id.clone(), op), Timestamp(1));
         id
+    }
+
+    /// A one-posting USD transfer of `amount` from `from` to `to`, due in a second.
+    fn spec(
+        id: TransferId,
+        from: &AccountId,
+        to: &AccountId,
+        amount: u64,
+    ) -> xfer_core::TransferSpec {
+        xfer_core::TransferSpec {
+            id,
+            postings: vec![xfer_core::Posting {
+                from: from.clone(),
+                to: to.clone(),
+                asset: AssetCode::new("USD", "asset").unwrap(),
+                amount: xfer_core::Amount::new(amount, "amount").unwrap(),
+            }],
+            metadata: String::new(),
+            kind: xfer_core::TransferKind::Transfer,
+            refund_of: None,
+            timeout_ms: 1_000,
+        }
     }
 
     #[test]
@@ -733,20 +750,7 @@ mod tests {
         assert!(c.tombstones.is_empty());
         // Transfers: an insert and later steps in one take name it once, and it counts as
         // changed (not evictable) until the next take.
-        let spec = xfer_core::TransferSpec {
-            id: t("x1"),
-            postings: vec![xfer_core::Posting {
-                from: a.clone(),
-                to: b.clone(),
-                asset: usd(),
-                amount: xfer_core::Amount::new(5, "amount").unwrap(),
-            }],
-            metadata: String::new(),
-            kind: xfer_core::TransferKind::Transfer,
-            refund_of: None,
-            timeout_ms: 1_000,
-        };
-        let rec = TransferRecord::accept(spec, Timestamp(30), 5_000);
+        let rec = TransferRecord::accept(spec(t("x1"), &a, &b, 5), Timestamp(30), 5_000);
         shard.apply(
             &Op::Transfer(t("x1"), TransferOp::Insert(Box::new(rec))),
             Timestamp(30),
@@ -822,19 +826,7 @@ mod tests {
                     },
                 ),
                 _ => {
-                    let spec = xfer_core::TransferSpec {
-                        id: t.clone(),
-                        postings: vec![xfer_core::Posting {
-                            from: account(0),
-                            to: account(1),
-                            asset: usd(),
-                            amount: xfer_core::Amount::new(1, "amount").unwrap(),
-                        }],
-                        metadata: String::new(),
-                        kind: xfer_core::TransferKind::Transfer,
-                        refund_of: None,
-                        timeout_ms: 1_000,
-                    };
+                    let spec = spec(t.clone(), &account(0), &account(1), 1);
                     let mut rec = TransferRecord::accept(spec, now, 5_000);
                     if rng.below(2) == 0 {
                         rec.state = xfer_core::TransferState::Done;
