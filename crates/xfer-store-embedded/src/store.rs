@@ -6,9 +6,10 @@
 //!          ─▶ apply every op to the in-memory shard (MemoryShard's rules, store clock `now`)
 //!          ─▶ append one log entry {s, now, the writes} ─▶ unlock
 //!   wait until the committer's fdatasync covers the entry (group commit) ─▶ replies
-//! execute_pending(ops): the same up to the unlock ─▶ ask the committer to sync up to the
-//!   entry ─▶ replies with the entry's point (every shard appends to the one log, so the
-//!   caller waits for that point only before it acknowledges anything: wait_durable)
+//! execute_pending(ops): the same up to the unlock ─▶ replies with the entry's point at
+//!   once (every shard appends to the one log, so the caller waits for that point only
+//!   before it acknowledges anything: wait_durable; the committer syncs only for waiters,
+//!   and one sync covers every entry appended before it)
 //! checkpointer (every `checkpoint_bytes` of log): per shard, under its lock, note the
 //!   log position and what changed, then take those records a slice per hold of the lock
 //!   (shared, not copied; as they were at the noting) ─▶ one atomic
@@ -105,10 +106,6 @@ struct CommitState {
     /// The committer sleeps on the condvar (only then is a wake-up worth a syscall).
     idle: bool,
     shutdown: bool,
-    /// The highest LSN a pending call asked to be synced, with nobody waiting yet.
-    wanted: u64,
-    /// Every LSN below this is durable (synced by the committer, or found at open).
-    synced: u64,
 }
 
 /// Records evicted per hold of a shard's lock after a checkpoint.
@@ -308,16 +305,12 @@ impl<F: Fs> Embedded<F> {
         report.tables_ms = t1.0.saturating_sub(t0.0);
         report.load_ms = t2.0.saturating_sub(t1.0);
         report.replay_ms = t3.0.saturating_sub(t2.0);
-        let synced = log.durable_lsn();
         let inner = Arc::new(Inner {
             log,
             tables,
             shards: shards.into_iter().map(Mutex::new).collect(),
             clock,
-            commit: Mutex::new(CommitState {
-                synced,
-                ..CommitState::default()
-            }),
+            commit: Mutex::new(CommitState::default()),
             commit_wake: Condvar::new(),
             failed: Mutex::new(None),
             checkpointing: Mutex::new(in_live),
@@ -584,25 +577,19 @@ impl<F: Fs> Inner<F> {
         }
     }
 
-    /// Asks the committer to sync up to `lsn` soon, without waiting (a pending call's
-    /// entry: its caller will wait, or poll, later).
-    fn want_sync(&self, lsn: u64) {
-        let mut st = self.lock_commit();
-        st.wanted = st.wanted.max(lsn);
-        if st.idle && st.wanted >= st.synced {
-            st.idle = false;
-            self.commit_wake.notify_one();
-        }
-    }
-
-    /// The committer: syncs the log up to the highest LSN anyone waits for or asked for,
-    /// then answers every waiter it covered. Waiters arriving during a sync share the next
-    /// one.
+    /// The committer: syncs the log up to the highest LSN anyone waits for, then answers
+    /// every waiter it covered. Waiters arriving during a sync share the next one.
+    ///
+    /// It syncs for waiters only, never ahead of them: a pending call's entry is made
+    /// durable by the first sync anyone waits for after it was appended. Syncing every
+    /// pending entry as it came (tried: the committer syncing on its own while pending
+    /// calls arrived) spent a sync on points nobody waited for yet, and a sync costs CPU
+    /// here (about a tenth of the process's at 1,900 syncs/s): `docs/benchmarks.md`.
     fn run_committer(&self) {
         loop {
-            let (waiters, wanted) = {
+            let waiters = {
                 let mut st = self.lock_commit();
-                while st.waiters.is_empty() && st.wanted < st.synced && !st.shutdown {
+                while st.waiters.is_empty() && !st.shutdown {
                     st.idle = true;
                     st = self
                         .commit_wake
@@ -614,24 +601,10 @@ impl<F: Fs> Inner<F> {
                     st.stopped = true;
                     return;
                 }
-                (std::mem::take(&mut st.waiters), st.wanted)
+                std::mem::take(&mut st.waiters)
             };
-            let target = waiters
-                .iter()
-                .map(|(l, _)| *l)
-                .max()
-                .unwrap_or(0)
-                .max(wanted);
+            let target = waiters.iter().map(|(l, _)| *l).max().unwrap_or(0);
             let result = self.log.sync(target).map_err(|e| e.to_string());
-            {
-                let mut st = self.lock_commit();
-                match &result {
-                    Ok(()) => st.synced = st.synced.max(target + 1),
-                    // The log is poisoned: nothing will sync again, so stop asking (a
-                    // pending call's wait gets the error from its own sync attempt).
-                    Err(_) => st.wanted = 0,
-                }
-            }
             if let Err(why) = &result {
                 self.fail(why.clone());
             }
@@ -835,10 +808,7 @@ impl<F: Fs> Store for EmbeddedShard<F> {
         &self,
         ops: Vec<Op>,
     ) -> BoxFuture<'_, Result<(Vec<Reply>, u64), StoreError>> {
-        let result = self
-            .execute_now(&ops)
-            .inspect(|(_, lsn)| self.inner.want_sync(*lsn));
-        Box::pin(std::future::ready(result))
+        Box::pin(std::future::ready(self.execute_now(&ops)))
     }
 
     fn wait_durable(&self, point: u64) -> BoxFuture<'_, Result<(), StoreError>> {

@@ -294,7 +294,7 @@ async fn recovered_two(disk: SimFs, tables: &std::path::Path) -> (State, State) 
 }
 
 /// Answers ahead of the sync, over two shards of one log: the power fails at every sync
-/// (the committer's, which now runs on its own, and the checkpoints'), and the store
+/// (the committer's, for whoever waits, and the checkpoints'), and the store
 /// recovers one prefix of the ops across both shards that keeps every one acknowledged
 /// after its wait (a step on one shard never survives a lost step before it on the other).
 #[tokio::test]
@@ -327,4 +327,45 @@ async fn power_loss_with_answers_ahead_of_the_sync_recovers_a_prefix_with_everyt
             );
         }
     }
+}
+
+/// Answers ahead of the sync cost no sync of their own: the committer syncs only for
+/// someone waiting, and one wait, on either shard, makes every entry appended before it
+/// durable on both. (It used to sync every pending entry as it came, spending a sync on
+/// points nobody waited for yet: this fails if it does again.)
+#[tokio::test]
+async fn pending_answers_are_synced_only_when_waited_for_and_one_wait_covers_both_shards() {
+    let ops = ops(5);
+    let disk = SimFs::new();
+    let tables = tempfile::tempdir().unwrap();
+    let cfg = EmbeddedConfig {
+        shards: 2,
+        background_checkpoints: false,
+        ..EmbeddedConfig::default()
+    };
+    let clock = Arc::new(ManualClock::at(NOW));
+    let (store, _) = Embedded::open_with(disk.clone(), tables.path(), cfg, clock).unwrap();
+    let shards = store.shards();
+    let before = disk.syncs();
+    let mut points = Vec::new();
+    for op in &ops {
+        let s = shard_of(op);
+        let (_, point) = shards[s].execute_pending(vec![op.clone()]).await.unwrap();
+        points.push((s, point));
+    }
+    // Give a committer that syncs on its own the time to do it.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert_eq!(disk.syncs(), before, "synced with nobody waiting");
+    assert!(points.iter().all(|&(s, p)| !shards[s].is_durable(p)));
+    let (s, last) = *points.last().unwrap();
+    shards[1 - s].wait_durable(last).await.unwrap();
+    assert_eq!(disk.syncs() - before, 1, "one wait, one sync");
+    assert!(points.iter().all(|&(s, p)| shards[s].is_durable(p)));
+    drop(shards);
+    store.close().unwrap();
+    let (a, b) = recovered_two(disk.after_power_loss(Torn::DropUnsynced), tables.path()).await;
+    assert!(
+        reference_two(&ops).last() == Some(&(a, b)),
+        "everything waited for is there after a power loss"
+    );
 }

@@ -8,6 +8,7 @@
 //! | `error` | `ApiError`: the one error shape and the one code → status mapping |
 //! | `wire` | request and response JSON, and the checks that turn requests into domain values |
 //! | `service` | what handlers call: submit (with pre-checks), settle, reads, sweeps |
+//! | `combine` | concurrent small submits driven together as one batch |
 //! | `api` | the routes table and the handlers |
 //! | `openapi` | the OpenAPI document |
 //! | `metrics` | Prometheus metrics |
@@ -23,6 +24,7 @@ pub mod baseline;
 pub mod bench;
 pub mod cli;
 pub mod client;
+pub mod combine;
 pub mod config;
 pub mod demo;
 pub mod error;

@@ -7,6 +7,7 @@
 //! is anything written. So bad input changes nothing, while a resubmitted id is always
 //! answered from its record (idempotency wins over the checks).
 
+use crate::combine::{Combiner, Run};
 use crate::error::ApiError;
 use crate::metrics::{Metrics, Stopwatch};
 use crate::wire::TransferOut;
@@ -67,9 +68,32 @@ pub struct Service {
     executor: Arc<Executor>,
     sweeper: Sweeper,
     metrics: Arc<Metrics>,
-    background: Arc<Background>,
+    submitter: Submitter,
+    /// Single requests that wait for their outcome, driven together ([`crate::combine`]).
+    combiner: Arc<Combiner>,
     ready: AtomicBool,
     stuck_after_ms: u64,
+}
+
+/// Drives at most this many combined batches at once. One: while it drives, the requests
+/// that arrive queue into the next batch, and the HTTP work of the others keeps the cores
+/// busy (`xfer bench --via http --in-flight 64 --batch 1`: 1 lane 25,574 / 26,286
+/// transfers/s, 2 lanes 21,627 / 23,462, 4 lanes 22,217 / 22,128, not combined 19,581 /
+/// 20,694; `docs/benchmarks.md`).
+pub const COMBINE_LANES: usize = 1;
+
+/// Requests of at most this many transfers are combined; larger ones are batches already.
+pub const COMBINE_REQUEST_MAX: usize = 16;
+
+/// Combined batches hold at most this many transfers.
+pub const COMBINE_BATCH_MAX: usize = 512;
+
+/// What submitting needs, shared with the combiner's lanes (which run in tasks of their own).
+#[derive(Clone)]
+struct Submitter {
+    executor: Arc<Executor>,
+    metrics: Arc<Metrics>,
+    background: Arc<Background>,
 }
 
 impl Service {
@@ -80,11 +104,23 @@ impl Service {
         metrics: Arc<Metrics>,
         stuck_after_ms: u64,
     ) -> Service {
+        let executor = Arc::new(executor);
+        let submitter = Submitter {
+            executor: Arc::clone(&executor),
+            metrics: Arc::clone(&metrics),
+            background: Arc::default(),
+        };
+        let lane = submitter.clone();
+        let run: Run = Arc::new(move |specs| {
+            let lane = lane.clone();
+            Box::pin(async move { lane.submit(specs, true).await })
+        });
         Service {
-            executor: Arc::new(executor),
+            executor,
             sweeper,
             metrics,
-            background: Arc::default(),
+            submitter,
+            combiner: Combiner::new(run, COMBINE_LANES, COMBINE_BATCH_MAX),
             ready: AtomicBool::new(false),
             stuck_after_ms,
         }
@@ -156,207 +192,33 @@ impl Service {
 
     /// Submits transfers (see the module docs). `wait`: drive them to their outcome before
     /// answering; otherwise answer once each is durably inserted and drive it in the
-    /// background. Results in the order of `specs`.
+    /// background. Results in the order of `specs`. Small requests that wait are driven
+    /// together with the others queued at the same time ([`crate::combine`]).
     pub async fn submit(
         &self,
         specs: Vec<TransferSpec>,
         wait: bool,
     ) -> Vec<Result<Answer, ApiError>> {
-        let watch = Stopwatch::start();
-        let n = specs.len();
-        let mut results: Vec<Option<Result<Answer, ApiError>>> = vec![None; n];
-        let (checks, point) = match self.precheck(&specs).await {
-            Ok(c) => c,
-            Err(e) => return vec![Err(ApiError::from(e)); n],
-        };
-        let mut go = Vec::new();
-        let mut slots = Vec::new();
-        let mut refused = 0;
-        for (i, (spec, check)) in specs.into_iter().zip(checks).enumerate() {
-            match check {
-                Some(r) => {
-                    refused += 1;
-                    results[i] = Some(Err(r.into()));
-                }
-                None => {
-                    slots.push(i);
-                    go.push(spec);
-                }
-            }
-        }
-        let mut answers = if wait {
-            self.drive(go).await
+        if wait && specs.len() <= COMBINE_REQUEST_MAX {
+            self.combiner.submit(specs).await
         } else {
-            self.accept(go).await
-        };
-        // The pre-check's reads may have seen writes not yet durable: answer nothing that
-        // rests on them before they are (usually already true: the drive waited for more).
-        match self.executor.wait_durable(point).await {
-            Ok(()) => (0..refused).for_each(|_| self.metrics.transfer("rejected", 0.0)),
-            Err(e) => {
-                let e = ApiError::from(e);
-                answers = vec![Err(e.clone()); answers.len()];
-                results = vec![Some(Err(e)); n];
-                (0..refused).for_each(|_| self.metrics.transfer("failed", 0.0));
-            }
+            self.submitter.submit(specs, wait).await
         }
-        for (i, answer) in slots.into_iter().zip(answers) {
-            let outcome = match &answer {
-                Ok(Answer::Accepted(_)) => "accepted",
-                Ok(a) => a.record().state.as_str(),
-                Err(e) if e.status().is_client_error() => "rejected",
-                Err(_) => "failed",
-            };
-            self.metrics.transfer(outcome, watch.seconds());
-            results[i] = Some(answer);
-        }
-        results
-            .into_iter()
-            .map(|r| r.expect("every transfer answered"))
-            .collect()
-    }
-
-    async fn drive(&self, specs: Vec<TransferSpec>) -> Vec<Result<Answer, ApiError>> {
-        let n = specs.len() as i64;
-        let span = match specs.as_slice() {
-            [one] => tracing::info_span!("transfer", transfer_id = %one.id),
-            _ => tracing::info_span!("transfers", count = specs.len()),
-        };
-        self.metrics.in_flight(n);
-        let outcomes = self.executor.submit_many(specs).instrument(span).await;
-        self.metrics.in_flight(-n);
-        outcomes.into_iter().map(answer).collect()
-    }
-
-    /// Inserts each transfer (durably) and drives the accepted ones in a background task.
-    async fn accept(&self, specs: Vec<TransferSpec>) -> Vec<Result<Answer, ApiError>> {
-        let now = self.now();
-        let grace = self.executor.config().claim_grace_ms;
-        let ops = specs
-            .iter()
-            .map(|s| {
-                let record = TransferRecord::accept(s.clone(), now, grace);
-                Op::Transfer(s.id.clone(), TransferOp::Insert(Box::new(record)))
-            })
-            .collect();
-        let replies = match self.executor.execute_ops(ops).await {
-            Ok(r) => r,
-            Err(e) => return vec![Err(ApiError::from(e)); specs.len()],
-        };
-        let mut run = Vec::new();
-        let mut answers = Vec::with_capacity(specs.len());
-        for (spec, reply) in specs.into_iter().zip(replies) {
-            answers.push(match reply {
-                Reply::Transfer(r) | Reply::Unchanged(r) => {
-                    if !r.state.is_terminal() {
-                        run.push(spec);
-                    }
-                    Ok(Answer::Accepted(r))
-                }
-                Reply::Refused(code) => Err(ApiError::from(Rejection::new(
-                    code,
-                    "id",
-                    format!("{} exists with a different body", spec.id),
-                ))),
-                other => Err(ApiError::from(ExecError::Violation(format!(
-                    "{}: insert answered {other}",
-                    spec.id
-                )))),
-            });
-        }
-        if !run.is_empty() {
-            self.spawn_background(run);
-        }
-        answers
-    }
-
-    fn spawn_background(&self, specs: Vec<TransferSpec>) {
-        let executor = self.executor.clone();
-        let metrics = self.metrics.clone();
-        let background = self.background.clone();
-        background.running.fetch_add(1, Ordering::AcqRel);
-        let n = specs.len() as i64;
-        metrics.in_flight(n);
-        let span = tracing::info_span!("accepted", count = specs.len());
-        tokio::spawn(
-            async move {
-                for (id, r) in specs
-                    .iter()
-                    .map(|s| s.id.clone())
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .zip(executor.submit_many(specs).await)
-                {
-                    if let Err(e) = r {
-                        // The sweeper finishes it: nothing acknowledged is lost.
-                        tracing::warn!(transfer_id = %id, error = %e, "left to the sweeper");
-                    }
-                }
-                metrics.in_flight(-n);
-                if background.running.fetch_sub(1, Ordering::AcqRel) == 1 {
-                    background.idle.notify_waiters();
-                }
-            }
-            .instrument(span),
-        );
     }
 
     /// Waits until no background drive runs, at most `ms`; answers how many still run.
     pub async fn drain_background(&self, ms: u64) -> usize {
         let wait = async {
             loop {
-                let idle = self.background.idle.notified();
-                if self.background.running.load(Ordering::Acquire) == 0 {
+                let idle = self.submitter.background.idle.notified();
+                if self.submitter.background.running.load(Ordering::Acquire) == 0 {
                     return;
                 }
                 idle.await;
             }
         };
         let _ = tokio::time::timeout(std::time::Duration::from_millis(ms), wait).await;
-        self.background.running.load(Ordering::Acquire)
-    }
-
-    /// For each spec, `Some(rejection)` if it must not be written: it does not exist yet
-    /// and one of its accounts is missing, closed or holds another asset. With the log
-    /// point the reads saw (wait for it before answering from them: they need not be
-    /// durable yet, so the drive that follows does not wait for a sync first).
-    #[allow(clippy::type_complexity)]
-    async fn precheck(
-        &self,
-        specs: &[TransferSpec],
-    ) -> Result<(Vec<Option<Rejection>>, u64), ExecError> {
-        let mut accounts: BTreeMap<&AccountId, usize> = BTreeMap::new();
-        let mut ops = Vec::new();
-        for s in specs {
-            ops.push(Op::Transfer(s.id.clone(), TransferOp::Get));
-        }
-        for p in specs.iter().flat_map(|s| &s.postings) {
-            for a in [&p.from, &p.to] {
-                accounts.entry(a).or_insert_with(|| {
-                    ops.push(Op::Account(a.clone(), AccountOp::Get));
-                    ops.len() - 1
-                });
-            }
-        }
-        let (replies, point) = self.executor.execute_ops_pending(ops).await?;
-        let checks = specs
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                if !matches!(replies[i], Reply::NotFound) {
-                    return None; // exists: the submit answers it (same body or conflict)
-                }
-                s.postings.iter().enumerate().find_map(|(k, p)| {
-                    [(&p.from, "from"), (&p.to, "to")]
-                        .into_iter()
-                        .find_map(|(a, side)| {
-                            let field = format!("postings[{k}].{side}");
-                            account_problem(&replies[accounts[a]], a, &p.asset, field)
-                        })
-                })
-            })
-            .collect();
-        Ok((checks, point))
+        self.submitter.background.running.load(Ordering::Acquire)
     }
 
     /// Reads one transfer.
@@ -443,6 +305,192 @@ impl Service {
         };
         self.metrics.transfer(label, watch.seconds());
         a
+    }
+}
+
+impl Submitter {
+    /// [`Service::submit`], each call driven on its own.
+    async fn submit(&self, specs: Vec<TransferSpec>, wait: bool) -> Vec<Result<Answer, ApiError>> {
+        let watch = Stopwatch::start();
+        let n = specs.len();
+        let mut results: Vec<Option<Result<Answer, ApiError>>> = vec![None; n];
+        let (checks, point) = match self.precheck(&specs).await {
+            Ok(c) => c,
+            Err(e) => return vec![Err(ApiError::from(e)); n],
+        };
+        let mut go = Vec::new();
+        let mut slots = Vec::new();
+        let mut refused = 0;
+        for (i, (spec, check)) in specs.into_iter().zip(checks).enumerate() {
+            match check {
+                Some(r) => {
+                    refused += 1;
+                    results[i] = Some(Err(r.into()));
+                }
+                None => {
+                    slots.push(i);
+                    go.push(spec);
+                }
+            }
+        }
+        let mut answers = if wait {
+            self.drive(go).await
+        } else {
+            self.accept(go).await
+        };
+        // The pre-check's reads may have seen writes not yet durable: answer nothing that
+        // rests on them before they are (usually already true: the drive waited for more).
+        match self.executor.wait_durable(point).await {
+            Ok(()) => (0..refused).for_each(|_| self.metrics.transfer("rejected", 0.0)),
+            Err(e) => {
+                let e = ApiError::from(e);
+                answers = vec![Err(e.clone()); answers.len()];
+                results = vec![Some(Err(e)); n];
+                (0..refused).for_each(|_| self.metrics.transfer("failed", 0.0));
+            }
+        }
+        for (i, answer) in slots.into_iter().zip(answers) {
+            let outcome = match &answer {
+                Ok(Answer::Accepted(_)) => "accepted",
+                Ok(a) => a.record().state.as_str(),
+                Err(e) if e.status().is_client_error() => "rejected",
+                Err(_) => "failed",
+            };
+            self.metrics.transfer(outcome, watch.seconds());
+            results[i] = Some(answer);
+        }
+        results
+            .into_iter()
+            .map(|r| r.expect("every transfer answered"))
+            .collect()
+    }
+
+    async fn drive(&self, specs: Vec<TransferSpec>) -> Vec<Result<Answer, ApiError>> {
+        let n = specs.len() as i64;
+        let span = match specs.as_slice() {
+            [one] => tracing::info_span!("transfer", transfer_id = %one.id),
+            _ => tracing::info_span!("transfers", count = specs.len()),
+        };
+        self.metrics.in_flight(n);
+        let outcomes = self.executor.submit_many(specs).instrument(span).await;
+        self.metrics.in_flight(-n);
+        outcomes.into_iter().map(answer).collect()
+    }
+
+    /// Inserts each transfer (durably) and drives the accepted ones in a background task.
+    async fn accept(&self, specs: Vec<TransferSpec>) -> Vec<Result<Answer, ApiError>> {
+        let now = self.executor.clock().now();
+        let grace = self.executor.config().claim_grace_ms;
+        let ops = specs
+            .iter()
+            .map(|s| {
+                let record = TransferRecord::accept(s.clone(), now, grace);
+                Op::Transfer(s.id.clone(), TransferOp::Insert(Box::new(record)))
+            })
+            .collect();
+        let replies = match self.executor.execute_ops(ops).await {
+            Ok(r) => r,
+            Err(e) => return vec![Err(ApiError::from(e)); specs.len()],
+        };
+        let mut run = Vec::new();
+        let mut answers = Vec::with_capacity(specs.len());
+        for (spec, reply) in specs.into_iter().zip(replies) {
+            answers.push(match reply {
+                Reply::Transfer(r) | Reply::Unchanged(r) => {
+                    if !r.state.is_terminal() {
+                        run.push(spec);
+                    }
+                    Ok(Answer::Accepted(r))
+                }
+                Reply::Refused(code) => Err(ApiError::from(Rejection::new(
+                    code,
+                    "id",
+                    format!("{} exists with a different body", spec.id),
+                ))),
+                other => Err(ApiError::from(ExecError::Violation(format!(
+                    "{}: insert answered {other}",
+                    spec.id
+                )))),
+            });
+        }
+        if !run.is_empty() {
+            self.spawn_background(run);
+        }
+        answers
+    }
+
+    fn spawn_background(&self, specs: Vec<TransferSpec>) {
+        let executor = self.executor.clone();
+        let metrics = self.metrics.clone();
+        let background = self.background.clone();
+        background.running.fetch_add(1, Ordering::AcqRel);
+        let n = specs.len() as i64;
+        metrics.in_flight(n);
+        let span = tracing::info_span!("accepted", count = specs.len());
+        tokio::spawn(
+            async move {
+                for (id, r) in specs
+                    .iter()
+                    .map(|s| s.id.clone())
+                    .collect::<Vec<_>>()
+                    .into_iter()
+                    .zip(executor.submit_many(specs).await)
+                {
+                    if let Err(e) = r {
+                        // The sweeper finishes it: nothing acknowledged is lost.
+                        tracing::warn!(transfer_id = %id, error = %e, "left to the sweeper");
+                    }
+                }
+                metrics.in_flight(-n);
+                if background.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    background.idle.notify_waiters();
+                }
+            }
+            .instrument(span),
+        );
+    }
+
+    /// For each spec, `Some(rejection)` if it must not be written: it does not exist yet
+    /// and one of its accounts is missing, closed or holds another asset. With the log
+    /// point the reads saw (wait for it before answering from them: they need not be
+    /// durable yet, so the drive that follows does not wait for a sync first).
+    #[allow(clippy::type_complexity)]
+    async fn precheck(
+        &self,
+        specs: &[TransferSpec],
+    ) -> Result<(Vec<Option<Rejection>>, u64), ExecError> {
+        let mut accounts: BTreeMap<&AccountId, usize> = BTreeMap::new();
+        let mut ops = Vec::new();
+        for s in specs {
+            ops.push(Op::Transfer(s.id.clone(), TransferOp::Get));
+        }
+        for p in specs.iter().flat_map(|s| &s.postings) {
+            for a in [&p.from, &p.to] {
+                accounts.entry(a).or_insert_with(|| {
+                    ops.push(Op::Account(a.clone(), AccountOp::Get));
+                    ops.len() - 1
+                });
+            }
+        }
+        let (replies, point) = self.executor.execute_ops_pending(ops).await?;
+        let checks = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                if !matches!(replies[i], Reply::NotFound) {
+                    return None; // exists: the submit answers it (same body or conflict)
+                }
+                s.postings.iter().enumerate().find_map(|(k, p)| {
+                    [(&p.from, "from"), (&p.to, "to")]
+                        .into_iter()
+                        .find_map(|(a, side)| {
+                            let field = format!("postings[{k}].{side}");
+                            account_problem(&replies[accounts[a]], a, &p.asset, field)
+                        })
+                })
+            })
+            .collect();
+        Ok((checks, point))
     }
 }
 

@@ -1,0 +1,324 @@
+//! Request combining: transfers submitted by concurrent requests are driven together.
+//!
+//! A request that waits for its outcome with one transfer (the common case: a payment, an
+//! order) would otherwise be driven alone: its own pre-check read, then six rounds of one
+//! small store call each, every call a lock, a log entry and a wake-up of the committer. Under
+//! load, many such requests run at once, so the [`Combiner`] queues them and lets at most
+//! `lanes` drives run; a lane takes everything queued (up to `max` transfers) as one batch,
+//! so each round is one store call per shard for the whole batch (the store's batching, as
+//! for a batch request). A request that arrives while a lane is free is driven at once:
+//! combining adds no wait of its own, it only fills the batches that load makes anyway.
+//!
+//! Each request gets exactly its own transfers' answers, in its order. A transfer id never
+//! appears twice in one combined batch: a request naming an id already taken waits for the
+//! next batch (two requests racing with one id are answered as they always were: the
+//! record's insert decides, and the other is answered from the record). The drive runs in
+//! a task of its own, so a request whose client goes away does not stop the batch it is in.
+
+use crate::error::{ApiCode, ApiError};
+use crate::service::Answer;
+use futures_util::future::BoxFuture;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use tokio::sync::oneshot;
+use xfer_core::{FastSet, TransferId, TransferSpec};
+
+/// One answer per transfer, in the order given.
+pub type Answers = Vec<Result<Answer, ApiError>>;
+
+/// What drives a combined batch: the service's submit, waiting for the outcomes.
+pub type Run = Arc<dyn Fn(Vec<TransferSpec>) -> BoxFuture<'static, Answers> + Send + Sync>;
+
+/// See the module docs.
+pub struct Combiner {
+    run: Run,
+    /// Drives at most this many batches at once.
+    lanes: usize,
+    /// Puts at most this many transfers in one batch (a request larger than that alone).
+    max: usize,
+    queue: Mutex<Queue>,
+}
+
+#[derive(Default)]
+struct Queue {
+    waiting: VecDeque<Waiting>,
+    /// Lanes running; each takes from `waiting` until it finds it empty.
+    running: usize,
+}
+
+struct Waiting {
+    specs: Vec<TransferSpec>,
+    answer: oneshot::Sender<Answers>,
+}
+
+impl Combiner {
+    /// A combiner that drives batches with `run`.
+    pub fn new(run: Run, lanes: usize, max: usize) -> Arc<Combiner> {
+        Arc::new(Combiner {
+            run,
+            lanes: lanes.max(1),
+            max: max.max(1),
+            queue: Mutex::default(),
+        })
+    }
+
+    /// Submits `specs` (waiting for their outcomes), combined with whatever other requests
+    /// are queued; answers in the order of `specs`.
+    pub async fn submit(self: &Arc<Self>, specs: Vec<TransferSpec>) -> Answers {
+        let n = specs.len();
+        let (tx, rx) = oneshot::channel();
+        let start_lane = {
+            let mut q = self.lock();
+            q.waiting.push_back(Waiting { specs, answer: tx });
+            let start = q.running < self.lanes;
+            if start {
+                q.running += 1;
+            }
+            start
+        };
+        if start_lane {
+            let me = Arc::clone(self);
+            tokio::spawn(async move { me.lane().await });
+        }
+        rx.await.unwrap_or_else(|_| {
+            // The lane's task ended without answering: it panicked (a bug). Whether the
+            // transfers ran is not known; the sweeper finishes any that started.
+            let e = ApiError::api(
+                ApiCode::OutcomeUnknown,
+                None,
+                "the batch this transfer was driven in failed; retry with the same id",
+            );
+            vec![Err(e); n]
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue
+            .lock()
+            .expect("combiner queue poisoned by a panic")
+    }
+
+    /// Drives batches until the queue is empty.
+    async fn lane(&self) {
+        let _running = Lane(self);
+        loop {
+            let batch = self.take();
+            if batch.is_empty() {
+                return;
+            }
+            let mut specs = Vec::with_capacity(batch.iter().map(|w| w.specs.len()).sum());
+            let mut sizes = Vec::with_capacity(batch.len());
+            let mut txs = Vec::with_capacity(batch.len());
+            for w in batch {
+                sizes.push(w.specs.len());
+                specs.extend(w.specs);
+                txs.push(w.answer);
+            }
+            let mut answers = (self.run)(specs).await.into_iter();
+            for (n, tx) in sizes.into_iter().zip(txs) {
+                // A request that went away needs no answer.
+                let _ = tx.send(answers.by_ref().take(n).collect());
+            }
+        }
+    }
+
+    /// The next batch: queued requests in order, while they fit in `max` transfers and
+    /// name no id already taken (the first always); empty (and the lane stopped) if none.
+    fn take(&self) -> Vec<Waiting> {
+        let mut q = self.lock();
+        let mut batch: Vec<Waiting> = Vec::new();
+        let mut ids: FastSet<TransferId> = FastSet::default();
+        let mut total = 0;
+        while let Some(next) = q.waiting.front() {
+            let fits = batch.is_empty()
+                || (total + next.specs.len() <= self.max
+                    && next.specs.iter().all(|s| !ids.contains(&s.id)));
+            if !fits {
+                break;
+            }
+            let next = q.waiting.pop_front().expect("front exists");
+            total += next.specs.len();
+            ids.extend(next.specs.iter().map(|s| s.id.clone()));
+            batch.push(next);
+        }
+        if batch.is_empty() {
+            q.running -= 1;
+        }
+        batch
+    }
+}
+
+/// Gives a lane's place back if its task ends by a panic (after `take` found the queue
+/// empty, `take` already did).
+struct Lane<'a>(&'a Combiner);
+
+impl Drop for Lane<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.lock().running -= 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::sync::Notify;
+    use xfer_core::{AccountId, AssetCode, Posting, TransferKind, TransferRecord};
+
+    fn spec(id: &str, amount: u64) -> TransferSpec {
+        TransferSpec {
+            id: TransferId::new(id).unwrap(),
+            postings: vec![Posting {
+                from: AccountId::new("a").unwrap(),
+                to: AccountId::new("b").unwrap(),
+                asset: AssetCode::new("USD", "asset").unwrap(),
+                amount: xfer_core::Amount::new(amount, "amount").unwrap(),
+            }],
+            metadata: String::new(),
+            kind: TransferKind::Transfer,
+            refund_of: None,
+            timeout_ms: 1_000,
+        }
+    }
+
+    /// Runs record every batch's ids and answer each transfer with its own spec; the first
+    /// batch waits for `gate`, so that requests queue behind it.
+    struct Recorder {
+        batches: Mutex<Vec<Vec<String>>>,
+        gate: Notify,
+        calls: AtomicUsize,
+    }
+
+    fn combiner(lanes: usize, max: usize) -> (Arc<Combiner>, Arc<Recorder>) {
+        let rec = Arc::new(Recorder {
+            batches: Mutex::default(),
+            gate: Notify::new(),
+            calls: AtomicUsize::new(0),
+        });
+        let r = Arc::clone(&rec);
+        let run: Run = Arc::new(move |specs: Vec<TransferSpec>| {
+            let r = Arc::clone(&r);
+            Box::pin(async move {
+                let first = r.calls.fetch_add(1, Ordering::SeqCst) == 0;
+                r.batches
+                    .lock()
+                    .unwrap()
+                    .push(specs.iter().map(|s| s.id.to_string()).collect());
+                if first {
+                    r.gate.notified().await;
+                }
+                specs
+                    .into_iter()
+                    .map(|s| {
+                        let rec = TransferRecord::accept(s, xfer_core::Timestamp::ZERO, 0);
+                        Ok(Answer::Record(Box::new(rec)))
+                    })
+                    .collect()
+            })
+        });
+        (Combiner::new(run, lanes, max), rec)
+    }
+
+    fn ids(a: &Answers) -> Vec<String> {
+        a.iter()
+            .map(|r| r.as_ref().unwrap().record().spec.id.to_string())
+            .collect()
+    }
+
+    async fn settle() {
+        for _ in 0..20 {
+            tokio::task::yield_now().await;
+        }
+    }
+
+    #[tokio::test]
+    async fn requests_queued_behind_a_busy_lane_are_driven_as_one_batch() {
+        let (c, rec) = combiner(1, 100);
+        let first = tokio::spawn({
+            let c = Arc::clone(&c);
+            async move { c.submit(vec![spec("t0", 1)]).await }
+        });
+        settle().await;
+        let mut later = Vec::new();
+        for i in 1..=5 {
+            let c = Arc::clone(&c);
+            let specs = vec![spec(&format!("t{i}a"), 1), spec(&format!("t{i}b"), 2)];
+            later.push(tokio::spawn(async move { c.submit(specs).await }));
+            settle().await;
+        }
+        // Nothing more ran while the first batch held the only lane.
+        assert_eq!(rec.batches.lock().unwrap().len(), 1);
+        rec.gate.notify_one();
+        assert_eq!(ids(&first.await.unwrap()), ["t0"]);
+        for (i, h) in later.into_iter().enumerate() {
+            let i = i + 1;
+            assert_eq!(ids(&h.await.unwrap()), [format!("t{i}a"), format!("t{i}b")]);
+        }
+        let batches = rec.batches.lock().unwrap().clone();
+        assert_eq!(batches.len(), 2, "{batches:?}");
+        assert_eq!(
+            batches[1].len(),
+            10,
+            "the five queued requests in one batch"
+        );
+        assert_eq!(
+            c.lock().running,
+            0,
+            "the lane stops once the queue is empty"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_holds_at_most_max_transfers_and_never_one_id_twice() {
+        let (c, rec) = combiner(1, 3);
+        let first = tokio::spawn({
+            let c = Arc::clone(&c);
+            async move { c.submit(vec![spec("x", 1)]).await }
+        });
+        settle().await;
+        let mut later = Vec::new();
+        for specs in [
+            vec![spec("a", 1), spec("b", 1)],
+            vec![spec("a", 1)], // a second time: not with the first
+            vec![spec("c", 1)],
+            vec![spec("d", 1), spec("e", 1), spec("f", 1), spec("g", 1)], // over max: alone
+        ] {
+            let c = Arc::clone(&c);
+            later.push(tokio::spawn(async move { c.submit(specs).await }));
+            settle().await;
+        }
+        rec.gate.notify_one();
+        first.await.unwrap();
+        for h in later {
+            h.await.unwrap();
+        }
+        let batches = rec.batches.lock().unwrap().clone();
+        assert_eq!(
+            batches,
+            [
+                vec!["x"],
+                vec!["a", "b"],
+                vec!["a", "c"],
+                vec!["d", "e", "f", "g"]
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn lanes_run_at_once_up_to_their_number() {
+        let (c, rec) = combiner(2, 100);
+        let first = tokio::spawn({
+            let c = Arc::clone(&c);
+            async move { c.submit(vec![spec("t0", 1)]).await }
+        });
+        settle().await;
+        // A second lane is free: this request is driven at once, not queued.
+        let second = Arc::clone(&c).submit(vec![spec("t1", 1)]).await;
+        assert_eq!(ids(&second), ["t1"]);
+        assert_eq!(rec.batches.lock().unwrap().len(), 2);
+        rec.gate.notify_one();
+        first.await.unwrap();
+    }
+}
