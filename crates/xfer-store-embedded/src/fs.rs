@@ -1,8 +1,10 @@
-//! The file system the log needs, as a trait: a flat directory of append-only files. Two
-//! implementations: [`RealFs`] (a directory on disk, locked against a second process) and
-//! [`SimFs`] (in memory, for crash tests: it remembers which bytes were synced, can fail a
-//! chosen sync, and can lose power, keeping only synced bytes plus an optional torn piece of
-//! the rest).
+//! The file system the log needs, as a trait: a flat directory of files written front to
+//! back, either from their end (append) or over what they hold from their first byte (a
+//! recycled segment). Two implementations: [`RealFs`] (a directory on disk, locked against a
+//! second process) and [`SimFs`] (in memory, for crash tests: it remembers which bytes were
+//! synced, can fail a chosen sync, and can lose power, keeping only synced bytes plus an
+//! optional torn piece of the rest, and a file's old bytes where unsynced ones went over
+//! them).
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -10,9 +12,9 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-/// A file open for appending.
+/// A file open for writing front to back (from its end, or over it from its first byte).
 pub trait LogFile: Send {
-    /// Appends `buf` (not durable until [`LogFile::sync_data`]).
+    /// Writes `buf` where the last write ended (not durable until [`LogFile::sync_data`]).
     fn write_all(&mut self, buf: &[u8]) -> io::Result<()>;
     /// Makes every byte written so far durable.
     fn sync_data(&mut self) -> io::Result<()>;
@@ -26,6 +28,11 @@ pub trait Fs: Send + Sync + 'static {
     fn create(&self, name: &str) -> io::Result<Self::File>;
     /// Opens `name` for appending at its end.
     fn open_append(&self, name: &str) -> io::Result<Self::File>;
+    /// Opens `name` for writing over it from its first byte; nothing is cut, so the bytes
+    /// past the last write stay as they were.
+    fn open_overwrite(&self, name: &str) -> io::Result<Self::File>;
+    /// Renames `from` to `to` (which must not exist); durable once the directory is synced.
+    fn rename(&self, from: &str, to: &str) -> io::Result<()>;
     /// Reads all of `name`.
     fn read(&self, name: &str) -> io::Result<Vec<u8>>;
     /// The names of the files, in no particular order.
@@ -34,7 +41,7 @@ pub trait Fs: Send + Sync + 'static {
     fn remove(&self, name: &str) -> io::Result<()>;
     /// Cuts `name` to `len` bytes and makes that durable.
     fn truncate(&self, name: &str, len: u64) -> io::Result<()>;
-    /// Makes the directory's entries (creations, removals) durable.
+    /// Makes the directory's entries (creations, renames, removals) durable.
     fn sync_dir(&self) -> io::Result<()>;
 }
 
@@ -115,6 +122,19 @@ impl Fs for RealFs {
     fn open_append(&self, name: &str) -> io::Result<File> {
         OpenOptions::new().append(true).open(self.dir.join(name))
     }
+    fn open_overwrite(&self, name: &str) -> io::Result<File> {
+        OpenOptions::new().write(true).open(self.dir.join(name))
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let to = self.dir.join(to);
+        if to.exists() {
+            return Err(io::Error::new(
+                io::ErrorKind::AlreadyExists,
+                to.display().to_string(),
+            ));
+        }
+        std::fs::rename(self.dir.join(from), to)
+    }
     fn read(&self, name: &str) -> io::Result<Vec<u8>> {
         std::fs::read(self.dir.join(name))
     }
@@ -140,12 +160,37 @@ impl Fs for RealFs {
 
 #[derive(Clone, Debug, Default)]
 struct SimFile {
-    /// Every byte written, synced or not.
+    /// Every byte written, synced or not (since the file was created or opened to be
+    /// written over).
     written: Vec<u8>,
-    /// How many leading bytes are durable.
+    /// How many leading bytes of `written` are durable.
     synced: usize,
+    /// The durable bytes the file held when it was opened to be written over (empty
+    /// otherwise): those past `written` are still its content, and those under unsynced
+    /// bytes of `written` are what the disk holds there until a sync.
+    under: Vec<u8>,
     /// The directory entry is durable.
     entry_synced: bool,
+}
+
+impl SimFile {
+    /// What a reader sees: the bytes written, then the old bytes past them.
+    fn visible(&self) -> Vec<u8> {
+        let mut v = self.written.clone();
+        if self.under.len() > v.len() {
+            v.extend_from_slice(&self.under[v.len()..]);
+        }
+        v
+    }
+
+    /// What the disk holds: synced bytes, then the old bytes past them.
+    fn durable(&self) -> Vec<u8> {
+        let mut v = self.written[..self.synced].to_vec();
+        if self.under.len() > v.len() {
+            v.extend_from_slice(&self.under[v.len()..]);
+        }
+        v
+    }
 }
 
 #[derive(Debug, Default)]
@@ -237,12 +282,17 @@ impl SimFs {
                     }
                 }
             }
+            // Past what survived of the writes, the file's old bytes (a file written over).
+            if f.under.len() > kept.len() {
+                kept.extend_from_slice(&f.under[kept.len()..]);
+            }
             let synced = kept.len();
             files.insert(
                 name.clone(),
                 SimFile {
                     written: kept,
                     synced,
+                    under: Vec::new(),
                     entry_synced: true,
                 },
             );
@@ -263,6 +313,7 @@ impl SimFs {
             SimFile {
                 written: bytes,
                 synced,
+                under: Vec::new(),
                 entry_synced: true,
             },
         );
@@ -327,19 +378,58 @@ impl Fs for SimFs {
         })
     }
     fn open_append(&self, name: &str) -> io::Result<SimHandle> {
-        if !self.state().files.contains_key(name) {
-            return Err(not_found(name));
+        let mut st = self.state();
+        let f = st.files.get_mut(name).ok_or_else(|| not_found(name))?;
+        if !f.under.is_empty() {
+            // Appending after old bytes: they become the start of what is written. Only a
+            // file whose writes are all synced can be taken over like that here.
+            if f.synced != f.written.len() {
+                return Err(io::Error::other(format!(
+                    "sim: {name} appended to while written over and unsynced"
+                )));
+            }
+            f.written = f.visible();
+            f.synced = f.written.len();
+            f.under.clear();
         }
         Ok(SimHandle {
             fs: self.clone(),
             name: name.to_string(),
         })
     }
+    fn open_overwrite(&self, name: &str) -> io::Result<SimHandle> {
+        let mut st = self.state();
+        let f = st.files.get_mut(name).ok_or_else(|| not_found(name))?;
+        f.under = f.durable();
+        f.written.clear();
+        f.synced = 0;
+        Ok(SimHandle {
+            fs: self.clone(),
+            name: name.to_string(),
+        })
+    }
+    fn rename(&self, from: &str, to: &str) -> io::Result<()> {
+        let mut st = self.state();
+        if st.files.contains_key(to) {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, to.to_string()));
+        }
+        let f = st.files.remove(from).ok_or_else(|| not_found(from))?;
+        // Until the directory is synced, a power loss brings back `from` and loses `to`.
+        st.files.insert(
+            to.to_string(),
+            SimFile {
+                entry_synced: false,
+                ..f.clone()
+            },
+        );
+        st.removed.insert(from.to_string(), f);
+        Ok(())
+    }
     fn read(&self, name: &str) -> io::Result<Vec<u8>> {
         self.state()
             .files
             .get(name)
-            .map(|f| f.written.clone())
+            .map(SimFile::visible)
             .ok_or_else(|| not_found(name))
     }
     fn list(&self) -> io::Result<Vec<String>> {
@@ -355,8 +445,11 @@ impl Fs for SimFs {
         let mut st = self.state();
         SimFs::sync_allowed(&mut st)?;
         let f = st.files.get_mut(name).ok_or_else(|| not_found(name))?;
-        f.written.truncate(len as usize);
+        let mut bytes = f.visible();
+        bytes.truncate(len as usize);
+        f.written = bytes;
         f.synced = f.written.len();
+        f.under.clear();
         Ok(())
     }
     fn sync_dir(&self) -> io::Result<()> {

@@ -6,7 +6,19 @@
 //!  sync(lsn) ──▶ one caller becomes the leader: write the whole buffer, fdatasync once,
 //!                wake everyone whose LSN it covered (group commit); the others wait
 //!  segment full ──▶ the leader starts wal-<next lsn>.log: header, fsync, fsync the directory
+//!  checkpoint ──▶ remove_before(lsn): segments wholly below lsn become spares
+//!                 (wal-<first lsn>.spare, at most SPARES_MAX) or are removed
 //! ```
+//!
+//! A new segment is written over a spare when there is one (renamed, the directory synced,
+//! its header written and synced), as databases recycle their log files: writing over
+//! blocks the file already has, each `fdatasync` flushes only data, not the file's growth
+//! (size and block allocation) as appending does — measured on this machine: 0.085 against
+//! 0.15 ms per sync (`docs/benchmarks.md`). The spare's old records stay past what is
+//! written; they cannot pass for new ones, since the checksum covers each record's LSN and
+//! every old LSN is below the new segment's first. When the leader moves past such a
+//! segment it first cuts it to what was written and syncs that, so an earlier segment holds
+//! only records.
 //!
 //! Recovery reads the segments in order. Earlier segments were synced whole before the next
 //! one was created, so any bad byte in them is corruption. In the last segment, a bad record
@@ -25,6 +37,9 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 pub const SEGMENT_MAGIC: &[u8; 8] = b"XFERWAL1";
 /// Bytes of a segment header: magic, first LSN, crc32c of both.
 pub const HEADER_LEN: usize = 20;
+/// The most segments kept as spares to write new segments over (the disk they take:
+/// this many segments).
+pub const SPARES_MAX: usize = 4;
 
 /// Log settings.
 #[derive(Clone, Copy, Debug)]
@@ -95,7 +110,8 @@ fn io<'a>(file: &'a str, op: &'static str) -> impl FnOnce(std::io::Error) -> Log
 pub struct Recovered {
     /// Every record, in LSN order.
     pub records: Vec<(u64, Vec<u8>)>,
-    /// A torn tail that was cut off: the segment, the offset cut at, the bytes dropped.
+    /// A torn tail that was cut off: the segment, the offset cut at, the bytes dropped
+    /// (bytes written but never synced, or the old bytes of a segment written over a spare).
     pub torn_tail: Option<(String, u64, u64)>,
     /// The LSN of the first record the log still holds (the next LSN if it holds none).
     pub first_lsn: u64,
@@ -117,6 +133,11 @@ struct State<F: Fs> {
     poisoned: Option<String>,
     /// Bytes framed since the log was opened (to pace checkpoints).
     appended: u64,
+    /// Spare segments (their file names) to write the next segments over.
+    spares: Vec<String>,
+    /// The segment being appended to was written over a spare: it may hold old bytes past
+    /// `segment_len`.
+    over_spare: bool,
 }
 
 /// The write-ahead log. See the module docs.
@@ -138,6 +159,17 @@ fn parse_segment_name(name: &str) -> Option<u64> {
         .ok()
 }
 
+/// The spare made of the segment `first_lsn` starts.
+fn spare_name(first_lsn: u64) -> String {
+    format!("wal-{first_lsn:020}.spare")
+}
+
+fn is_spare_name(name: &str) -> bool {
+    name.strip_prefix("wal-")
+        .and_then(|n| n.strip_suffix(".spare"))
+        .is_some_and(|n| n.parse::<u64>().is_ok())
+}
+
 fn header(first_lsn: u64) -> Vec<u8> {
     let mut h = Vec::with_capacity(HEADER_LEN);
     h.extend_from_slice(SEGMENT_MAGIC);
@@ -149,13 +181,20 @@ fn header(first_lsn: u64) -> Vec<u8> {
 impl<F: Fs> Log<F> {
     /// Opens the log in `fs`, recovering what is there (creating a first segment if none).
     pub fn open(fs: F, cfg: LogConfig) -> Result<(Log<F>, Recovered), LogError> {
-        let mut segments: Vec<(u64, String)> = fs
-            .list()
-            .map_err(io(".", "list"))?
-            .into_iter()
-            .filter_map(|n| parse_segment_name(&n).map(|lsn| (lsn, n)))
+        let names = fs.list().map_err(io(".", "list"))?;
+        let mut segments: Vec<(u64, String)> = names
+            .iter()
+            .filter_map(|n| parse_segment_name(n).map(|lsn| (lsn, n.clone())))
             .collect();
         segments.sort();
+        let mut spares: Vec<String> = names.into_iter().filter(|n| is_spare_name(n)).collect();
+        spares.sort();
+        if spares.len() > SPARES_MAX {
+            for extra in spares.split_off(SPARES_MAX) {
+                fs.remove(&extra).map_err(io(&extra, "remove"))?;
+            }
+            fs.sync_dir().map_err(io(".", "sync"))?;
+        }
         let mut recovered = Recovered::default();
         let mut next_lsn = segments.first().map_or(1, |(lsn, _)| *lsn);
         let mut tail: Option<(String, u64)> = None;
@@ -204,6 +243,8 @@ impl<F: Fs> Log<F> {
             syncing: false,
             poisoned: None,
             appended: 0,
+            spares,
+            over_spare: false,
         };
         recovered.first_lsn = recovered.records.first().map_or(next_lsn, |(lsn, _)| *lsn);
         let log = Log {
@@ -271,7 +312,11 @@ impl<F: Fs> Log<F> {
         st.syncing = true;
         let buffer = std::mem::take(&mut st.buffer);
         let upto = st.next_lsn;
-        let rotate = st.segment_len >= self.cfg.segment_bytes;
+        // The segment's length once the buffer is written.
+        let written = st.segment_len;
+        let rotate = written >= self.cfg.segment_bytes;
+        let spare = if rotate { st.spares.pop() } else { None };
+        let over_spare = st.over_spare;
         let mut file = st.file.take().expect("only the leader takes the file");
         let name = st.segment_name.clone();
         drop(st);
@@ -279,10 +324,21 @@ impl<F: Fs> Log<F> {
             .write_all(&buffer)
             .and_then(|()| file.sync_data())
             .map_err(io(&name, "write+sync"));
+        if result.is_ok() && rotate && over_spare {
+            // An earlier segment must hold only records: cut the spare's old bytes off.
+            result = self
+                .fs
+                .truncate(&name, written)
+                .map_err(io(&name, "truncate"));
+        }
         let mut next = None;
         if result.is_ok() && rotate {
-            match create_segment(&self.fs, upto) {
-                Ok(created) => next = Some(created),
+            let started = match &spare {
+                Some(spare) => recycle_segment(&self.fs, spare, upto),
+                None => create_segment(&self.fs, upto),
+            };
+            match started {
+                Ok(started) => next = Some(started),
                 Err(e) => result = Err(e),
             }
         }
@@ -294,6 +350,7 @@ impl<F: Fs> Log<F> {
                 st.segment_name = new_name;
                 st.segment_len = HEADER_LEN as u64 + st.buffer.len() as u64;
                 st.durable_lsn = upto;
+                st.over_spare = spare.is_some();
             }
             (Ok(()), None) => {
                 st.file = Some(file);
@@ -324,10 +381,18 @@ impl<F: Fs> Log<F> {
     }
 
     /// Removes whole segments all of whose records are below `lsn` (after a snapshot made
-    /// them unnecessary), syncing the directory. Returns how many were removed. The segment
-    /// being appended to is never removed.
+    /// them unnecessary), syncing the directory: up to [`SPARES_MAX`] spares are kept
+    /// (renamed) to write new segments over, the rest deleted. Returns how many segments
+    /// left the log. The segment being appended to is never removed.
     pub fn remove_before(&self, lsn: u64) -> Result<usize, LogError> {
-        let current = self.lock().segment_name.clone();
+        let (current, mut room) = {
+            let st = self.lock();
+            (
+                st.segment_name.clone(),
+                SPARES_MAX.saturating_sub(st.spares.len()),
+            )
+        };
+        let mut spared = Vec::new();
         let mut firsts: Vec<(u64, String)> = self
             .fs
             .list()
@@ -340,13 +405,22 @@ impl<F: Fs> Log<F> {
         for pair in firsts.windows(2) {
             let ((_, name), (next_first, _)) = (&pair[0], &pair[1]);
             if *next_first <= lsn && *name != current {
-                self.fs.remove(name).map_err(io(name, "remove"))?;
+                let first = parse_segment_name(name).expect("listed as a segment");
+                if room > 0 {
+                    let spare = spare_name(first);
+                    self.fs.rename(name, &spare).map_err(io(name, "rename"))?;
+                    spared.push(spare);
+                    room -= 1;
+                } else {
+                    self.fs.remove(name).map_err(io(name, "remove"))?;
+                }
                 removed += 1;
             }
         }
         if removed > 0 {
             self.fs.sync_dir().map_err(io(".", "sync"))?;
         }
+        self.lock().spares.extend(spared);
         Ok(removed)
     }
 }
@@ -358,6 +432,25 @@ fn create_segment<F: Fs>(fs: &F, first_lsn: u64) -> Result<(F::File, String), Lo
         .map_err(io(&name, "write"))?;
     file.sync_data().map_err(io(&name, "sync"))?;
     fs.sync_dir().map_err(io(".", "sync"))?;
+    Ok((file, name))
+}
+
+/// Starts segment `first_lsn` over the spare `spare`: renamed (the directory synced), then
+/// its header written over the old one and synced. A crash before that sync leaves a last
+/// segment whose header does not match its name: it held nothing acknowledged, and opening
+/// removes it.
+fn recycle_segment<F: Fs>(
+    fs: &F,
+    spare: &str,
+    first_lsn: u64,
+) -> Result<(F::File, String), LogError> {
+    let name = segment_name(first_lsn);
+    fs.rename(spare, &name).map_err(io(spare, "rename"))?;
+    fs.sync_dir().map_err(io(".", "sync"))?;
+    let mut file = fs.open_overwrite(&name).map_err(io(&name, "open"))?;
+    file.write_all(&header(first_lsn))
+        .map_err(io(&name, "write"))?;
+    file.sync_data().map_err(io(&name, "sync"))?;
     Ok((file, name))
 }
 

@@ -290,3 +290,214 @@ fn records_written_before_a_kill_are_durable_once_reopened() {
         "a record the open read back was lost in a later power loss"
     );
 }
+
+fn names(fs: &SimFs, suffix: &str) -> Vec<String> {
+    let mut n: Vec<String> = fs
+        .list()
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.ends_with(suffix))
+        .collect();
+    n.sort();
+    n
+}
+
+/// Appends and syncs records from `*i + 1` until a new segment has started and holds
+/// `after` records.
+fn append_into_next_segment(fs: &SimFs, log: &Log<SimFs>, i: &mut u64, after: u64) -> String {
+    let start = names(fs, ".log").last().cloned();
+    while names(fs, ".log").last().cloned() == start {
+        *i += 1;
+        log.append_sync(&payload(*i)).unwrap();
+    }
+    for _ in 0..after {
+        *i += 1;
+        log.append_sync(&payload(*i)).unwrap();
+    }
+    names(fs, ".log").pop().unwrap()
+}
+
+/// Checks `records` are consecutive, each the payload of its LSN, and end at `last`.
+fn consecutive_to(records: &[(u64, Vec<u8>)], last: u64) {
+    for w in records.windows(2) {
+        assert_eq!(w[1].0, w[0].0 + 1, "LSNs are consecutive");
+    }
+    for (lsn, p) in records {
+        assert_eq!(*p, payload(*lsn), "record {lsn} is what was appended");
+    }
+    assert_eq!(records.last().map(|r| r.0), Some(last));
+}
+
+#[test]
+fn segments_are_written_over_spares_and_read_back_whole() {
+    let fs = SimFs::new();
+    let (log, _) = Log::open(fs.clone(), small()).unwrap();
+    let mut i = 0;
+    for _ in 0..5 {
+        append_into_next_segment(&fs, &log, &mut i, 0);
+    }
+    // Every record so far is below the current segment's first LSN, i + 1.
+    let removed = log.remove_before(i + 1).unwrap();
+    assert_eq!(removed, 5);
+    let spares = names(&fs, ".spare");
+    assert_eq!(spares.len(), xfer_store_embedded::log::SPARES_MAX);
+    assert_eq!(
+        names(&fs, ".log").len(),
+        1,
+        "the rest were removed: {:?}",
+        fs.list()
+    );
+    // Each new segment takes a spare; the one it leaves is cut to what was written, or
+    // reading it back as an earlier segment would find the spare's old bytes.
+    for k in 1..=3 {
+        append_into_next_segment(&fs, &log, &mut i, 2);
+        assert_eq!(names(&fs, ".spare").len(), spares.len() - k);
+    }
+    drop(log);
+    let (log, rec) = Log::open(fs.clone(), small()).unwrap();
+    consecutive_to(&rec.records, i);
+    assert_eq!(log.append_sync(&payload(i + 1)).unwrap(), i + 1);
+    drop(log);
+    let (_, rec) = Log::open(fs, small()).unwrap();
+    consecutive_to(&rec.records, i + 1);
+}
+
+#[test]
+fn a_segment_written_over_a_spare_and_cut_at_every_byte_recovers_the_records_before_the_cut() {
+    let fs = SimFs::new();
+    let (log, _) = Log::open(fs.clone(), small()).unwrap();
+    let mut i = 0;
+    for _ in 0..3 {
+        append_into_next_segment(&fs, &log, &mut i, 0);
+    }
+    log.remove_before(i).unwrap();
+    let spares: Vec<(String, Vec<u8>)> = names(&fs, ".spare")
+        .into_iter()
+        .map(|n| {
+            let b = fs.read(&n).unwrap();
+            (n, b)
+        })
+        .collect();
+    let before = i;
+    let name = append_into_next_segment(&fs, &log, &mut i, 4);
+    drop(log);
+    let left = names(&fs, ".spare");
+    let (_, old) = spares
+        .iter()
+        .find(|(n, _)| !left.contains(n))
+        .expect("a spare was written over");
+    let full = fs.read(&name).unwrap();
+    assert_eq!(
+        full.len(),
+        old.len(),
+        "the spare's old bytes follow the records"
+    );
+    // Where each record of the new segment ends.
+    // The record that filled the earlier segment went there; the 4 after it are the new one's.
+    let first = i - 3;
+    assert!(first > before + 1);
+    let mut ends = vec![HEADER_LEN];
+    for lsn in first..=i {
+        ends.push(ends.last().unwrap() + 16 + payload(lsn).len());
+    }
+    let new_len = *ends.last().unwrap();
+    assert!(old.len() > new_len, "old bytes remain past the new records");
+    for cut in 0..=new_len {
+        // A crash while writing over the spare: the new bytes up to the cut, its old
+        // bytes after it.
+        let disk = SimFs::new();
+        for n in fs.list().unwrap() {
+            disk.put(&n, fs.read(&n).unwrap());
+        }
+        let mut bytes = full[..cut].to_vec();
+        bytes.extend_from_slice(&old[cut..]);
+        // The records wholly there: before the cut, or (rarely) completed by old bytes
+        // that happen to be the same.
+        let whole = ends[1..]
+            .iter()
+            .take_while(|e| bytes[..**e] == full[..**e])
+            .count() as u64;
+        disk.put(&name, bytes);
+        let (log, rec) = Log::open(disk.clone(), small())
+            .unwrap_or_else(|e| panic!("cut at {cut}: recovery failed: {e}"));
+        assert_eq!(
+            rec.records.last().map(|r| r.0),
+            Some(first - 1 + whole),
+            "cut at {cut} of {new_len} (ends {ends:?})"
+        );
+        consecutive_to(&rec.records, first - 1 + whole);
+        assert_eq!(
+            log.append_sync(&payload(first + whole)).unwrap(),
+            first + whole,
+            "cut at {cut}: appends go on"
+        );
+    }
+}
+
+/// As `run_until_failure`, with a checkpoint every 7 records that lets go of the segments
+/// below the last 10 records (so segments are written over spares). Returns the highest LSN
+/// acknowledged and the last LSN appended.
+fn run_with_spares_until_failure(fs: &SimFs, fail_at: u64) -> (u64, u64) {
+    fs.fail_from_sync(fail_at);
+    let Ok((log, _)) = Log::open(fs.clone(), small()) else {
+        return (0, 0);
+    };
+    let (mut acked, mut i) = (0, 0);
+    while i < 120 {
+        i += 1;
+        if log.append(&payload(i)).is_err() {
+            return (acked, i - 1);
+        }
+        if log.sync(i).is_err() {
+            return (acked, i);
+        }
+        acked = i;
+        if i % 7 == 0 && log.remove_before(i.saturating_sub(10)).is_err() {
+            return (acked, i);
+        }
+    }
+    (acked, i)
+}
+
+#[test]
+fn power_loss_at_every_sync_with_spares_keeps_a_prefix_with_everything_acknowledged() {
+    let total_syncs = {
+        let fs = SimFs::new();
+        run_with_spares_until_failure(&fs, u64::MAX);
+        assert!(
+            !names(&fs, ".spare").is_empty() && names(&fs, ".log").len() < 10,
+            "segments were spared and written over: {:?}",
+            fs.list()
+        );
+        fs.syncs()
+    };
+    let torn = [
+        Torn::DropUnsynced,
+        Torn::KeepPrefix(5),
+        Torn::KeepPrefix(usize::MAX),
+        Torn::KeepGarbled(23),
+        Torn::KeepGarbled(usize::MAX),
+    ];
+    for fail_at in 1..=total_syncs + 1 {
+        let fs = SimFs::new();
+        let (acked, appended) = run_with_spares_until_failure(&fs, fail_at);
+        for mode in torn {
+            let disk = fs.after_power_loss(mode);
+            let (log, rec) = Log::open(disk.clone(), small())
+                .unwrap_or_else(|e| panic!("sync {fail_at}, {mode:?}: recovery failed: {e}"));
+            let last = rec.records.last().map_or(0, |r| r.0);
+            if !rec.records.is_empty() {
+                consecutive_to(&rec.records, last);
+            }
+            assert!(
+                last >= acked && last <= appended,
+                "sync {fail_at}, {mode:?}: recovered up to {last}, acknowledged {acked}, appended {appended}"
+            );
+            assert!(
+                rec.records.first().is_none_or(|r| r.0 <= acked.saturating_sub(10).max(1)),
+                "sync {fail_at}, {mode:?}: the log still starts at or before the last checkpoint's point"
+            );
+            assert_eq!(log.append_sync(&payload(last + 1)).unwrap(), last + 1);
+        }
+    }
+}
