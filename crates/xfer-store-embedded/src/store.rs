@@ -130,10 +130,79 @@ struct ShardState {
     fetched: Vec<TransferId>,
 }
 
+/// A shard's lock. parking_lot's, whose fair unlock hands the lock straight to a waiting
+/// call: the checkpointer takes each shard's lock once per slice, and with std's lock it
+/// retook it before the call it had woken could run, slice after slice, so that call waited
+/// for the whole loop (tens of milliseconds: the latency's p999, `docs/benchmarks.md`).
+/// std's poisoning is kept by hand: a panic while applying leaves a record half-written,
+/// so every later call refuses to go on.
+struct ShardLock {
+    state: parking_lot::Mutex<ShardState>,
+    poisoned: AtomicBool,
+}
+
+/// A held [`ShardLock`].
+struct ShardGuard<'a> {
+    guard: Option<parking_lot::MutexGuard<'a, ShardState>>,
+    poisoned: &'a AtomicBool,
+}
+
+impl ShardLock {
+    fn new(state: ShardState) -> ShardLock {
+        ShardLock {
+            state: parking_lot::Mutex::new(state),
+            poisoned: AtomicBool::new(false),
+        }
+    }
+
+    fn lock(&self) -> ShardGuard<'_> {
+        let guard = self.state.lock();
+        // A panic while applying leaves a record half-written: refuse to go on.
+        assert!(
+            !self.poisoned.load(Ordering::SeqCst),
+            "shard poisoned by a panic"
+        );
+        ShardGuard {
+            guard: Some(guard),
+            poisoned: &self.poisoned,
+        }
+    }
+}
+
+impl ShardGuard<'_> {
+    /// Unlocks, handing the lock to the call waiting for it, if any (see [`ShardLock`]).
+    fn unlock_fair(mut self) {
+        if let Some(guard) = self.guard.take() {
+            parking_lot::MutexGuard::unlock_fair(guard);
+        }
+    }
+}
+
+impl std::ops::Deref for ShardGuard<'_> {
+    type Target = ShardState;
+    fn deref(&self) -> &ShardState {
+        self.guard.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for ShardGuard<'_> {
+    fn deref_mut(&mut self) -> &mut ShardState {
+        self.guard.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for ShardGuard<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.poisoned.store(true, Ordering::SeqCst);
+        }
+    }
+}
+
 struct Inner<F: Fs> {
     log: Log<F>,
     tables: Tables,
-    shards: Vec<Mutex<ShardState>>,
+    shards: Vec<ShardLock>,
     clock: Arc<dyn Clock>,
     commit: Mutex<CommitState>,
     commit_wake: Condvar,
@@ -308,7 +377,7 @@ impl<F: Fs> Embedded<F> {
         let inner = Arc::new(Inner {
             log,
             tables,
-            shards: shards.into_iter().map(Mutex::new).collect(),
+            shards: shards.into_iter().map(ShardLock::new).collect(),
             clock,
             commit: Mutex::new(CommitState::default()),
             commit_wake: Condvar::new(),
@@ -498,11 +567,8 @@ impl<F: Fs> Inner<F> {
             .expect("commit state poisoned by a panic")
     }
 
-    fn shard(&self, s: u16) -> MutexGuard<'_, ShardState> {
-        // A panic while applying leaves a record half-written: refuse to go on.
-        self.shards[usize::from(s)]
-            .lock()
-            .expect("shard poisoned by a panic")
+    fn shard(&self, s: u16) -> ShardGuard<'_> {
+        self.shards[usize::from(s)].lock()
     }
 
     fn failure(&self) -> Option<String> {
@@ -658,7 +724,7 @@ impl<F: Fs> Inner<F> {
                 first_tombstone: shard.mem.first_tombstone(),
             };
             let changes = shard.mem.begin_cut();
-            drop(shard);
+            shard.unlock_fair();
             let mut cut = ShardCut {
                 shard: s,
                 meta,
@@ -672,9 +738,13 @@ impl<F: Fs> Inner<F> {
             let (a, t) = (&changes.accounts, &changes.transfers);
             for k in 0..a.len().max(t.len()).div_ceil(CUT_SLICE) {
                 let (a, t) = (nth_slice(a, k), nth_slice(t, k));
-                self.shard(s).mem.cut_slice(a, t, &mut records);
+                let mut shard = self.shard(s);
+                shard.mem.cut_slice(a, t, &mut records);
+                shard.unlock_fair();
             }
-            self.shard(s).mem.end_cut(&mut records);
+            let mut shard = self.shard(s);
+            shard.mem.end_cut(&mut records);
+            shard.unlock_fair();
             cut.accounts = records.accounts;
             cut.transfers = records.transfers;
             let in_live = &mut in_live[usize::from(s)];
@@ -713,7 +783,9 @@ impl<F: Fs> Inner<F> {
         // re-checks its record, so calls in between change nothing here. The records'
         // last references are the cut's, dropped after the lock.
         for cut in &cuts {
-            let fetched = std::mem::take(&mut self.shard(cut.shard).fetched);
+            let mut shard = self.shard(cut.shard);
+            let fetched = std::mem::take(&mut shard.fetched);
+            shard.unlock_fair();
             let evict: Vec<&TransferId> = cut
                 .transfers
                 .iter()
@@ -726,9 +798,12 @@ impl<F: Fs> Inner<F> {
                 for id in slice {
                     shard.mem.evict_transfer(id);
                 }
+                shard.unlock_fair();
             }
             for slice in cut.history.chunks(EVICT_SLICE) {
-                self.shard(cut.shard).mem.evict_history(slice);
+                let mut shard = self.shard(cut.shard);
+                shard.mem.evict_history(slice);
+                shard.unlock_fair();
             }
         }
         *self
@@ -919,5 +994,66 @@ impl<F: Fs> Store for EmbeddedShard<F> {
             let out: Vec<TransferRecord> = merged.into_values().take(limit).collect();
             Ok(out)
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn shard_lock() -> Arc<ShardLock> {
+        Arc::new(ShardLock::new(ShardState {
+            mem: MemoryShard::new(),
+            fetched: Vec::new(),
+        }))
+    }
+
+    #[test]
+    fn a_panic_while_a_shard_is_held_poisons_it_for_every_later_call() {
+        let lock = shard_lock();
+        let held = Arc::clone(&lock);
+        let first = std::thread::spawn(move || {
+            let _shard = held.lock();
+            panic!("half-written");
+        })
+        .join();
+        assert!(first.is_err());
+        let again = Arc::clone(&lock);
+        let later = std::thread::spawn(move || drop(again.lock())).join();
+        let why = later.expect_err("a later call must refuse to go on");
+        assert_eq!(
+            why.downcast_ref::<&str>(),
+            Some(&"shard poisoned by a panic")
+        );
+    }
+
+    /// The checkpointer's slice loop: unlock, then take the lock again at once. A call that
+    /// was waiting must get the shard in between. With std's `Mutex` (the lock before) the
+    /// loop took it back first, slice after slice: the same steps on it, run 20 times, never
+    /// let the call in first.
+    #[test]
+    fn a_fair_unlock_hands_the_shard_to_the_call_waiting_for_it() {
+        let lock = shard_lock();
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let guard = lock.lock();
+        let (waiting, waits) = mpsc::channel();
+        let call = {
+            let (lock, order) = (Arc::clone(&lock), Arc::clone(&order));
+            std::thread::spawn(move || {
+                waiting.send(()).unwrap();
+                let _shard = lock.lock();
+                order.lock().unwrap().push("call");
+            })
+        };
+        waits.recv().unwrap();
+        // Long enough for the call to be parked on the lock.
+        std::thread::sleep(Duration::from_millis(100));
+        guard.unlock_fair();
+        let _slice = lock.lock();
+        order.lock().unwrap().push("next slice");
+        drop(_slice);
+        call.join().unwrap();
+        assert_eq!(*order.lock().unwrap(), ["call", "next slice"]);
     }
 }
