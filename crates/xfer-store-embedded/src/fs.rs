@@ -174,22 +174,22 @@ struct SimFile {
 }
 
 impl SimFile {
+    /// `new` (bytes from the file's start), then the file's old bytes past them.
+    fn over_old(&self, mut new: Vec<u8>) -> Vec<u8> {
+        if self.under.len() > new.len() {
+            new.extend_from_slice(&self.under[new.len()..]);
+        }
+        new
+    }
+
     /// What a reader sees: the bytes written, then the old bytes past them.
     fn visible(&self) -> Vec<u8> {
-        let mut v = self.written.clone();
-        if self.under.len() > v.len() {
-            v.extend_from_slice(&self.under[v.len()..]);
-        }
-        v
+        self.over_old(self.written.clone())
     }
 
     /// What the disk holds: synced bytes, then the old bytes past them.
     fn durable(&self) -> Vec<u8> {
-        let mut v = self.written[..self.synced].to_vec();
-        if self.under.len() > v.len() {
-            v.extend_from_slice(&self.under[v.len()..]);
-        }
-        v
+        self.over_old(self.written[..self.synced].to_vec())
     }
 }
 
@@ -283,9 +283,7 @@ impl SimFs {
                 }
             }
             // Past what survived of the writes, the file's old bytes (a file written over).
-            if f.under.len() > kept.len() {
-                kept.extend_from_slice(&f.under[kept.len()..]);
-            }
+            let kept = f.over_old(kept);
             let synced = kept.len();
             files.insert(
                 name.clone(),

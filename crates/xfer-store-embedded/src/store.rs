@@ -143,8 +143,20 @@ struct ShardLock {
 
 /// A held [`ShardLock`].
 struct ShardGuard<'a> {
-    guard: Option<parking_lot::MutexGuard<'a, ShardState>>,
-    poisoned: &'a AtomicBool,
+    // Declared first, so dropped first: the shard is marked before it is unlocked.
+    _poison: PoisonOnPanic<'a>,
+    guard: parking_lot::MutexGuard<'a, ShardState>,
+}
+
+/// Marks its shard poisoned if dropped while the thread panics.
+struct PoisonOnPanic<'a>(&'a AtomicBool);
+
+impl Drop for PoisonOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
 }
 
 impl ShardLock {
@@ -163,39 +175,29 @@ impl ShardLock {
             "shard poisoned by a panic"
         );
         ShardGuard {
-            guard: Some(guard),
-            poisoned: &self.poisoned,
+            _poison: PoisonOnPanic(&self.poisoned),
+            guard,
         }
     }
 }
 
 impl ShardGuard<'_> {
     /// Unlocks, handing the lock to the call waiting for it, if any (see [`ShardLock`]).
-    fn unlock_fair(mut self) {
-        if let Some(guard) = self.guard.take() {
-            parking_lot::MutexGuard::unlock_fair(guard);
-        }
+    fn unlock_fair(self) {
+        parking_lot::MutexGuard::unlock_fair(self.guard);
     }
 }
 
 impl std::ops::Deref for ShardGuard<'_> {
     type Target = ShardState;
     fn deref(&self) -> &ShardState {
-        self.guard.as_ref().expect("held until dropped")
+        &self.guard
     }
 }
 
 impl std::ops::DerefMut for ShardGuard<'_> {
     fn deref_mut(&mut self) -> &mut ShardState {
-        self.guard.as_mut().expect("held until dropped")
-    }
-}
-
-impl Drop for ShardGuard<'_> {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            self.poisoned.store(true, Ordering::SeqCst);
-        }
+        &mut self.guard
     }
 }
 

@@ -15,6 +15,15 @@ fn payload(i: u64) -> Vec<u8> {
         .collect()
 }
 
+/// What a power loss leaves of unsynced bytes, every way the tests try.
+const TORN: [Torn; 5] = [
+    Torn::DropUnsynced,
+    Torn::KeepPrefix(5),
+    Torn::KeepPrefix(usize::MAX),
+    Torn::KeepGarbled(23),
+    Torn::KeepGarbled(usize::MAX),
+];
+
 fn small() -> LogConfig {
     LogConfig { segment_bytes: 600 }
 }
@@ -125,17 +134,10 @@ fn power_loss_at_every_sync_keeps_a_prefix_with_everything_acknowledged() {
         fs.syncs()
     };
     assert!(total_syncs > 20, "{total_syncs} syncs");
-    let torn = [
-        Torn::DropUnsynced,
-        Torn::KeepPrefix(5),
-        Torn::KeepPrefix(usize::MAX),
-        Torn::KeepGarbled(23),
-        Torn::KeepGarbled(usize::MAX),
-    ];
     for fail_at in 1..=total_syncs + 1 {
         let fs = SimFs::new();
         let acked = run_until_failure(&fs, fail_at);
-        for mode in torn {
+        for mode in TORN {
             let disk = fs.after_power_loss(mode);
             let (log, rec) = Log::open(disk.clone(), small())
                 .unwrap_or_else(|e| panic!("sync {fail_at}, {mode:?}: recovery failed: {e}"));
@@ -471,17 +473,10 @@ fn power_loss_at_every_sync_with_spares_keeps_a_prefix_with_everything_acknowled
         );
         fs.syncs()
     };
-    let torn = [
-        Torn::DropUnsynced,
-        Torn::KeepPrefix(5),
-        Torn::KeepPrefix(usize::MAX),
-        Torn::KeepGarbled(23),
-        Torn::KeepGarbled(usize::MAX),
-    ];
     for fail_at in 1..=total_syncs + 1 {
         let fs = SimFs::new();
         let (acked, appended) = run_with_spares_until_failure(&fs, fail_at);
-        for mode in torn {
+        for mode in TORN {
             let disk = fs.after_power_loss(mode);
             let (log, rec) = Log::open(disk.clone(), small())
                 .unwrap_or_else(|e| panic!("sync {fail_at}, {mode:?}: recovery failed: {e}"));

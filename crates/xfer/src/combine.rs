@@ -233,20 +233,25 @@ mod tests {
         }
     }
 
+    /// Submits `specs` in a task of its own and lets it reach the combiner.
+    async fn queue(
+        c: &Arc<Combiner>,
+        specs: Vec<TransferSpec>,
+    ) -> tokio::task::JoinHandle<Answers> {
+        let c = Arc::clone(c);
+        let h = tokio::spawn(async move { c.submit(specs).await });
+        settle().await;
+        h
+    }
+
     #[tokio::test]
     async fn requests_queued_behind_a_busy_lane_are_driven_as_one_batch() {
         let (c, rec) = combiner(1, 100);
-        let first = tokio::spawn({
-            let c = Arc::clone(&c);
-            async move { c.submit(vec![spec("t0", 1)]).await }
-        });
-        settle().await;
+        let first = queue(&c, vec![spec("t0", 1)]).await;
         let mut later = Vec::new();
         for i in 1..=5 {
-            let c = Arc::clone(&c);
             let specs = vec![spec(&format!("t{i}a"), 1), spec(&format!("t{i}b"), 2)];
-            later.push(tokio::spawn(async move { c.submit(specs).await }));
-            settle().await;
+            later.push(queue(&c, specs).await);
         }
         // Nothing more ran while the first batch held the only lane.
         assert_eq!(rec.batches.lock().unwrap().len(), 1);
@@ -273,11 +278,7 @@ mod tests {
     #[tokio::test]
     async fn a_batch_holds_at_most_max_transfers_and_never_one_id_twice() {
         let (c, rec) = combiner(1, 3);
-        let first = tokio::spawn({
-            let c = Arc::clone(&c);
-            async move { c.submit(vec![spec("x", 1)]).await }
-        });
-        settle().await;
+        let first = queue(&c, vec![spec("x", 1)]).await;
         let mut later = Vec::new();
         for specs in [
             vec![spec("a", 1), spec("b", 1)],
@@ -285,9 +286,7 @@ mod tests {
             vec![spec("c", 1)],
             vec![spec("d", 1), spec("e", 1), spec("f", 1), spec("g", 1)], // over max: alone
         ] {
-            let c = Arc::clone(&c);
-            later.push(tokio::spawn(async move { c.submit(specs).await }));
-            settle().await;
+            later.push(queue(&c, specs).await);
         }
         rec.gate.notify_one();
         first.await.unwrap();
@@ -309,11 +308,7 @@ mod tests {
     #[tokio::test]
     async fn lanes_run_at_once_up_to_their_number() {
         let (c, rec) = combiner(2, 100);
-        let first = tokio::spawn({
-            let c = Arc::clone(&c);
-            async move { c.submit(vec![spec("t0", 1)]).await }
-        });
-        settle().await;
+        let first = queue(&c, vec![spec("t0", 1)]).await;
         // A second lane is free: this request is driven at once, not queued.
         let second = Arc::clone(&c).submit(vec![spec("t1", 1)]).await;
         assert_eq!(ids(&second), ["t1"]);

@@ -65,9 +65,8 @@ struct Background {
 
 /// The service behind the API. See the module docs.
 pub struct Service {
-    executor: Arc<Executor>,
     sweeper: Sweeper,
-    metrics: Arc<Metrics>,
+    /// The executor and metrics, with what submitting needs.
     submitter: Submitter,
     /// Single requests that wait for their outcome, driven together ([`crate::combine`]).
     combiner: Arc<Combiner>,
@@ -104,10 +103,9 @@ impl Service {
         metrics: Arc<Metrics>,
         stuck_after_ms: u64,
     ) -> Service {
-        let executor = Arc::new(executor);
         let submitter = Submitter {
-            executor: Arc::clone(&executor),
-            metrics: Arc::clone(&metrics),
+            executor: Arc::new(executor),
+            metrics,
             background: Arc::default(),
         };
         let lane = submitter.clone();
@@ -116,9 +114,7 @@ impl Service {
             Box::pin(async move { lane.submit(specs, true).await })
         });
         Service {
-            executor,
             sweeper,
-            metrics,
             submitter,
             combiner: Combiner::new(run, COMBINE_LANES, COMBINE_BATCH_MAX),
             ready: AtomicBool::new(false),
@@ -128,17 +124,17 @@ impl Service {
 
     /// The executor.
     pub fn executor(&self) -> &Executor {
-        &self.executor
+        &self.submitter.executor
     }
 
     /// The shards.
     pub fn cluster(&self) -> &Cluster {
-        self.executor.cluster()
+        self.submitter.executor.cluster()
     }
 
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
-        &self.metrics
+        &self.submitter.metrics
     }
 
     /// True once the first sweep (recovery of what a previous run left) has finished.
@@ -148,13 +144,13 @@ impl Service {
 
     /// The clock's now.
     pub fn now(&self) -> xfer_core::Timestamp {
-        self.executor.clock().now()
+        self.submitter.executor.clock().now()
     }
 
     /// One sweep: finish abandoned transfers, drop old tombstones, count the stuck.
     pub async fn sweep(&self) {
         let report = self.sweeper.pass().await;
-        self.metrics.sweep(report.finished, report.pruned);
+        self.submitter.metrics.sweep(report.finished, report.pruned);
         for (id, e) in &report.failed {
             tracing::warn!(transfer_id = %id, error = %e, "sweeper could not finish transfer");
         }
@@ -168,7 +164,7 @@ impl Service {
             );
         }
         if let Ok(stuck) = self.stuck(usize::MAX >> 1).await {
-            self.metrics.set_stuck(stuck.len());
+            self.submitter.metrics.set_stuck(stuck.len());
         }
         self.ready.store(true, Ordering::Release);
     }
@@ -224,6 +220,7 @@ impl Service {
     /// Reads one transfer.
     pub async fn get_transfer(&self, id: &TransferId) -> Result<TransferRecord, ApiError> {
         match self
+            .submitter
             .executor
             .execute_op(Op::Transfer(id.clone(), TransferOp::Get))
             .await?
@@ -238,6 +235,7 @@ impl Service {
     /// Reads one account.
     pub async fn get_account(&self, id: &AccountId) -> Result<Account, ApiError> {
         match self
+            .submitter
             .executor
             .execute_op(Op::Account(id.clone(), AccountOp::Get))
             .await?
@@ -254,6 +252,7 @@ impl Service {
             .map(|id| Op::Transfer(id.clone(), TransferOp::Get))
             .collect();
         Ok(self
+            .submitter
             .executor
             .execute_ops(ops)
             .await?
@@ -269,17 +268,17 @@ impl Service {
     pub async fn settle(&self, id: TransferId, action: Settle) -> Result<Answer, ApiError> {
         let span = tracing::info_span!("transfer", transfer_id = %id, action = action.as_str());
         let watch = Stopwatch::start();
-        self.metrics.in_flight(1);
+        self.submitter.metrics.in_flight(1);
         let outcome = async {
             match action {
-                Settle::Capture => self.executor.capture(id).await,
-                Settle::Void => self.executor.void(id).await,
-                Settle::Redrive => self.executor.redrive(id).await,
+                Settle::Capture => self.submitter.executor.capture(id).await,
+                Settle::Void => self.submitter.executor.void(id).await,
+                Settle::Redrive => self.submitter.executor.redrive(id).await,
             }
         }
         .instrument(span)
         .await;
-        self.metrics.in_flight(-1);
+        self.submitter.metrics.in_flight(-1);
         let a = match (action, answer(outcome)) {
             // The record answers a capture or void of a transfer that is not a hold without
             // changing it (it refuses only while the transfer prepares): refuse it here too.
@@ -303,7 +302,7 @@ impl Service {
             Err(e) if e.status().is_client_error() => "rejected",
             Err(_) => "failed",
         };
-        self.metrics.transfer(label, watch.seconds());
+        self.submitter.metrics.transfer(label, watch.seconds());
         a
     }
 }
