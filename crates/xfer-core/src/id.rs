@@ -128,11 +128,53 @@ macro_rules! serde_as_validated_str {
 }
 pub(crate) use serde_as_validated_str;
 
+/// Ids of at most this many bytes are held inline, in the id itself.
+pub const ID_INLINE_MAX: usize = 22;
+
+/// An id's bytes: inline when short (the common case: `usd-1234`, an order number), so
+/// that hashing, comparing and cloning one reads no other memory and touches no shared
+/// reference count; shared (`Arc<str>`) when longer. The same text always takes the same
+/// form (only [`Text::new`] makes one), so the form never decides equality.
+#[derive(Clone)]
+enum Text {
+    Inline { len: u8, bytes: [u8; ID_INLINE_MAX] },
+    Shared(Arc<str>),
+}
+
+impl Text {
+    fn new(s: &str) -> Text {
+        if s.len() <= ID_INLINE_MAX {
+            let mut bytes = [0u8; ID_INLINE_MAX];
+            bytes[..s.len()].copy_from_slice(s.as_bytes());
+            Text::Inline {
+                len: s.len() as u8,
+                bytes,
+            }
+        } else {
+            Text::Shared(Arc::from(s))
+        }
+    }
+
+    #[inline(always)]
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Text::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Text::Shared(s) => s.as_bytes(),
+        }
+    }
+
+    #[inline(always)]
+    fn as_str(&self) -> &str {
+        // The bytes of a `&str`, copied whole in `new` and never changed (ASCII, at that).
+        std::str::from_utf8(self.as_bytes()).expect("an id is the bytes of a str")
+    }
+}
+
 macro_rules! id_type {
     ($(#[$doc:meta])* $name:ident, $field:literal) => {
         $(#[$doc])*
         #[derive(Clone)]
-        pub struct $name(Arc<str>);
+        pub struct $name(Text);
 
         // Ids are compared all the time (the keys of every hash map once the hash matches,
         // the shard's ordered indexes): by [`bytes_eq`] and [`bytes_cmp`], inline, not by a
@@ -140,7 +182,7 @@ macro_rules! id_type {
         impl PartialEq for $name {
             #[inline]
             fn eq(&self, other: &Self) -> bool {
-                Arc::ptr_eq(&self.0, &other.0) || bytes_eq(self.0.as_bytes(), other.0.as_bytes())
+                bytes_eq(self.0.as_bytes(), other.0.as_bytes())
             }
         }
 
@@ -156,9 +198,6 @@ macro_rules! id_type {
         impl Ord for $name {
             #[inline]
             fn cmp(&self, other: &Self) -> Ordering {
-                if Arc::ptr_eq(&self.0, &other.0) {
-                    return Ordering::Equal;
-                }
                 bytes_cmp(self.0.as_bytes(), other.0.as_bytes())
             }
         }
@@ -166,8 +205,9 @@ macro_rules! id_type {
         impl Hash for $name {
             #[inline]
             fn hash<H: Hasher>(&self, h: &mut H) {
-                // As `str` hashes: equal ids hash equal whatever their allocation.
-                (*self.0).hash(h)
+                // As `str` hashes (its bytes, then 0xff): equal ids hash equal.
+                h.write(self.0.as_bytes());
+                h.write_u8(0xff);
             }
         }
 
@@ -182,18 +222,19 @@ macro_rules! id_type {
             /// Validates `s`, naming `field` in a rejection (e.g. `postings[2].from`).
             pub fn parse(s: &str, field: &str) -> Result<Self, Rejection> {
                 validate("", s).map_err(|r| r.at(field))?;
-                Ok(Self(Arc::from(s)))
+                Ok(Self(Text::new(s)))
             }
 
             /// The id as text.
+            #[inline]
             pub fn as_str(&self) -> &str {
-                &self.0
+                self.0.as_str()
             }
         }
 
         impl fmt::Display for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
+                f.write_str(self.as_str())
             }
         }
 
@@ -201,7 +242,7 @@ macro_rules! id_type {
 
         impl fmt::Debug for $name {
             fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                write!(f, "{:?}", &*self.0)
+                write!(f, "{:?}", self.as_str())
             }
         }
     };
@@ -245,6 +286,11 @@ mod tests {
 
     #[test]
     fn ids_compare_and_equal_as_their_text_does() {
+        fn hash<T: Hash + ?Sized>(v: &T) -> u64 {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            v.hash(&mut h);
+            h.finish()
+        }
         // Lengths around the eight-byte words, shared prefixes, and every byte the
         // alphabet allows at the position where two ids first differ.
         let alphabet: Vec<char> = ('0'..='9')
@@ -253,7 +299,8 @@ mod tests {
             .chain("_:.-".chars())
             .collect();
         let mut texts = vec![];
-        for len in [0usize, 1, 2, 7, 8, 9, 15, 16, 17, 31, 63] {
+        // 21..=23: inline ids against shared ones (`ID_INLINE_MAX` is 22).
+        for len in [0usize, 1, 2, 7, 8, 9, 15, 16, 17, 20, 21, 22, 23, 31, 63] {
             let base = "x".repeat(len);
             texts.push(base.clone());
             for c in [alphabet[0], 'm', alphabet[alphabet.len() - 1]] {
@@ -287,6 +334,9 @@ mod tests {
                     assert_eq!(a == b, ta == tb, "{ta:?} {tb:?}");
                     // Another allocation of the same text is the same id.
                     assert_eq!(a, &TransferId::new(ta).expect("valid"));
+                    // Hashed as its text is, whether held inline or shared.
+                    assert_eq!(hash(a) == hash(b), hash(ta.as_str()) == hash(tb.as_str()));
+                    assert_eq!(hash(a), hash(ta.as_str()), "{ta:?}");
                 }
             }
         }

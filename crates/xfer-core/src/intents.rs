@@ -5,7 +5,7 @@
 //! horizon: dozens on an ordinary account, tens of thousands on a hot one. In a B-tree
 //! keyed by the id a lookup compared a dozen ids, each behind a pointer to follow (11 % of
 //! `xfer bench`'s CPU, see `docs/benchmarks.md`); here it is one hash and, usually, one
-//! comparison, which is free when the step's id shares the stored id's allocation.
+//! comparison, of bytes held in the ids themselves when they are short (`id.rs`).
 //!
 //! Listing (`iter`, `keys`, `values`, `Debug`) is in id order, as before: it sorts,
 //! O(n log n), so the hot paths never list. [`Intents::unordered`] skips the sort for folds
