@@ -81,9 +81,34 @@ impl Entry {
 }
 
 /// Encodes `value` (infallible for the domain types: no maps with non-string keys, no
-/// unsized sequences).
+/// unsized sequences), in an allocation of its exact size.
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
-    postcard::to_allocvec(value).expect("domain types always encode")
+    with_encoded(value, <[u8]>::to_vec)
+}
+
+/// A scratch buffer larger than this is let go after use rather than kept.
+const SCRATCH_KEEP_MAX: usize = 1 << 20;
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Encodes `value` into this thread's scratch buffer and hands `f` the bytes. The buffer
+/// keeps its capacity from call to call: encoding into a fresh `Vec` grew it by doubling,
+/// copying what it held each time (the checkpoint's records and every log entry: 3 % of
+/// `xfer bench`'s CPU, `docs/benchmarks.md`).
+pub fn with_encoded<T: Serialize + ?Sized, R>(value: &T, f: impl FnOnce(&[u8]) -> R) -> R {
+    SCRATCH.with(|cell| {
+        // Taken, not borrowed: an `f` that encodes again finds an empty buffer of its own.
+        let mut buf = cell.take();
+        buf.clear();
+        let buf = postcard::to_extend(value, buf).expect("domain types always encode");
+        let out = f(&buf);
+        if buf.capacity() <= SCRATCH_KEEP_MAX {
+            cell.replace(buf);
+        }
+        out
+    })
 }
 
 /// Decodes a whole value; trailing bytes are an error.

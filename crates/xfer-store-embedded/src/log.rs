@@ -117,6 +117,10 @@ pub struct Recovered {
     pub first_lsn: u64,
 }
 
+/// A written buffer larger than this is let go rather than kept to append into (one burst
+/// must not pin its memory).
+const WRITTEN_KEEP_MAX: usize = 16 << 20;
+
 struct State<F: Fs> {
     /// The segment being appended to; `None` while a leader writes to it.
     file: Option<F::File>,
@@ -124,6 +128,9 @@ struct State<F: Fs> {
     segment_len: u64,
     /// Framed records appended but not yet written.
     buffer: Vec<u8>,
+    /// The buffer the last leader wrote, emptied, to append into next: a fresh buffer per
+    /// write grew by doubling, copying what it held and touching fresh pages each time.
+    written: Vec<u8>,
     /// LSN of the next append.
     next_lsn: u64,
     /// Every LSN below this is durable.
@@ -238,6 +245,7 @@ impl<F: Fs> Log<F> {
             segment_name,
             segment_len,
             buffer: Vec::new(),
+            written: Vec::new(),
             next_lsn,
             durable_lsn: next_lsn,
             syncing: false,
@@ -310,7 +318,8 @@ impl<F: Fs> Log<F> {
     /// Writes and syncs everything buffered, as the leader of one group commit.
     fn lead<'a>(&'a self, mut st: MutexGuard<'a, State<F>>) -> MutexGuard<'a, State<F>> {
         st.syncing = true;
-        let buffer = std::mem::take(&mut st.buffer);
+        let next_buffer = std::mem::take(&mut st.written);
+        let mut buffer = std::mem::replace(&mut st.buffer, next_buffer);
         let upto = st.next_lsn;
         // The segment's length once the buffer is written.
         let written = st.segment_len;
@@ -342,8 +351,12 @@ impl<F: Fs> Log<F> {
                 Err(e) => result = Err(e),
             }
         }
+        buffer.clear();
         let mut st = self.lock();
         st.syncing = false;
+        if buffer.capacity() <= WRITTEN_KEEP_MAX {
+            st.written = buffer;
+        }
         match (result, next) {
             (Ok(()), Some((new_file, new_name))) => {
                 st.file = Some(new_file);

@@ -600,8 +600,7 @@ impl<F: Fs> Inner<F> {
     /// Appends an entry for `shard` (called with its lock held, so the log's order of a
     /// shard's entries is the order they were applied in).
     fn append(&self, entry: &EntryRef<'_>) -> Result<(), StoreError> {
-        self.log
-            .append(&codec::encode(entry))
+        codec::with_encoded(entry, |bytes| self.log.append(bytes))
             .map(|_| ())
             .map_err(|e| {
                 self.fail(e.to_string());
