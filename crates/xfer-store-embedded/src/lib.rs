@@ -17,6 +17,7 @@
 //! The byte layout and the crash analysis are in `docs/storage-format.md`.
 
 pub mod codec;
+pub mod done_filter;
 pub mod frame;
 pub mod fs;
 pub mod log;

@@ -27,6 +27,7 @@
 //! acknowledging anything that rests on the replies.
 
 use crate::codec::{self, Entry, EntryRef};
+use crate::done_filter::DoneFilter;
 use crate::fs::{lock_dir, Fs, RealFs};
 use crate::log::{Log, LogConfig, LogError};
 use crate::tables::{ShardCut, ShardMeta, Tables};
@@ -117,6 +118,9 @@ const PRUNE_SLICE: usize = 128;
 /// The most records a checkpoint's cut hands over per hold of a shard's lock.
 const CUT_SLICE: usize = 512;
 
+/// Ids the scan at open adds to a shard's [`DoneFilter`] per hold of the shard's lock.
+const DONE_SCAN_CHUNK: usize = 4096;
+
 /// The `k`-th slice of `CUT_SLICE` ids (empty past the end).
 fn nth_slice<T>(ids: &[T], k: usize) -> &[T] {
     let from = (k * CUT_SLICE).min(ids.len());
@@ -128,6 +132,8 @@ fn nth_slice<T>(ids: &[T], k: usize) -> &[T] {
 struct ShardState {
     mem: MemoryShard,
     fetched: Vec<TransferId>,
+    /// Which ids the `done` table may hold: asked before fjall is (`done_filter.rs`).
+    done: DoneFilter,
 }
 
 /// A shard's lock. parking_lot's, whose fair unlock hands the lock straight to a waiting
@@ -305,6 +311,7 @@ impl<F: Fs> Embedded<F> {
             .map(|s| tables.shard_meta(s))
             .collect::<Result<Vec<ShardMeta>, _>>()
             .map_err(OpenError::Store)?;
+        let done_expected = tables.done_len_estimate() / usize::from(cfg.shards);
         // Shards are independent: load them on parallel threads.
         let shards = std::thread::scope(|scope| {
             let loads: Vec<_> = metas
@@ -318,6 +325,7 @@ impl<F: Fs> Embedded<F> {
                         let shard = ShardState {
                             mem,
                             fetched: Vec::new(),
+                            done: DoneFilter::new(done_expected),
                         };
                         Ok((shard, in_live))
                     })
@@ -398,6 +406,13 @@ impl<F: Fs> Embedded<F> {
                 .spawn(move || committer.run_committer())
                 .map_err(OpenError::Io)?,
         );
+        let scanner = inner.clone();
+        threads.push(
+            std::thread::Builder::new()
+                .name("xfer-done-scan".into())
+                .spawn(move || scanner.run_done_scan())
+                .map_err(OpenError::Io)?,
+        );
         if cfg.background_checkpoints {
             let checkpointer = inner.clone();
             threads.push(
@@ -427,6 +442,12 @@ impl<F: Fs> Embedded<F> {
                 })
             })
             .collect()
+    }
+
+    /// Whether every shard's [`DoneFilter`] holds what the `done` table held at open (a
+    /// background scan; until then new ids are looked up in the table).
+    pub fn done_filters_complete(&self) -> bool {
+        (0..self.inner.cfg.shards).all(|s| self.inner.shard(s).done.is_complete())
     }
 
     /// Writes a checkpoint now (also done in the background every `checkpoint_bytes`).
@@ -551,7 +572,7 @@ fn fetch_finished(
 ) -> Result<(), StoreError> {
     for op in ops {
         if let Op::Transfer(id, _) = op {
-            if !shard.mem.has_transfer(id) {
+            if !shard.mem.has_transfer(id) && shard.done.may_hold(id) {
                 if let Some(r) = tables.done(s, id)? {
                     shard.mem.restore_transfer(r);
                     shard.fetched.push(id.clone());
@@ -682,6 +703,36 @@ impl<F: Fs> Inner<F> {
         }
     }
 
+    /// Adds every id the `done` table held at open to its shard's filter, a chunk per hold
+    /// of the shard's lock, then marks the filter complete. Ids the checkpointer writes
+    /// meanwhile it adds itself. A read error leaves the filter incomplete: every new id is
+    /// then looked up in the table, as before the filter, and nothing is wrong.
+    fn run_done_scan(&self) {
+        for s in 0..self.cfg.shards {
+            let hasher = self.shard(s).done.hasher();
+            let mut chunk = Vec::with_capacity(DONE_SCAN_CHUNK);
+            let scanned = self.tables.scan_done_ids(s, |id| {
+                chunk.push(DoneFilter::hash_with(&hasher, id));
+                if chunk.len() == DONE_SCAN_CHUNK {
+                    let mut shard = self.shard(s);
+                    for h in chunk.drain(..) {
+                        shard.done.insert_hash(h);
+                    }
+                    shard.unlock_fair();
+                }
+                !self.closing.load(Ordering::SeqCst)
+            });
+            if scanned.is_err() || self.closing.load(Ordering::SeqCst) {
+                return;
+            }
+            let mut shard = self.shard(s);
+            for h in chunk.drain(..) {
+                shard.done.insert_hash(h);
+            }
+            shard.done.set_complete();
+        }
+    }
+
     fn run_checkpointer(&self) {
         loop {
             // Woken early by `stop`.
@@ -797,6 +848,9 @@ impl<F: Fs> Inner<F> {
             for slice in evict.chunks(EVICT_SLICE) {
                 let mut shard = self.shard(cut.shard);
                 for id in slice {
+                    // In the filter before it leaves memory: a call that no longer finds
+                    // it there must be sent to the table (`done_filter.rs`).
+                    shard.done.insert(id);
                     shard.mem.evict_transfer(id);
                 }
                 shard.unlock_fair();
@@ -1007,6 +1061,7 @@ mod tests {
         Arc::new(ShardLock::new(ShardState {
             mem: MemoryShard::new(),
             fetched: Vec::new(),
+            done: DoneFilter::new(0),
         }))
     }
 

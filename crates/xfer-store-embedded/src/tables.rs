@@ -291,6 +291,29 @@ impl Tables {
         }
     }
 
+    /// About how many finished transfers the `done` table holds (fjall's estimate).
+    pub fn done_len_estimate(&self) -> usize {
+        self.done.approximate_len()
+    }
+
+    /// Calls `f` with the id (its bytes) of every finished transfer of `shard` in the
+    /// table, in id order, until `f` answers false.
+    pub fn scan_done_ids(
+        &self,
+        shard: u16,
+        mut f: impl FnMut(&[u8]) -> bool,
+    ) -> Result<(), StoreError> {
+        let start = record_key(shard, "");
+        let end = record_key(shard + 1, "");
+        for item in self.done.range(start..end) {
+            let key = item.key().map_err(unavailable("done"))?;
+            if !f(&key[2..]) {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Finished transfers of `shard` in id order strictly after `after`, at most `limit`.
     pub fn done_after(
         &self,

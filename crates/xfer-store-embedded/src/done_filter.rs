@@ -1,0 +1,205 @@
+//! [`DoneFilter`]: which transfer ids a shard's `done` table may hold, in memory.
+//!
+//! Every new transfer's insert must know whether its id is already taken (the idempotency
+//! check), and a finished transfer may have left memory for the `done` table. Asking fjall
+//! for every new id went through its memtables and every table's own filter: 6 % of `xfer
+//! bench`'s CPU, under the shard's lock (`docs/benchmarks.md`). This filter answers "not
+//! there" for almost every new id at the cost of one cache line.
+//!
+//! It never answers "not there" for an id the table holds:
+//! - every id the checkpointer writes to `done` is added, under the shard's lock, before
+//!   the record leaves memory (`Inner::checkpoint`);
+//! - what the table held at open is added by a scan on a background thread; until the scan
+//!   is over the filter is incomplete and answers "maybe" for every id, so the caller asks
+//!   fjall as before.
+//!
+//! The layout is a split-block Bloom filter (as Parquet's): a 64-byte block chosen by the
+//! hash's high bits, one bit set in each of its eight words by the low bits, about
+//! [`BITS_PER_ID`] bits per id (under 1 % false "maybe"s). It grows by adding a filter
+//! twice the size of the last when the last is full; a lookup asks each (a handful: the
+//! first is sized at open for twice what the table held).
+
+use xfer_core::hash::FastState;
+use xfer_core::TransferId;
+
+/// Bits per id a filter is sized for.
+pub const BITS_PER_ID: usize = 12;
+
+/// The smallest filter's capacity, in ids.
+pub const CAPACITY_MIN: usize = 1 << 18;
+
+const BLOCK_BITS: usize = 512;
+
+/// Parquet's split-block salts: one odd multiplier per word of a block.
+const SALT: [u32; 8] = [
+    0x47b6_137b,
+    0x4497_4d91,
+    0x8824_ad5b,
+    0xa2b7_289d,
+    0x7054_95c7,
+    0x2df1_424b,
+    0x9efc_4947,
+    0x5c6b_fb31,
+];
+
+/// One fixed-size split-block Bloom filter.
+struct Bloom {
+    blocks: Vec<[u64; 8]>,
+    held: usize,
+    capacity: usize,
+}
+
+impl Bloom {
+    fn new(capacity: usize) -> Bloom {
+        let blocks = (capacity * BITS_PER_ID).div_ceil(BLOCK_BITS).max(1);
+        Bloom {
+            blocks: vec![[0; 8]; blocks],
+            held: 0,
+            capacity,
+        }
+    }
+
+    #[inline]
+    fn block(&self, h: u64) -> usize {
+        ((u128::from(h) * self.blocks.len() as u128) >> 64) as usize
+    }
+
+    #[inline]
+    fn bit(h: u64, word: usize) -> u64 {
+        1 << ((h as u32).wrapping_mul(SALT[word]) >> 26)
+    }
+
+    fn insert(&mut self, h: u64) {
+        let b = self.block(h);
+        let block = &mut self.blocks[b];
+        for (w, word) in block.iter_mut().enumerate() {
+            *word |= Bloom::bit(h, w);
+        }
+        self.held += 1;
+    }
+
+    #[inline]
+    fn may_hold(&self, h: u64) -> bool {
+        let block = &self.blocks[self.block(h)];
+        block
+            .iter()
+            .enumerate()
+            .all(|(w, word)| word & Bloom::bit(h, w) != 0)
+    }
+}
+
+/// See the module docs.
+pub struct DoneFilter {
+    hasher: FastState,
+    blooms: Vec<Bloom>,
+    complete: bool,
+}
+
+impl DoneFilter {
+    /// An incomplete filter (every answer "maybe") sized for `expected` ids.
+    pub fn new(expected: usize) -> DoneFilter {
+        DoneFilter {
+            hasher: FastState::default(),
+            blooms: vec![Bloom::new(expected.saturating_mul(2).max(CAPACITY_MIN))],
+            complete: false,
+        }
+    }
+
+    /// The hash of the id `id` (its bytes), as [`DoneFilter::insert_hash`] takes it: the
+    /// hasher is the filter's own, so a scan on another thread hashes with a clone.
+    pub fn hasher(&self) -> FastState {
+        self.hasher.clone()
+    }
+
+    /// Hashes an id's bytes with `hasher` (see [`DoneFilter::hasher`]).
+    pub fn hash_with(hasher: &FastState, id: &[u8]) -> u64 {
+        use std::hash::BuildHasher;
+        hasher.hash_one(id)
+    }
+
+    /// Adds `id`.
+    pub fn insert(&mut self, id: &TransferId) {
+        self.insert_hash(DoneFilter::hash_with(&self.hasher, id.as_str().as_bytes()));
+    }
+
+    /// Adds the id whose hash (by [`DoneFilter::hash_with`]) is `h`.
+    pub fn insert_hash(&mut self, h: u64) {
+        let last = self.blooms.last().expect("never empty");
+        if last.held >= last.capacity {
+            let grown = Bloom::new(last.capacity.saturating_mul(2));
+            self.blooms.push(grown);
+        }
+        self.blooms.last_mut().expect("never empty").insert(h);
+    }
+
+    /// Every id the table held at open has been added: from now on "no" means no.
+    pub fn set_complete(&mut self) {
+        self.complete = true;
+    }
+
+    /// Whether every id the table held at open has been added.
+    pub fn is_complete(&self) -> bool {
+        self.complete
+    }
+
+    /// False only if `id` is certainly not in the table.
+    #[inline]
+    pub fn may_hold(&self, id: &TransferId) -> bool {
+        if !self.complete {
+            return true;
+        }
+        let h = DoneFilter::hash_with(&self.hasher, id.as_str().as_bytes());
+        self.blooms.iter().rev().any(|b| b.may_hold(h))
+    }
+
+    /// Bytes of filter held.
+    pub fn bytes(&self) -> usize {
+        self.blooms.iter().map(|b| b.blocks.len() * 64).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(i: usize) -> TransferId {
+        TransferId::new(&format!("t-{i}")).unwrap()
+    }
+
+    #[test]
+    fn an_incomplete_filter_answers_maybe_for_everything() {
+        let mut f = DoneFilter::new(0);
+        f.insert(&id(1));
+        assert!(f.may_hold(&id(2)));
+        f.set_complete();
+        assert!(f.may_hold(&id(1)));
+        assert!(!f.may_hold(&id(2)));
+    }
+
+    #[test]
+    fn every_id_added_is_found_across_growth_and_few_others_are() {
+        // Grown three times over the smallest capacity, half the ids hashed on "another
+        // thread" with a clone of the hasher (as the scan at open does).
+        let n = CAPACITY_MIN * 4;
+        let mut f = DoneFilter::new(0);
+        let hasher = f.hasher();
+        for i in 0..n {
+            if i % 2 == 0 {
+                f.insert(&id(i));
+            } else {
+                let key = format!("t-{i}");
+                f.insert_hash(DoneFilter::hash_with(&hasher, key.as_bytes()));
+            }
+        }
+        f.set_complete();
+        assert!(f.blooms.len() >= 3, "{} filters", f.blooms.len());
+        assert!((0..n).all(|i| f.may_hold(&id(i))), "no id added is missed");
+        let tries = 200_000;
+        let maybe = (n..n + tries).filter(|i| f.may_hold(&id(*i))).count();
+        // Under 1 % per filter at full load; a few filters asked.
+        assert!(
+            maybe < tries * 3 / 100,
+            "{maybe} of {tries} absent ids answered maybe"
+        );
+    }
+}
