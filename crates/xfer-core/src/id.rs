@@ -165,8 +165,14 @@ impl Text {
 
     #[inline(always)]
     fn as_str(&self) -> &str {
-        // The bytes of a `&str`, copied whole in `new` and never changed (ASCII, at that).
-        std::str::from_utf8(self.as_bytes()).expect("an id is the bytes of a str")
+        match self {
+            // The bytes of a `&str`, copied whole in `new` and never changed (ASCII, at
+            // that): the check is of at most 22 bytes, and no `unsafe` is needed.
+            Text::Inline { .. } => {
+                std::str::from_utf8(self.as_bytes()).expect("an id is the bytes of a str")
+            }
+            Text::Shared(s) => s,
+        }
     }
 }
 
