@@ -209,7 +209,7 @@ impl Executor {
         let mut waits = 0;
         loop {
             match self.execute_op(op.clone()).await? {
-                Reply::Account(a) => return Ok(*a),
+                Reply::Account(a) => return Ok(std::sync::Arc::unwrap_or_clone(a)),
                 Reply::Refused(Code::AccountHasTransfersInFlight)
                     if waits < self.close_waits_max =>
                 {

@@ -90,7 +90,7 @@ impl World {
             .execute_op(Op::Account(acct(id), AccountOp::Get))
             .await
         {
-            Ok(Reply::Account(a)) => *a,
+            Ok(Reply::Account(a)) => std::sync::Arc::unwrap_or_clone(a),
             other => panic!("get {id}: {other:?}"),
         }
     }

@@ -6,6 +6,7 @@
 
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::sync::Arc;
 use xfer_core::{
     Account, AccountId, AccountStatus, AssetCode, CancelReason, Code, Intent, IntentState,
     LowerBound, OwnerId, Timestamp, TransferId, TransferRecord, TransferSpec, TransferState,
@@ -254,7 +255,7 @@ enum ReplyRow {
 pub(crate) fn decode(text: &str) -> Result<Reply, String> {
     let row: ReplyRow = serde_json::from_str(text).map_err(|e| format!("{e} in {text}"))?;
     Ok(match row {
-        ReplyRow::Account(a) => Reply::Account(Box::new(a.into())),
+        ReplyRow::Account(a) => Reply::Account(Arc::new(a.into())),
         ReplyRow::Prepare { o, code } => Reply::Prepare(match o {
             PrepareWord::Prepared => PrepareOutcome::Prepared,
             PrepareWord::AlreadyPrepared => PrepareOutcome::AlreadyPrepared,

@@ -10,6 +10,7 @@ use crate::keys::Keys;
 use redis::{Cmd, Value};
 use serde::de::value::{Error as DeError, StrDeserializer};
 use serde::Deserialize;
+use std::sync::Arc;
 use xfer_core::{
     Account, AccountId, AccountStatus, AssetCode, CancelReason, Code, Intent, IntentState,
     LowerBound, OwnerId, Timestamp, TransferId, TransferRecord, TransferSpec, TransferState,
@@ -260,7 +261,7 @@ pub(crate) fn decode(op: &Op, v: Value) -> Result<Reply, String> {
     let arg = |n: usize| rest.get(n).map(String::as_str).ok_or("a short reply");
     Ok(match kind.as_str() {
         "account" => match op {
-            Op::Account(id, _) => Reply::Account(Box::new(account(id, rest)?)),
+            Op::Account(id, _) => Reply::Account(Arc::new(account(id, rest)?)),
             Op::Transfer(..) => return Err("an account reply to a transfer step".into()),
         },
         "prepare" => Reply::Prepare(match arg(0)? {

@@ -83,7 +83,7 @@ async fn create(s: &dyn Store, id: &str, lower_bound: LowerBound) -> Reply {
 
 async fn get(s: &dyn Store, id: &str) -> xfer_core::Account {
     match one(s, Op::Account(acct(id), AccountOp::Get)).await {
-        Reply::Account(a) => *a,
+        Reply::Account(a) => std::sync::Arc::unwrap_or_clone(a),
         other => panic!("get {id}: {other}"),
     }
 }

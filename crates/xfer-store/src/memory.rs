@@ -184,7 +184,12 @@ impl MemoryShard {
         match op {
             Op::Account(id, AccountOp::Get) => {
                 if let Some(a) = self.accounts.get(id) {
-                    return get_account(a);
+                    // What `get_account` answers, sharing the record instead of copying it.
+                    return if a.status == AccountStatus::Unopened {
+                        get_account(a)
+                    } else {
+                        Reply::Account(Arc::clone(a))
+                    };
                 }
             }
             Op::Transfer(id, TransferOp::Get) => {
@@ -658,8 +663,21 @@ mod tests {
         );
         // A read takes nothing mutably: it does not copy a record a cut holds.
         let held = shard.account_shared(&a).unwrap();
-        shard.apply(&Op::Account(a.clone(), AccountOp::Get), Timestamp(3));
+        let read = shard.apply(&Op::Account(a.clone(), AccountOp::Get), Timestamp(3));
         assert!(Arc::ptr_eq(&held, &shard.account_shared(&a).unwrap()));
+        // A read's answer shares the record, and is a snapshot too.
+        let Reply::Account(read) = read else {
+            panic!("{read}")
+        };
+        assert!(Arc::ptr_eq(&held, &read), "shared, not copied");
+        let release = AccountOp::Release {
+            transfer: TransferId::new("t1").unwrap(),
+            asset: AssetCode::new("USD", "asset").unwrap(),
+            horizon: Timestamp(2_000),
+        };
+        shard.apply(&Op::Account(a.clone(), release), Timestamp(4));
+        assert_eq!(read.reserved, 5, "the answer as it was");
+        assert_eq!(shard.account(&a).unwrap().reserved, 0, "the shard moved on");
     }
 
     #[test]

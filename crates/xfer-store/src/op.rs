@@ -191,8 +191,10 @@ pub enum ReleaseOutcome {
 /// The answer to one [`Op`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
-    /// The account as it is after the operation.
-    Account(Box<Account>),
+    /// The account as it is after the operation. Shared: the Memory and embedded stores
+    /// answer a read with the record they hold, not a copy of it and its intents (the
+    /// service's pre-check reads two accounts per transfer).
+    Account(std::sync::Arc<Account>),
     /// Outcome of a prepare.
     Prepare(PrepareOutcome),
     /// Outcome of a post.

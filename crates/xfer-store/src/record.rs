@@ -7,6 +7,7 @@
 
 use crate::op::{AccountOp, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
 use std::collections::hash_map;
+use std::sync::Arc;
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{
     Account, AccountId, AccountStatus, Code, Intent, IntentState, LowerBound, Timestamp,
@@ -50,7 +51,7 @@ pub fn apply_account_absent(
         AccountOp::Create { asset, lower_bound } => {
             let account = Account::open(id.clone(), asset.clone(), *lower_bound);
             slot = Some(account.clone());
-            (Reply::Account(Box::new(account)), None)
+            (Reply::Account(Arc::new(account)), None)
         }
         AccountOp::Release {
             transfer,
@@ -136,7 +137,7 @@ pub fn get_account(a: &Account) -> Reply {
     if a.status == AccountStatus::Unopened {
         Reply::NotFound
     } else {
-        Reply::Account(Box::new(a.clone()))
+        Reply::Account(Arc::new(a.clone()))
     }
 }
 
@@ -155,10 +156,10 @@ fn create_over(a: &mut Account, asset: &xfer_core::AssetCode, lower_bound: Lower
         a.status = AccountStatus::Open;
         a.asset = asset.clone();
         a.lower_bound = lower_bound;
-        return Reply::Account(Box::new(a.clone()));
+        return Reply::Account(Arc::new(a.clone()));
     }
     if &a.asset == asset && a.lower_bound == lower_bound {
-        Reply::Account(Box::new(a.clone()))
+        Reply::Account(Arc::new(a.clone()))
     } else {
         Reply::Refused(Code::AccountExistsWithDifferentBody)
     }
@@ -293,13 +294,13 @@ fn release(a: &mut Account, transfer: &TransferId, horizon: Timestamp) -> Releas
 fn close(a: &mut Account) -> Reply {
     match a.status {
         AccountStatus::Unopened => Reply::NotFound,
-        AccountStatus::Closed => Reply::Account(Box::new(a.clone())),
+        AccountStatus::Closed => Reply::Account(Arc::new(a.clone())),
         AccountStatus::Open if a.open_intents() > 0 => {
             Reply::Refused(Code::AccountHasTransfersInFlight)
         }
         AccountStatus::Open => {
             a.status = AccountStatus::Closed;
-            Reply::Account(Box::new(a.clone()))
+            Reply::Account(Arc::new(a.clone()))
         }
     }
 }
@@ -313,7 +314,7 @@ fn set_lower_bound(a: &mut Account, lower_bound: LowerBound) -> Reply {
         a.lower_bound = old;
         return Reply::Refused(Code::LowerBoundAboveAvailable);
     }
-    Reply::Account(Box::new(a.clone()))
+    Reply::Account(Arc::new(a.clone()))
 }
 
 /// Applies `op` to the transfer record, which may not exist (`slot` is `None`).

@@ -240,7 +240,7 @@ impl Service {
             .execute_op(Op::Account(id.clone(), AccountOp::Get))
             .await?
         {
-            Reply::Account(a) if a.status != AccountStatus::Unopened => Ok(*a),
+            Reply::Account(a) if a.status != AccountStatus::Unopened => Ok(Arc::unwrap_or_clone(a)),
             _ => Err(no_account(id, "id")),
         }
     }
