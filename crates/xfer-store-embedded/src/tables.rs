@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::Mutex;
 use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
-use xfer_store::{FastSet, MemoryShard, StoreError};
+use xfer_store::{prune_at, FastSet, MemoryShard, StoreError};
 
 /// Where a shard's checkpoint stands.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -43,9 +43,14 @@ pub struct ShardMeta {
     pub checkpoint_lsn: u64,
     /// The shard's history sequence at that point.
     pub sequence: u64,
-    /// The first entry of the shard's pruner index at that point, `(horizon, account,
-    /// transfer)` (`None`: the shard held no tombstone). A tombstone in a run that sorts
-    /// before it had been pruned, and is not restored.
+    /// The first entry of the shard's pruner index at that point, `(prune_at(horizon),
+    /// account, transfer)` (`None`: the shard held no tombstone). A tombstone whose entry
+    /// sorts before it had been pruned, and is not restored.
+    ///
+    /// Directories written before the index was bucketed (`xfer_store::prune_at`) hold
+    /// `(horizon, account, transfer)` here; read under the bucketed order it keeps every
+    /// tombstone the old order kept (`prune_at(h) >= h`, equal only on a bucket's end),
+    /// and perhaps some that were pruned, which a prune takes again.
     pub first_tombstone: Option<(Timestamp, AccountId, TransferId)>,
 }
 
@@ -55,7 +60,7 @@ impl ShardMeta {
     fn run_pruned(&self, latest: Timestamp) -> bool {
         self.first_tombstone
             .as_ref()
-            .is_none_or(|(first, _, _)| latest < *first)
+            .is_none_or(|(first, _, _)| prune_at(latest) < *first)
     }
 
     /// True if the shard still held `t` at the checkpoint, as far as its index tells.
@@ -63,7 +68,7 @@ impl ShardMeta {
         let (account, transfer, intent) = t;
         self.first_tombstone
             .as_ref()
-            .is_some_and(|(h, a, tr)| (intent.horizon, account, transfer) >= (*h, a, tr))
+            .is_some_and(|(h, a, tr)| (prune_at(intent.horizon), account, transfer) >= (*h, a, tr))
     }
 }
 

@@ -293,7 +293,7 @@ mod tests {
     async fn the_conformance_suite_passes_through_it() {
         crate::conformance::run_all(|| {
             Coalesce::new(
-                MemoryStore::new(Arc::new(ManualClock::at(Timestamp(1_000)))),
+                MemoryStore::new(Arc::new(ManualClock::at(Timestamp(10_000)))),
                 1,
             )
         })

@@ -810,6 +810,6 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn memory_store_conforms() {
-        run_all(|| MemoryStore::new(Arc::new(ManualClock::at(Timestamp(1_000))))).await;
+        run_all(|| MemoryStore::new(Arc::new(ManualClock::at(Timestamp(10_000))))).await;
     }
 }

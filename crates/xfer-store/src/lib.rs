@@ -16,6 +16,7 @@ mod id_map;
 pub mod intercept;
 pub mod memory;
 pub mod op;
+pub mod prune_index;
 pub mod record;
 pub mod store;
 
@@ -25,4 +26,5 @@ pub use id_map::{FastMap, FastSet, FastState};
 pub use intercept::{ExecuteHook, Intercept, PendingHook};
 pub use memory::{Changes, Cut, MemoryShard, MemoryStore};
 pub use op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
+pub use prune_index::{prune_at, PruneIndex, PRUNE_BUCKET_MS};
 pub use store::{answered_durable, BoxFuture, HistoryPage, LogDomain, Store, StoreError};

@@ -9,6 +9,7 @@
 
 use crate::id_map::{FastMap, FastSet, IdMap};
 use crate::op::{AccountOp, Op, Reply, TransferOp};
+use crate::prune_index::PruneIndex;
 use crate::record::{
     apply_account_absent, apply_account_to, apply_transfer, apply_transfer_to, get_account,
     IndexEffect,
@@ -33,14 +34,18 @@ pub struct MemoryShard {
     transfers: IdMap<TransferId, Arc<TransferRecord>>,
     /// (wake_at, id) of every non-terminal transfer: the sweeper's index.
     wake: BTreeSet<(Timestamp, TransferId)>,
-    /// (horizon, account, transfer) of every tombstone: the pruner's index.
-    tombstones: BTreeSet<(Timestamp, AccountId, TransferId)>,
+    /// Every tombstone, in the order the pruner takes them (`prune_index.rs`).
+    tombstones: PruneIndex,
     /// account -> (sequence, transfer), sequence increasing: the history index. Only
     /// looked up by account, never iterated (a hash map's order is not deterministic).
     history: FastMap<AccountId, BTreeMap<u64, TransferId>>,
     sequence: u64,
     /// What changed since the last [`MemoryShard::take_changes`], when tracked.
     changes: Option<Changes>,
+}
+
+fn is_empty_placeholder(a: &Account) -> bool {
+    a.status == AccountStatus::Unopened && a.intents.is_empty()
 }
 
 /// The records and history entries a shard changed: what a store that keeps the shard's
@@ -234,7 +239,7 @@ impl MemoryShard {
                         if let Some(c) = &mut self.changes {
                             c.tombstones.push((id.clone(), t.clone(), intent));
                         }
-                        self.tombstones.insert((intent.horizon, id.clone(), t));
+                        self.tombstones.insert(intent.horizon, id.clone(), t);
                     }
                     None => {}
                 }
@@ -333,7 +338,7 @@ impl MemoryShard {
             // Into an ordered set: the intents' order does not matter.
             for (t, i) in a.intents.unordered() {
                 if i.state != IntentState::Open {
-                    self.tombstones.insert((i.horizon, a.id.clone(), t.clone()));
+                    self.tombstones.insert(i.horizon, a.id.clone(), t.clone());
                 }
             }
         }
@@ -393,14 +398,14 @@ impl MemoryShard {
 
     /// True if the pruner's index has an entry due at `now` (a prune would take it).
     pub fn tombstones_due(&self, now: Timestamp) -> bool {
-        self.tombstones.first().is_some_and(|(h, _, _)| *h <= now)
+        self.tombstones.is_due(now)
     }
 
-    /// The first entry of the pruner's index, `(horizon, account, transfer)`, if the shard
-    /// holds any tombstone: the pruner takes entries from the front, so a tombstone saved
-    /// elsewhere whose entry sorts before this one is not held any more.
-    pub fn first_tombstone(&self) -> Option<(Timestamp, AccountId, TransferId)> {
-        self.tombstones.first().cloned()
+    /// The first entry of the pruner's index, `(prune_at(horizon), account, transfer)`, if
+    /// the shard holds any tombstone: the pruner takes entries from the front, so a
+    /// tombstone saved elsewhere whose entry sorts before this one is not held any more.
+    pub fn first_tombstone(&mut self) -> Option<(Timestamp, AccountId, TransferId)> {
+        self.tombstones.first()
     }
 
     /// See [`Store::prune`]: drops tombstones with horizon `<= now`.
@@ -414,30 +419,50 @@ impl MemoryShard {
             now
         };
         let mut dropped = 0;
-        // Due entries are the first ones: take them off the front (no key comparisons, where
-        // looking each one up again to remove it compared ids all the way down the tree).
-        for _ in 0..limit {
-            if self.tombstones.first().is_none_or(|(h, _, _)| *h > now) {
-                break;
-            }
-            let (_, account, transfer) = self.tombstones.pop_first().expect("first() is due");
-            // Not a change of the account's written form (tombstones are listed apart, see
-            // `Changes::tombstones`), unless it is a placeholder left empty and dropped.
-            let Some(a) = self.accounts.get_mut_unmarked(&account) else {
-                continue;
-            };
-            let a = Arc::make_mut(a);
-            // The index may be stale (a mutant, or a tombstone rewritten): re-check the record.
-            // (One search of the intents: `entry` finds it and removes it in place.)
-            if let hash_map::Entry::Occupied(i) = a.intents.entry(transfer) {
-                if i.get().state != IntentState::Open && i.get().horizon <= now {
-                    i.remove();
-                    dropped += 1;
+        let mut emptied = Vec::new();
+        {
+            let (accounts, index) = (&mut self.accounts, &mut self.tombstones);
+            // The account the last entry named, taken once for all its entries in a row
+            // (a bucket's entries are in account order: `prune_index.rs`).
+            let mut at: Option<(AccountId, Option<&mut Account>)> = None;
+            // Due entries are the first ones: take them off the front (no key comparisons,
+            // where looking each one up again to remove it compared ids all the way down).
+            for _ in 0..limit {
+                let Some((account, transfer)) = index.pop_due(now) else {
+                    break;
+                };
+                if at.as_ref().is_none_or(|(id, _)| *id != account) {
+                    if let Some((id, Some(a))) = at.take() {
+                        if is_empty_placeholder(a) {
+                            emptied.push(id);
+                        }
+                    }
+                    // Not a change of the account's written form (tombstones are listed
+                    // apart, see `Changes::tombstones`), unless a placeholder left empty and
+                    // dropped.
+                    let a = accounts.get_mut_unmarked(&account).map(Arc::make_mut);
+                    at = Some((account, a));
+                }
+                let Some((_, Some(a))) = &mut at else {
+                    continue;
+                };
+                // The index may be stale (a mutant, or a tombstone rewritten): re-check the
+                // record. (One search of the intents: `entry` finds it and removes it.)
+                if let hash_map::Entry::Occupied(i) = a.intents.entry(transfer) {
+                    if i.get().state != IntentState::Open && i.get().horizon <= now {
+                        i.remove();
+                        dropped += 1;
+                    }
                 }
             }
-            if a.status == AccountStatus::Unopened && a.intents.is_empty() {
-                self.drop_account(&account);
+            if let Some((id, Some(a))) = at {
+                if is_empty_placeholder(a) {
+                    emptied.push(id);
+                }
             }
+        }
+        for id in &emptied {
+            self.drop_account(id);
         }
         dropped
     }
@@ -466,7 +491,7 @@ impl MemoryShard {
                 continue;
             };
             self.tombstones
-                .insert((intent.horizon, account, transfer.clone()));
+                .insert(intent.horizon, account, transfer.clone());
             Arc::make_mut(a).intents.insert(transfer, intent);
         }
     }
@@ -602,6 +627,7 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::prune_at;
     use xfer_core::{AssetCode, LowerBound};
 
     fn create(shard: &mut MemoryShard, id: &str) -> AccountId {
@@ -740,7 +766,9 @@ mod tests {
             )],
             "a tombstone is listed as it was written"
         );
-        assert_eq!(shard.prune(Timestamp(20), 100), 1);
+        // Due at the end of its horizon's bucket, not before.
+        assert_eq!(shard.prune(Timestamp(20), 100), 0);
+        assert_eq!(shard.prune(prune_at(Timestamp(10)), 100), 1);
         assert!(
             shard.account(&ghost).is_none(),
             "the placeholder is dropped"
@@ -762,7 +790,11 @@ mod tests {
         );
         let c = shard.take_changes();
         assert_eq!((c.accounts, c.tombstones.len()), (vec![b.clone()], 1));
-        assert_eq!(shard.prune(Timestamp(2_000), 100), 2, "b's t1 and r2");
+        assert_eq!(
+            shard.prune(prune_at(Timestamp(2_000)), 100),
+            2,
+            "b's t1 and r2"
+        );
         let c = shard.take_changes();
         assert_eq!(c.accounts, vec![ghost.clone()], "the placeholder, dropped");
         assert!(c.tombstones.is_empty());
