@@ -327,7 +327,8 @@ impl World {
     }
 
     /// How long the sweepers need, from now, to pass every tombstone's horizon on every
-    /// shard's clock and prune the backlog 256 a pass.
+    /// shard's clock (the end of its bucket, when the store's pruner takes it:
+    /// `xfer_store::prune_at`) and prune the backlog 256 a pass.
     fn horizon_wait_ms(&self) -> u64 {
         let mut wait = 0;
         for (i, s) in self.shards.iter().enumerate() {
@@ -336,8 +337,9 @@ impl World {
                 .store
                 .accounts()
                 .flat_map(|a| a.intents.unordered().map(|(_, i)| i));
-            let (count, latest) =
-                tombstones.fold((0u64, 0u64), |(n, h), t| (n + 1, h.max(t.horizon.as_ms())));
+            let (count, latest) = tombstones.fold((0u64, 0u64), |(n, h), t| {
+                (n + 1, h.max(xfer_store::prune_at(t.horizon).as_ms()))
+            });
             let passes = count / 256 + 2;
             let until_horizon = latest.saturating_sub(self.shard_clock(i).as_ms());
             wait = wait.max(until_horizon + passes * self.cfg.sweep_interval_ms);
