@@ -151,11 +151,6 @@ impl DoneFilter {
         let h = DoneFilter::hash_with(&self.hasher, id.as_str().as_bytes());
         self.blooms.iter().rev().any(|b| b.may_hold(h))
     }
-
-    /// Bytes of filter held.
-    pub fn bytes(&self) -> usize {
-        self.blooms.iter().map(|b| b.blocks.len() * 64).sum()
-    }
 }
 
 #[cfg(test)]

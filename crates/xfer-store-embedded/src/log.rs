@@ -119,7 +119,7 @@ pub struct Recovered {
 
 /// A written buffer larger than this is let go rather than kept to append into (one burst
 /// must not pin its memory).
-const WRITTEN_KEEP_MAX: usize = 16 << 20;
+const RECYCLED_KEEP_MAX: usize = 16 << 20;
 
 struct State<F: Fs> {
     /// The segment being appended to; `None` while a leader writes to it.
@@ -130,7 +130,7 @@ struct State<F: Fs> {
     buffer: Vec<u8>,
     /// The buffer the last leader wrote, emptied, to append into next: a fresh buffer per
     /// write grew by doubling, copying what it held and touching fresh pages each time.
-    written: Vec<u8>,
+    recycled: Vec<u8>,
     /// LSN of the next append.
     next_lsn: u64,
     /// Every LSN below this is durable.
@@ -245,7 +245,7 @@ impl<F: Fs> Log<F> {
             segment_name,
             segment_len,
             buffer: Vec::new(),
-            written: Vec::new(),
+            recycled: Vec::new(),
             next_lsn,
             durable_lsn: next_lsn,
             syncing: false,
@@ -318,7 +318,7 @@ impl<F: Fs> Log<F> {
     /// Writes and syncs everything buffered, as the leader of one group commit.
     fn lead<'a>(&'a self, mut st: MutexGuard<'a, State<F>>) -> MutexGuard<'a, State<F>> {
         st.syncing = true;
-        let next_buffer = std::mem::take(&mut st.written);
+        let next_buffer = std::mem::take(&mut st.recycled);
         let mut buffer = std::mem::replace(&mut st.buffer, next_buffer);
         let upto = st.next_lsn;
         // The segment's length once the buffer is written.
@@ -354,8 +354,8 @@ impl<F: Fs> Log<F> {
         buffer.clear();
         let mut st = self.lock();
         st.syncing = false;
-        if buffer.capacity() <= WRITTEN_KEEP_MAX {
-            st.written = buffer;
+        if buffer.capacity() <= RECYCLED_KEEP_MAX {
+            st.recycled = buffer;
         }
         match (result, next) {
             (Ok(()), Some((new_file, new_name))) => {

@@ -398,29 +398,20 @@ impl<F: Fs> Embedded<F> {
             closing: AtomicBool::new(false),
             cfg,
         });
-        let mut threads = Vec::new();
-        let committer = inner.clone();
-        threads.push(
+        // The background threads, each with its own handle on the store.
+        let spawn = |name: &str, run: fn(&Inner<F>)| {
+            let inner = inner.clone();
             std::thread::Builder::new()
-                .name("xfer-commit".into())
-                .spawn(move || committer.run_committer())
-                .map_err(OpenError::Io)?,
-        );
-        let scanner = inner.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name("xfer-done-scan".into())
-                .spawn(move || scanner.run_done_scan())
-                .map_err(OpenError::Io)?,
-        );
+                .name(name.into())
+                .spawn(move || run(&inner))
+                .map_err(OpenError::Io)
+        };
+        let mut threads = vec![
+            spawn("xfer-commit", Inner::run_committer)?,
+            spawn("xfer-done-scan", Inner::run_done_scan)?,
+        ];
         if cfg.background_checkpoints {
-            let checkpointer = inner.clone();
-            threads.push(
-                std::thread::Builder::new()
-                    .name("xfer-checkpoint".into())
-                    .spawn(move || checkpointer.run_checkpointer())
-                    .map_err(OpenError::Io)?,
-            );
+            threads.push(spawn("xfer-checkpoint", Inner::run_checkpointer)?);
         }
         Ok((
             Embedded {
@@ -710,26 +701,26 @@ impl<F: Fs> Inner<F> {
     fn run_done_scan(&self) {
         for s in 0..self.cfg.shards {
             let hasher = self.shard(s).done.hasher();
+            // Adds the chunk under the shard's lock, answering the still-held shard.
+            let add = |chunk: &mut Vec<u64>| {
+                let mut shard = self.shard(s);
+                for h in chunk.drain(..) {
+                    shard.done.insert_hash(h);
+                }
+                shard
+            };
             let mut chunk = Vec::with_capacity(DONE_SCAN_CHUNK);
             let scanned = self.tables.scan_done_ids(s, |id| {
                 chunk.push(DoneFilter::hash_with(&hasher, id));
                 if chunk.len() == DONE_SCAN_CHUNK {
-                    let mut shard = self.shard(s);
-                    for h in chunk.drain(..) {
-                        shard.done.insert_hash(h);
-                    }
-                    shard.unlock_fair();
+                    add(&mut chunk).unlock_fair();
                 }
                 !self.closing.load(Ordering::SeqCst)
             });
             if scanned.is_err() || self.closing.load(Ordering::SeqCst) {
                 return;
             }
-            let mut shard = self.shard(s);
-            for h in chunk.drain(..) {
-                shard.done.insert_hash(h);
-            }
-            shard.done.set_complete();
+            add(&mut chunk).done.set_complete();
         }
     }
 

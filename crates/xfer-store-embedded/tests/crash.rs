@@ -330,14 +330,21 @@ fn consecutive_to(records: &[(u64, Vec<u8>)], last: u64) {
     assert_eq!(records.last().map(|r| r.0), Some(last));
 }
 
-#[test]
-fn segments_are_written_over_spares_and_read_back_whole() {
+/// A fresh log on a simulated disk that has moved into its `segments + 1`-th segment, and
+/// the last LSN appended.
+fn log_past_segments(segments: usize) -> (SimFs, Log<SimFs>, u64) {
     let fs = SimFs::new();
     let (log, _) = Log::open(fs.clone(), small()).unwrap();
     let mut i = 0;
-    for _ in 0..5 {
+    for _ in 0..segments {
         append_into_next_segment(&fs, &log, &mut i, 0);
     }
+    (fs, log, i)
+}
+
+#[test]
+fn segments_are_written_over_spares_and_read_back_whole() {
+    let (fs, log, mut i) = log_past_segments(5);
     // Every record so far is below the current segment's first LSN, i + 1.
     let removed = log.remove_before(i + 1).unwrap();
     assert_eq!(removed, 5);
@@ -366,12 +373,7 @@ fn segments_are_written_over_spares_and_read_back_whole() {
 
 #[test]
 fn a_segment_written_over_a_spare_and_cut_at_every_byte_recovers_the_records_before_the_cut() {
-    let fs = SimFs::new();
-    let (log, _) = Log::open(fs.clone(), small()).unwrap();
-    let mut i = 0;
-    for _ in 0..3 {
-        append_into_next_segment(&fs, &log, &mut i, 0);
-    }
+    let (fs, log, mut i) = log_past_segments(3);
     log.remove_before(i).unwrap();
     let spares: Vec<(String, Vec<u8>)> = names(&fs, ".spare")
         .into_iter()

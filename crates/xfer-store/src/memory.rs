@@ -11,7 +11,7 @@ use crate::id_map::{FastMap, FastSet, IdMap};
 use crate::op::{AccountOp, Op, Reply, TransferOp};
 use crate::prune_index::PruneIndex;
 use crate::record::{
-    apply_account_absent, apply_account_to, apply_transfer, apply_transfer_to, get_account,
+    apply_account_absent, apply_account_to, apply_transfer, apply_transfer_to, get_account_shared,
     IndexEffect,
 };
 use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
@@ -44,8 +44,12 @@ pub struct MemoryShard {
     changes: Option<Changes>,
 }
 
-fn is_empty_placeholder(a: &Account) -> bool {
-    a.status == AccountStatus::Unopened && a.intents.is_empty()
+/// The id of the account the pruner leaves, if it is a placeholder it emptied (to drop).
+fn emptied_placeholder(left: Option<(AccountId, Option<&mut Account>)>) -> Option<AccountId> {
+    match left? {
+        (id, Some(a)) if a.status == AccountStatus::Unopened && a.intents.is_empty() => Some(id),
+        _ => None,
+    }
 }
 
 /// The records and history entries a shard changed: what a store that keeps the shard's
@@ -189,12 +193,7 @@ impl MemoryShard {
         match op {
             Op::Account(id, AccountOp::Get) => {
                 if let Some(a) = self.accounts.get(id) {
-                    // What `get_account` answers, sharing the record instead of copying it.
-                    return if a.status == AccountStatus::Unopened {
-                        get_account(a)
-                    } else {
-                        Reply::Account(Arc::clone(a))
-                    };
+                    return get_account_shared(a);
                 }
             }
             Op::Transfer(id, TransferOp::Get) => {
@@ -424,6 +423,7 @@ impl MemoryShard {
             let (accounts, index) = (&mut self.accounts, &mut self.tombstones);
             // The account the last entry named, taken once for all its entries in a row
             // (a bucket's entries are in account order: `prune_index.rs`).
+            // (`None` for an account the shard no longer holds: its entries are stale.)
             let mut at: Option<(AccountId, Option<&mut Account>)> = None;
             // Due entries are the first ones: take them off the front (no key comparisons,
             // where looking each one up again to remove it compared ids all the way down).
@@ -432,11 +432,7 @@ impl MemoryShard {
                     break;
                 };
                 if at.as_ref().is_none_or(|(id, _)| *id != account) {
-                    if let Some((id, Some(a))) = at.take() {
-                        if is_empty_placeholder(a) {
-                            emptied.push(id);
-                        }
-                    }
+                    emptied.extend(emptied_placeholder(at.take()));
                     // Not a change of the account's written form (tombstones are listed
                     // apart, see `Changes::tombstones`), unless a placeholder left empty and
                     // dropped.
@@ -455,11 +451,7 @@ impl MemoryShard {
                     }
                 }
             }
-            if let Some((id, Some(a))) = at {
-                if is_empty_placeholder(a) {
-                    emptied.push(id);
-                }
-            }
+            emptied.extend(emptied_placeholder(at));
         }
         for id in &emptied {
             self.drop_account(id);

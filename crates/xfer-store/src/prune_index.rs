@@ -92,11 +92,6 @@ impl PruneIndex {
         Some(entry)
     }
 
-    /// How many entries (a repeat not yet sorted away counts twice).
-    pub fn len(&self) -> usize {
-        self.buckets.values().map(|b| b.entries.len()).sum()
-    }
-
     /// No entries.
     pub fn is_empty(&self) -> bool {
         self.buckets.is_empty()

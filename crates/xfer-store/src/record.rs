@@ -134,10 +134,20 @@ pub fn apply_account_to(
 /// What `Get` answers for an account that exists (as [`apply_account_to`] does, without
 /// needing the record mutably).
 pub fn get_account(a: &Account) -> Reply {
+    read_account(a, || Arc::new(a.clone()))
+}
+
+/// [`get_account`] on a record held shared: the answer shares it instead of a copy (a
+/// later write copies the record, so the answer stays as it was).
+pub fn get_account_shared(a: &Arc<Account>) -> Reply {
+    read_account(a, || Arc::clone(a))
+}
+
+fn read_account(a: &Account, answer: impl FnOnce() -> Arc<Account>) -> Reply {
     if a.status == AccountStatus::Unopened {
         Reply::NotFound
     } else {
-        Reply::Account(Arc::new(a.clone()))
+        Reply::Account(answer())
     }
 }
 
