@@ -28,6 +28,9 @@ pub fn prune_at(horizon: Timestamp) -> Timestamp {
     )
 }
 
+/// The most entries a new bucket makes room for (3 MiB).
+const ROOM_MAX: usize = 1 << 16;
+
 /// One bucket's entries; when `sorted`, in descending order (the first is last, to pop).
 #[derive(Debug, Default)]
 struct Bucket {
@@ -36,12 +39,16 @@ struct Bucket {
 }
 
 impl Bucket {
-    fn sort(&mut self) {
-        if !self.sorted {
-            self.entries.sort_unstable_by(|x, y| y.cmp(x));
-            self.entries.dedup();
-            self.sorted = true;
+    /// Sorts the entries if they are not yet; answers how many it sorted (0 if none).
+    fn sort(&mut self) -> usize {
+        if self.sorted {
+            return 0;
         }
+        let n = self.entries.len();
+        self.entries.sort_unstable_by(|x, y| y.cmp(x));
+        self.entries.dedup();
+        self.sorted = true;
+        n
     }
 }
 
@@ -49,15 +56,32 @@ impl Bucket {
 #[derive(Debug, Default)]
 pub struct PruneIndex {
     buckets: BTreeMap<Timestamp, Bucket>,
+    /// How many entries the last bucket sorted held (at most [`ROOM_MAX`]): a new bucket
+    /// starts with room for as many, not grown from empty by doubling (copied over and
+    /// over).
+    room: usize,
 }
 
 impl PruneIndex {
     /// Adds the tombstone of `account` for `transfer` whose horizon is `horizon` (adding
     /// one already there changes nothing).
     pub fn insert(&mut self, horizon: Timestamp, account: AccountId, transfer: TransferId) {
-        let bucket = self.buckets.entry(prune_at(horizon)).or_default();
+        let room = self.room;
+        let bucket = self
+            .buckets
+            .entry(prune_at(horizon))
+            .or_insert_with(|| Bucket {
+                entries: Vec::with_capacity(room),
+                sorted: false,
+            });
         bucket.entries.push((account, transfer));
         bucket.sorted = false;
+    }
+
+    fn note_room(&mut self, sorted: usize) {
+        if sorted > 0 {
+            self.room = sorted.min(ROOM_MAX);
+        }
     }
 
     /// True if the first entry is due at `now`.
@@ -72,9 +96,11 @@ impl PruneIndex {
         let mut first = self.buckets.first_entry()?;
         let at = *first.key();
         let bucket = first.get_mut();
-        bucket.sort();
+        let sorted = bucket.sort();
         let (account, transfer) = bucket.entries.last().expect("buckets are never empty");
-        Some((at, account.clone(), transfer.clone()))
+        let entry = (at, account.clone(), transfer.clone());
+        self.note_room(sorted);
+        Some(entry)
     }
 
     /// Takes the first entry if it is due at `now`: `(account, transfer)`.
@@ -84,11 +110,12 @@ impl PruneIndex {
             return None;
         }
         let bucket = first.get_mut();
-        bucket.sort();
+        let sorted = bucket.sort();
         let entry = bucket.entries.pop().expect("buckets are never empty");
         if bucket.entries.is_empty() {
             first.remove();
         }
+        self.note_room(sorted);
         Some(entry)
     }
 
