@@ -56,11 +56,6 @@ impl Intents {
         self.0.insert(transfer, intent)
     }
 
-    /// Keeps only the intents for which `keep` answers true (one pass, in no order).
-    pub fn retain(&mut self, keep: impl FnMut(&TransferId, &mut Intent) -> bool) {
-        self.0.retain(keep);
-    }
-
     /// The slot of `transfer`, to read and then fill or empty with one lookup.
     #[inline]
     pub fn entry(&mut self, transfer: TransferId) -> Entry<'_, TransferId, Intent> {

@@ -9,7 +9,7 @@
 
 use crate::id_map::{FastMap, FastSet, IdMap};
 use crate::op::{AccountOp, Op, Reply, TransferOp};
-use crate::prune_index::{prune_at, PruneIndex};
+use crate::prune_index::PruneIndex;
 use crate::record::{
     apply_account_absent, apply_account_to, apply_transfer, apply_transfer_to, get_account_shared,
     IndexEffect,
@@ -50,38 +50,6 @@ fn emptied_placeholder(left: Option<(AccountId, Option<&mut Account>)>) -> Optio
         (id, Some(a)) if a.status == AccountStatus::Unopened && a.intents.is_empty() => Some(id),
         _ => None,
     }
-}
-
-/// An account's intents are looked through once, not searched once per tombstone, when the
-/// pruner takes at least one in this many of them at once: a search lands at a random place
-/// in the table, a pass reads it in order (the searches were 4.5 % of `xfer bench`'s CPU,
-/// `docs/benchmarks.md`).
-const PRUNE_PASS_SHARE: usize = 8;
-
-/// Drops from `a` the tombstones of `due` (the pruner's entries for it, emptied) that are
-/// past their horizon at `now`, and answers how many it dropped. Taking many at once, it
-/// drops every tombstone of `a` due at `now` (`prune_at(horizon) <= now`, the entries the
-/// index holds for it are due too, or were taken already).
-fn drop_tombstones(a: &mut Account, due: &mut Vec<TransferId>, now: Timestamp) -> usize {
-    let mut dropped = 0;
-    if due.len().saturating_mul(PRUNE_PASS_SHARE) >= a.intents.len() {
-        let before = a.intents.len();
-        a.intents
-            .retain(|_, i| i.state == IntentState::Open || prune_at(i.horizon) > now);
-        dropped = before - a.intents.len();
-        due.clear();
-    }
-    for transfer in due.drain(..) {
-        // The index may be stale (a mutant, or a tombstone rewritten): re-check the
-        // record. (One search of the intents: `entry` finds it and removes it.)
-        if let hash_map::Entry::Occupied(i) = a.intents.entry(transfer) {
-            if i.get().state != IntentState::Open && i.get().horizon <= now {
-                i.remove();
-                dropped += 1;
-            }
-        }
-    }
-    dropped
 }
 
 /// The records and history entries a shard changed: what a store that keeps the shard's
@@ -468,12 +436,10 @@ impl MemoryShard {
         let mut emptied = Vec::new();
         {
             let (accounts, index) = (&mut self.accounts, &mut self.tombstones);
-            // The account the last entries named, taken once for all its entries in a row
-            // (a bucket's entries are in account order: `prune_index.rs`), and the transfers
-            // they named. (`None` for an account the shard no longer holds: its entries are
-            // stale.)
+            // The account the last entry named, taken once for all its entries in a row
+            // (a bucket's entries are in account order: `prune_index.rs`).
+            // (`None` for an account the shard no longer holds: its entries are stale.)
             let mut at: Option<(AccountId, Option<&mut Account>)> = None;
-            let mut due: Vec<TransferId> = Vec::new();
             // Due entries are the first ones: take them off the front (no key comparisons,
             // where looking each one up again to remove it compared ids all the way down).
             for _ in 0..limit {
@@ -481,9 +447,6 @@ impl MemoryShard {
                     break;
                 };
                 if at.as_ref().is_none_or(|(id, _)| *id != account) {
-                    if let Some((_, Some(a))) = &mut at {
-                        dropped += drop_tombstones(a, &mut due, now);
-                    }
                     emptied.extend(emptied_placeholder(at.take()));
                     // Not a change of the account's written form (tombstones are listed
                     // apart, see `Changes::tombstones`), unless a placeholder left empty and
@@ -491,10 +454,17 @@ impl MemoryShard {
                     let a = accounts.get_mut_unmarked(&account).map(Arc::make_mut);
                     at = Some((account, a));
                 }
-                due.push(transfer);
-            }
-            if let Some((_, Some(a))) = &mut at {
-                dropped += drop_tombstones(a, &mut due, now);
+                let Some((_, Some(a))) = &mut at else {
+                    continue;
+                };
+                // The index may be stale (a mutant, or a tombstone rewritten): re-check the
+                // record. (One search of the intents: `entry` finds it and removes it.)
+                if let hash_map::Entry::Occupied(i) = a.intents.entry(transfer) {
+                    if i.get().state != IntentState::Open && i.get().horizon <= now {
+                        i.remove();
+                        dropped += 1;
+                    }
+                }
             }
             emptied.extend(emptied_placeholder(at));
         }
@@ -699,11 +669,11 @@ mod tests {
         }
     }
 
-    /// The pruner drops an account's due tombstones whether it searches for each (few of
-    /// its intents due) or passes over all of them (many due): the same tombstones go, open
-    /// intents and tombstones of a later bucket stay, and the count is right.
+    /// The pruner drops exactly an account's due tombstones, few or most of its intents:
+    /// open intents and tombstones of a later bucket stay (even past their horizon), and
+    /// the count is right; a call cut by its limit leaves the rest to the next.
     #[test]
-    fn prune_drops_exactly_the_due_tombstones_by_search_and_by_pass() {
+    fn prune_drops_exactly_the_due_tombstones() {
         let usd = || AssetCode::new("USD", "asset").unwrap();
         let t = |s: String| TransferId::new(&s).unwrap();
         // `due` tombstones with horizon 10, `later` with horizon 1,030 (past at 1,100 but
@@ -740,11 +710,10 @@ mod tests {
                 shard.prune(Timestamp(2_048), 10_000),
             )
         };
-        // One due among 40: searched for. 40 due among 41: one pass.
+        // One due among 41, 40 due among 41.
         assert_eq!(run(1, 40), (1, 41, 0, 40));
         assert_eq!(run(40, 1), (40, 2, 0, 1));
-        // A pass over an account whose due entries were taken over two calls (the limit cut
-        // its run): the second call finds them gone and drops nothing twice.
+        // An account's due entries taken over three calls (the limit cuts its run).
         let mut shard = MemoryShard::tracking();
         let a = create(&mut shard, "a");
         for i in 0..10 {
@@ -774,12 +743,9 @@ mod tests {
                 Timestamp(2),
             );
         }
-        assert_eq!(
-            shard.prune(Timestamp(1_100), 4),
-            10,
-            "one pass took all ten"
-        );
-        assert_eq!(shard.prune(Timestamp(1_100), 100), 0);
+        assert_eq!(shard.prune(Timestamp(1_100), 4), 4);
+        assert_eq!(shard.prune(Timestamp(1_100), 4), 4);
+        assert_eq!(shard.prune(Timestamp(1_100), 4), 2);
         assert!(shard.account(&a).unwrap().intents.is_empty());
         assert!(
             !shard.tombstones_due(Timestamp(u64::MAX - 1)),
