@@ -32,7 +32,7 @@ pub fn prune_at(horizon: Timestamp) -> Timestamp {
 const ROOM_MAX: usize = 1 << 16;
 
 /// One bucket's entries; when `sorted`, in descending order (the first is last, to pop).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Bucket {
     entries: Vec<(AccountId, TransferId)>,
     sorted: bool,
@@ -78,6 +78,7 @@ impl PruneIndex {
         bucket.sorted = false;
     }
 
+    /// Notes how many entries a bucket held when sorted (0: it was sorted already).
     fn note_room(&mut self, sorted: usize) {
         if sorted > 0 {
             self.room = sorted.min(ROOM_MAX);
