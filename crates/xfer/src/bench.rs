@@ -19,7 +19,7 @@
 //! machine's (the database server's included) per transfer.
 
 use crate::baseline::{FreshDatabase, Native};
-use crate::client::Client;
+use crate::client::{Client, Connection};
 use crate::config::{ServeConfig, ShardSpec, StoreKind};
 use crate::metrics::Stopwatch;
 use crate::server::Server;
@@ -271,17 +271,69 @@ fn next_spec(a: &BenchArgs, rng: &mut Rng, id: String) -> TransferSpec {
     }
 }
 
-fn spec_json(s: &TransferSpec) -> Value {
-    let postings: Vec<Value> = s
-        .postings
-        .iter()
-        .map(|p| json!({"from": p.from.as_str(), "to": p.to.as_str(), "asset": p.asset.as_str(), "amount": p.amount.units()}))
-        .collect();
-    let mut v = json!({"id": s.id.as_str(), "postings": postings});
-    if let TransferKind::Hold { ttl_ms } = s.kind {
-        v["hold"] = json!({ "ttl_ms": ttl_ms });
+/// A transfer as `POST /v1/transfers` takes it, encoded straight from the spec.
+#[derive(serde::Serialize)]
+struct TransferBody<'a> {
+    id: &'a str,
+    postings: Vec<PostingBody<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    hold: Option<HoldBody>,
+}
+
+#[derive(serde::Serialize)]
+struct PostingBody<'a> {
+    from: &'a str,
+    to: &'a str,
+    asset: &'a str,
+    amount: u64,
+}
+
+#[derive(serde::Serialize)]
+struct HoldBody {
+    ttl_ms: u64,
+}
+
+#[derive(serde::Serialize)]
+struct BatchBody<'a> {
+    transfers: Vec<TransferBody<'a>>,
+}
+
+fn body_of(s: &TransferSpec) -> TransferBody<'_> {
+    TransferBody {
+        id: s.id.as_str(),
+        postings: s
+            .postings
+            .iter()
+            .map(|p| PostingBody {
+                from: p.from.as_str(),
+                to: p.to.as_str(),
+                asset: p.asset.as_str(),
+                amount: p.amount.units(),
+            })
+            .collect(),
+        hold: match s.kind {
+            TransferKind::Hold { ttl_ms } => Some(HoldBody { ttl_ms }),
+            TransferKind::Transfer => None,
+        },
     }
-    v
+}
+
+/// Of a transfer answered, the bench reads only its state.
+#[derive(serde::Deserialize)]
+struct Stated {
+    state: TransferState,
+}
+
+#[derive(serde::Deserialize)]
+struct BatchAnswer {
+    results: Vec<BatchItem>,
+}
+
+#[derive(serde::Deserialize)]
+struct BatchItem {
+    transfer: Option<Stated>,
+    #[serde(default)]
+    error: Option<Value>,
 }
 
 /// Submit-to-decided times of one client's current request.
@@ -326,9 +378,11 @@ enum Target {
 
 impl Target {
     /// Submits `specs` (and captures the holds) and answers the final states; a library
-    /// target tells `decisions` of each decision.
+    /// target tells `decisions` of each decision. Over HTTP the submit goes on the
+    /// client's own connection `conn`, the captures over the shared client, at once.
     async fn run(
         &self,
+        conn: Option<&mut Connection>,
         specs: Vec<TransferSpec>,
         decisions: &DecidedClock,
     ) -> Result<Vec<TransferState>, String> {
@@ -342,7 +396,10 @@ impl Target {
                 let e = s.service().executor();
                 finished_states(e.submit_many_observed(specs, Some(decisions)).await)?
             }
-            Target::Http(c) => http_submit(c, &specs).await?,
+            Target::Http(_) => {
+                let conn = conn.ok_or("an HTTP client needs its connection")?;
+                http_submit(conn, &specs).await?
+            }
             Target::Native(n) => {
                 let mut out = Vec::with_capacity(specs.len());
                 for s in &specs {
@@ -410,21 +467,41 @@ fn state_of(v: &Value) -> Result<TransferState, String> {
     serde_json::from_value(json!(s)).map_err(|_| format!("no state in {v}"))
 }
 
-async fn http_submit(c: &Client, specs: &[TransferSpec]) -> Result<Vec<TransferState>, String> {
-    if let [one] = specs {
-        return Ok(vec![state_of(
-            &c.post("/v1/transfers", &spec_json(one)).await?.ok()?,
-        )?]);
+async fn http_submit(
+    conn: &mut Connection,
+    specs: &[TransferSpec],
+) -> Result<Vec<TransferState>, String> {
+    let (path, body) = match specs {
+        [one] => ("/v1/transfers", serde_json::to_vec(&body_of(one))),
+        _ => {
+            let transfers = specs.iter().map(body_of).collect();
+            (
+                "/v1/transfers/batch",
+                serde_json::to_vec(&BatchBody { transfers }),
+            )
+        }
+    };
+    let (status, bytes) = conn
+        .post_json(path, body.map_err(|e| e.to_string())?)
+        .await?;
+    if !(200..300).contains(&status) {
+        return Err(Connection::refusal(status, &bytes));
     }
-    let body = json!({"transfers": specs.iter().map(spec_json).collect::<Vec<_>>()});
-    let answer = c.post("/v1/transfers/batch", &body).await?.ok()?;
-    answer["results"]
-        .as_array()
-        .ok_or("no results")?
-        .iter()
-        .map(|r| match &r["transfer"] {
-            Value::Null => Err(format!("batch item failed: {}", r["error"])),
-            t => state_of(t),
+    let unreadable = |e: serde_json::Error| format!("POST {path}: answer unreadable: {e}");
+    if specs.len() == 1 {
+        let t: Stated = serde_json::from_slice(&bytes).map_err(unreadable)?;
+        return Ok(vec![t.state]);
+    }
+    let answer: BatchAnswer = serde_json::from_slice(&bytes).map_err(unreadable)?;
+    answer
+        .results
+        .into_iter()
+        .map(|r| match r.transfer {
+            Some(t) => Ok(t.state),
+            None => Err(format!(
+                "batch item failed: {}",
+                r.error.unwrap_or(Value::Null)
+            )),
         })
         .collect()
 }
@@ -623,6 +700,11 @@ async fn measure(
     for c in 0..clients {
         let (target, stop, counts, a) = (target.clone(), stop.clone(), counts.clone(), a.clone());
         tasks.spawn(async move {
+            // Over HTTP each client has a connection of its own, as a real client would.
+            let mut conn = match &target {
+                Target::Http(client) => Some(client.connect().await?),
+                _ => None,
+            };
             let mut rng = Rng::new(c + 1);
             let mut latencies: Vec<f64> = Vec::new();
             let mut decided: Vec<f64> = Vec::new();
@@ -655,7 +737,7 @@ async fn measure(
                 }
                 let watch = Stopwatch::start();
                 clock.restart();
-                let result = target.run(specs, &clock).await;
+                let result = target.run(conn.as_mut(), specs, &clock).await;
                 if stop.load(Ordering::Relaxed) {
                     break; // finished after the window: not counted
                 }
@@ -674,7 +756,7 @@ async fn measure(
                     }
                 }
             }
-            (latencies, decided)
+            Ok::<_, String>((latencies, decided))
         });
     }
     let (cpu0, _) = usage();
@@ -697,7 +779,7 @@ async fn measure(
     let machine = machine_cpu() - machine0;
     let (mut latencies, mut decided) = (Vec::new(), Vec::new());
     while let Some(r) = tasks.join_next().await {
-        let (l, d) = r.map_err(|e| e.to_string())?;
+        let (l, d) = r.map_err(|e| e.to_string())??;
         latencies.extend(l);
         decided.extend(d);
     }
@@ -831,26 +913,53 @@ mod tests {
         assert!(parse_duration("3h").is_err());
     }
 
-    #[test]
-    fn hot_transfers_touch_the_hot_account() {
-        let a = BenchArgs {
-            workload: Workload::Hot,
-            via: Via::Library,
+    fn args(workload: Workload, via: Via, in_flight: u64, batch: u64) -> BenchArgs {
+        BenchArgs {
+            workload,
+            via,
             accounts: 100,
-            in_flight: 1,
-            batch: 1,
+            in_flight,
+            batch,
             duration: 1,
-            hot_percent: 100,
-            hot_side: HotSide::Credit,
+            hot_percent: 90,
+            hot_side: HotSide::Debit,
             rate: None,
             store: StoreKind::Embedded,
-            shards: 1,
+            shards: 2,
             postgres_url: String::new(),
             redis_urls: vec![],
             redis_cluster: false,
             baseline: None,
             baseline_clients: 1,
             dir: None,
+        }
+    }
+
+    /// Over HTTP each client submits on a connection of its own and reads the states from
+    /// typed answers: one transfer per request, batches, and holds captured after.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn over_http_every_transfer_submitted_is_counted_done() {
+        for (workload, in_flight, batch) in [
+            (Workload::Uniform, 4, 1),
+            (Workload::Uniform, 8, 4),
+            (Workload::Holds, 4, 1),
+            (Workload::Holds, 8, 4),
+        ] {
+            let a = args(workload, Via::Http, in_flight, batch);
+            let r = run(a).await.expect("the bench runs").xfer;
+            let what = format!("{workload:?} in_flight={in_flight} batch={batch}: {r:?}");
+            assert!(r.transfers > 0, "{what}");
+            assert_eq!((r.errors, r.canceled), (0, 0), "{what}");
+            assert_eq!(r.done, r.transfers, "{what}");
+        }
+    }
+
+    #[test]
+    fn hot_transfers_touch_the_hot_account() {
+        let a = BenchArgs {
+            hot_percent: 100,
+            hot_side: HotSide::Credit,
+            ..args(Workload::Hot, Via::Library, 1, 1)
         };
         let mut rng = Rng::new(1);
         for i in 0..50 {

@@ -7,7 +7,7 @@ use hyper::body::Bytes;
 use hyper::{Method, Request};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client as Http;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde_json::Value;
 
 /// An answer: the status and the JSON body (`null` when the body is not JSON; the text is
@@ -149,9 +149,100 @@ impl Client {
             .await
             .map_err(|e| format!("{method} {path}: reading the answer: {e}"))?
             .to_bytes();
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        Ok(Answer { status, body, text })
+        Ok(Answer::parse(status, &bytes))
+    }
+
+    /// A connection of its own to the server (see [`Connection`]).
+    pub async fn connect(&self) -> Result<Connection, String> {
+        let uri: hyper::Uri = self
+            .base
+            .parse()
+            .map_err(|e| format!("{}: {e}", self.base))?;
+        let authority = uri
+            .authority()
+            .map(|a| a.to_string())
+            .ok_or_else(|| format!("{}: no host", self.base))?;
+        let stream = tokio::net::TcpStream::connect(&authority)
+            .await
+            .map_err(|e| format!("cannot reach xfer at {}: {e}", self.base))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|e| format!("{}: TCP_NODELAY: {e}", self.base))?;
+        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("{}: HTTP/1.1 handshake: {e}", self.base))?;
+        // The connection's I/O runs in a task of its own; it ends when `send` is dropped.
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(Connection {
+            send,
+            base: self.base.clone(),
+            authority,
+            token: self.token.clone(),
+        })
+    }
+}
+
+impl Answer {
+    /// The answer of `status` with body `bytes`.
+    fn parse(status: u16, bytes: &[u8]) -> Answer {
+        let text = String::from_utf8_lossy(bytes).into_owned();
+        let body = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+        Answer { status, body, text }
+    }
+}
+
+/// One kept-alive HTTP/1.1 connection, one request at a time, taken from no pool: a client
+/// that owns its connection, as each of `xfer bench --via http`'s clients does (the pooled
+/// [`Client`] spent about a tenth of that benchmark's CPU checking connections out and in).
+pub struct Connection {
+    send: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    base: String,
+    authority: String,
+    token: Option<String>,
+}
+
+impl Connection {
+    /// `POST path` with a JSON body already encoded: the status and the body's bytes, for
+    /// the caller to decode into what it expects.
+    pub async fn post_json(&mut self, path: &str, body: Vec<u8>) -> Result<(u16, Bytes), String> {
+        self.send
+            .ready()
+            .await
+            .map_err(|e| format!("POST {}{path}: the connection closed: {e}", self.base))?;
+        let mut req = Request::builder()
+            .method(Method::POST)
+            .uri(path)
+            .header(hyper::header::HOST, &self.authority)
+            .header(hyper::header::CONTENT_TYPE, "application/json");
+        if let Some(t) = &self.token {
+            req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+        }
+        let req = req
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| e.to_string())?;
+        let resp = self
+            .send
+            .send_request(req)
+            .await
+            .map_err(|e| format!("POST {}{path}: {e}", self.base))?;
+        let status = resp.status().as_u16();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| format!("POST {}{path}: reading the answer: {e}", self.base))?
+            .to_bytes();
+        Ok((status, bytes))
+    }
+
+    /// An answer that is not 2xx, as an error naming status, code, field and message.
+    pub fn refusal(status: u16, bytes: &[u8]) -> String {
+        match Answer::parse(status, bytes).ok() {
+            Ok(_) => format!("{status}: not an error"),
+            Err(e) => e,
+        }
     }
 }
 
