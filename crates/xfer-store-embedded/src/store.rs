@@ -13,8 +13,9 @@
 //! checkpointer (every `checkpoint_bytes` of log): per shard, under its lock, note the
 //!   log position and what changed, then take those records a slice per hold of the lock
 //!   (shared, not copied; as they were at the noting) ─▶ one atomic
-//!   synced batch into the tables ─▶ evict finished transfers and history from memory, a
-//!   slice per hold of the lock ─▶ delete log segments before the oldest shard position
+//!   synced batch into the tables ─▶ evict finished transfers from memory, a slice per
+//!   hold of the lock, and the checkpoint's history list at once ─▶ delete log segments
+//!   before the oldest shard position
 //! open: lock the directory ─▶ load accounts and live transfers from the tables ─▶ replay
 //!   each shard's log entries from its checkpoint position
 //! ```
@@ -846,11 +847,9 @@ impl<F: Fs> Inner<F> {
                 }
                 shard.unlock_fair();
             }
-            for slice in cut.history.chunks(EVICT_SLICE) {
-                let mut shard = self.shard(cut.shard);
-                shard.mem.evict_history(slice);
-                shard.unlock_fair();
-            }
+            let mut shard = self.shard(cut.shard);
+            shard.mem.history_saved(&cut.history);
+            shard.unlock_fair();
         }
         *self
             .checkpointed_at

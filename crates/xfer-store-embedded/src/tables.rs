@@ -28,13 +28,12 @@
 use crate::codec::{self, decode, encode, record_key, AccountWithoutTombstones, Tombstone};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::sync::Mutex;
 use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
-use xfer_store::{prune_at, FastSet, MemoryShard, StoreError};
+use xfer_store::{prune_at, FastMap, FastSet, HistoryEntry, MemoryShard, StoreError};
 
 /// Where a shard's checkpoint stands.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -86,8 +85,9 @@ pub struct ShardCut {
     pub transfers: Vec<Arc<TransferRecord>>,
     /// Transfers to delete from `live` (they were written there and have finished).
     pub left_live: Vec<TransferId>,
-    /// History entries added, in sequence order (as the shard numbered them).
-    pub history: Vec<(u64, AccountId, TransferId)>,
+    /// History entries added, in sequence order (as the shard numbered them), shared with
+    /// the shard until they are saved.
+    pub history: Arc<Vec<HistoryEntry>>,
     /// Tombstones made, in the order they were made.
     pub tombstones: Vec<Tombstone>,
 }
@@ -135,10 +135,8 @@ pub const HISTORY_RUN_MAX: usize = 256;
 /// `entries` (in sequence order) grouped by account into runs of consecutive entries, at
 /// most [`HISTORY_RUN_MAX`] each; grouping keeps the order.
 #[allow(clippy::type_complexity)]
-fn history_runs(
-    entries: &[(u64, AccountId, TransferId)],
-) -> Vec<(&AccountId, Vec<(u64, &TransferId)>)> {
-    let mut by_account: HashMap<&AccountId, Vec<(u64, &TransferId)>> = HashMap::new();
+fn history_runs(entries: &[HistoryEntry]) -> Vec<(&AccountId, Vec<(u64, &TransferId)>)> {
+    let mut by_account: FastMap<&AccountId, Vec<(u64, &TransferId)>> = FastMap::default();
     for (seq, account, transfer) in entries {
         by_account
             .entry(account)

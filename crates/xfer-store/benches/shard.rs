@@ -150,7 +150,7 @@ impl World {
     fn checkpoint_if_due(&mut self) {
         if self.issued / CHECKPOINT_EVERY != (self.issued + BATCH as u64) / CHECKPOINT_EVERY {
             let changes = self.shard.take_changes();
-            self.shard.evict_history(&changes.history);
+            self.shard.history_saved(&changes.history);
             for id in std::mem::take(&mut self.finished) {
                 self.shard.evict_transfer(&id);
             }

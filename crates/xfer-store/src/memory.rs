@@ -5,7 +5,7 @@
 //! Iteration is deterministic, always in key order: a simulator seed must replay exactly.
 //! Records are found by hash (`IdMap`: a hash map never iterated, plus the ordered ids);
 //! the sweeper's and pruner's indexes are ordered sets; the history index is only looked
-//! up, never iterated.
+//! up by account, never iterated, or (a tracked shard's) a list in sequence order.
 
 use crate::id_map::{FastMap, FastSet, IdMap};
 use crate::op::{AccountOp, Op, Reply, TransferOp};
@@ -15,7 +15,7 @@ use crate::record::{
     IndexEffect,
 };
 use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
-use std::collections::{hash_map, BTreeMap, BTreeSet};
+use std::collections::{hash_map, BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{
@@ -36,12 +36,86 @@ pub struct MemoryShard {
     wake: BTreeSet<(Timestamp, TransferId)>,
     /// Every tombstone, in the order the pruner takes them (`prune_index.rs`).
     tombstones: PruneIndex,
-    /// account -> (sequence, transfer), sequence increasing: the history index. Only
-    /// looked up by account, never iterated (a hash map's order is not deterministic).
-    history: FastMap<AccountId, BTreeMap<u64, TransferId>>,
+    /// The history index.
+    history: History,
     sequence: u64,
     /// What changed since the last [`MemoryShard::take_changes`], when tracked.
     changes: Option<Changes>,
+}
+
+/// A history entry: `(sequence, account, transfer)`.
+pub type HistoryEntry = (u64, AccountId, TransferId);
+
+/// A shard's history entries held in memory.
+#[derive(Debug)]
+enum History {
+    /// An untracked shard keeps every entry, by account: account -> (sequence, transfer),
+    /// sequence increasing. Only looked up by account, never iterated (a hash map's order
+    /// is not deterministic).
+    ByAccount(FastMap<AccountId, BTreeMap<u64, TransferId>>),
+    /// A tracked shard holds only the entries not saved elsewhere yet, in sequence order:
+    /// the lists handed out as [`Changes::history`] and not yet said saved
+    /// ([`MemoryShard::history_saved`]), then the entries since. Adding an entry is a push;
+    /// a read scans them, newest first. (Indexed by account, the adding and the evicting
+    /// after a checkpoint were about 5 % of `xfer bench`'s samples: `docs/benchmarks.md`.)
+    Unsaved {
+        taken: VecDeque<Arc<Vec<HistoryEntry>>>,
+        since: Vec<HistoryEntry>,
+    },
+}
+
+impl Default for History {
+    fn default() -> History {
+        History::ByAccount(FastMap::default())
+    }
+}
+
+impl History {
+    fn add(&mut self, sequence: u64, account: &AccountId, transfer: TransferId) {
+        match self {
+            History::ByAccount(by) => {
+                by.entry(account.clone())
+                    .or_default()
+                    .insert(sequence, transfer);
+            }
+            History::Unsaved { since, .. } => since.push((sequence, account.clone(), transfer)),
+        }
+    }
+
+    /// The entries added since the last take, to be saved elsewhere; still held until said
+    /// saved. (Empty for an untracked shard, which keeps its entries.)
+    fn take(&mut self) -> Arc<Vec<HistoryEntry>> {
+        match self {
+            History::ByAccount(_) => Arc::default(),
+            History::Unsaved { taken, since } => {
+                let room = Vec::with_capacity(since.len());
+                let list = Arc::new(std::mem::replace(since, room));
+                taken.push_back(Arc::clone(&list));
+                list
+            }
+        }
+    }
+
+    /// At most `limit` entries of `account`, newest first, strictly older than `before`.
+    fn entries(&self, account: &AccountId, before: u64, limit: usize) -> Vec<(u64, TransferId)> {
+        match self {
+            History::ByAccount(by) => by.get(account).map_or_else(Vec::new, |h| {
+                h.range(..before)
+                    .rev()
+                    .take(limit)
+                    .map(|(s, t)| (*s, t.clone()))
+                    .collect()
+            }),
+            History::Unsaved { taken, since } => since
+                .iter()
+                .rev()
+                .chain(taken.iter().rev().flat_map(|l| l.iter().rev()))
+                .filter(|(s, a, _)| a == account && *s < before)
+                .take(limit)
+                .map(|(s, _, t)| (*s, t.clone()))
+                .collect(),
+        }
+    }
 }
 
 /// The id of the account the pruner leaves, if it is a placeholder it emptied (to drop).
@@ -61,8 +135,9 @@ pub struct Changes {
     pub accounts: Vec<AccountId>,
     /// Transfers written or created, each once.
     pub transfers: Vec<TransferId>,
-    /// History entries added: `(sequence, account, transfer)`.
-    pub history: Vec<(u64, AccountId, TransferId)>,
+    /// History entries added, in sequence order. The shard still answers them until told
+    /// they are saved ([`MemoryShard::history_saved`]).
+    pub history: Arc<Vec<HistoryEntry>>,
     /// Tombstones written, each as it was written (it never changes after: a tombstone is
     /// only ever dropped, past its horizon). An account listed as changed is still the
     /// whole record, tombstones included; a store that writes tombstones apart from their
@@ -79,7 +154,7 @@ impl Changes {
         Changes {
             accounts: Vec::with_capacity(c.accounts.len()),
             transfers: Vec::with_capacity(c.transfers.len()),
-            history: Vec::with_capacity(c.history.len()),
+            history: Arc::default(),
             tombstones: Vec::with_capacity(c.tombstones.len()),
             dropped_account: false,
         }
@@ -108,6 +183,10 @@ impl MemoryShard {
     pub fn tracking() -> MemoryShard {
         MemoryShard {
             changes: Some(Changes::default()),
+            history: History::Unsaved {
+                taken: VecDeque::new(),
+                since: Vec::new(),
+            },
             ..MemoryShard::default()
         }
     }
@@ -125,6 +204,7 @@ impl MemoryShard {
         // copied over and over (1.7 % of `xfer bench`'s samples under `apply`,
         // `docs/benchmarks.md`).
         let mut taken = std::mem::replace(c, Changes::with_capacity_of(c));
+        taken.history = self.history.take();
         if cut {
             self.accounts.start_cut();
             self.transfers.start_cut();
@@ -242,13 +322,7 @@ impl MemoryShard {
                 match effect {
                     Some(IndexEffect::History(t)) => {
                         self.sequence += 1;
-                        if let Some(c) = &mut self.changes {
-                            c.history.push((self.sequence, id.clone(), t.clone()));
-                        }
-                        self.history
-                            .entry(id.clone())
-                            .or_default()
-                            .insert(self.sequence, t);
+                        self.history.add(self.sequence, id, t);
                     }
                     Some(IndexEffect::Tombstone(t, intent)) => {
                         if let Some(c) = &mut self.changes {
@@ -325,14 +399,8 @@ impl MemoryShard {
         before: Option<u64>,
         limit: usize,
     ) -> Vec<(u64, TransferId)> {
-        let Some(h) = self.history.get(account) else {
-            return vec![];
-        };
-        h.range(..before.unwrap_or(u64::MAX))
-            .rev()
-            .take(limit)
-            .map(|(s, t)| (*s, t.clone()))
-            .collect()
+        self.history
+            .entries(account, before.unwrap_or(u64::MAX), limit)
     }
 
     /// The last history sequence number handed out.
@@ -394,15 +462,11 @@ impl MemoryShard {
         evictable
     }
 
-    /// Drops history entries from memory (they were saved elsewhere).
-    pub fn evict_history(&mut self, entries: &[(u64, AccountId, TransferId)]) {
-        for (seq, account, _) in entries {
-            if let Some(h) = self.history.get_mut(account) {
-                h.remove(seq);
-                if h.is_empty() {
-                    self.history.remove(account);
-                }
-            }
+    /// Drops from memory the history entries of `list`, handed out as
+    /// [`Changes::history`] and now saved elsewhere.
+    pub fn history_saved(&mut self, list: &Arc<Vec<HistoryEntry>>) {
+        if let History::Unsaved { taken, .. } = &mut self.history {
+            taken.retain(|l| !Arc::ptr_eq(l, list));
         }
     }
 
@@ -777,6 +841,69 @@ mod tests {
         shard.apply(&Op::Account(a.clone(), release), Timestamp(4));
         assert_eq!(read.reserved, 5, "the answer as it was");
         assert_eq!(shard.account(&a).unwrap().reserved, 0, "the shard moved on");
+    }
+
+    /// A tracked shard holds its history as lists in sequence order, not by account: it
+    /// answers as an untracked shard does (newest first, strictly older than `before`,
+    /// across the lists taken and the entries since) until a list is said saved.
+    #[test]
+    fn a_tracked_shard_answers_its_history_until_told_it_is_saved() {
+        let usd = || AssetCode::new("USD", "asset").unwrap();
+        let prepare = |n: u32| AccountOp::Prepare {
+            transfer: TransferId::new(&format!("t{n}")).unwrap(),
+            asset: usd(),
+            debit: 0,
+            credit: 1,
+            deadline: Timestamp(1_000),
+            horizon: Timestamp(2_000),
+        };
+        let mut shards = [MemoryShard::tracking(), MemoryShard::new()];
+        let (a, b) = (create(&mut shards[0], "a"), create(&mut shards[0], "b"));
+        create(&mut shards[1], "a");
+        create(&mut shards[1], "b");
+        let step = |shards: &mut [MemoryShard; 2], n: u32, on: &AccountId| {
+            let op = Op::Account(on.clone(), prepare(n));
+            shards.iter_mut().for_each(|s| {
+                s.apply(&op, Timestamp(2));
+            });
+        };
+        for n in 0..5 {
+            step(&mut shards, n, if n % 2 == 0 { &a } else { &b });
+        }
+        let first = shards[0].take_changes();
+        assert_eq!(first.history.len(), 5);
+        for n in 5..9 {
+            step(&mut shards, n, if n % 3 == 0 { &b } else { &a });
+        }
+        let second = shards[0].take_changes();
+        step(&mut shards, 9, &a);
+        let [tracked, kept] = &mut shards;
+        for account in [&a, &b] {
+            for before in [None, Some(3), Some(6), Some(8), Some(11)] {
+                for limit in [1, 2, 10] {
+                    assert_eq!(
+                        tracked.history_entries(account, before, limit),
+                        kept.history_entries(account, before, limit),
+                        "{account} before {before:?} limit {limit}"
+                    );
+                }
+            }
+        }
+        let all = |s: &MemoryShard, id: &AccountId| -> Vec<u64> {
+            s.history_entries(id, None, 100)
+                .into_iter()
+                .map(|(seq, _)| seq)
+                .collect()
+        };
+        assert_eq!(all(tracked, &a), vec![10, 9, 8, 6, 5, 3, 1]);
+        // Saved out of order: each list leaves alone.
+        tracked.history_saved(&second.history);
+        assert_eq!(all(tracked, &a), vec![10, 5, 3, 1]);
+        tracked.history_saved(&first.history);
+        assert_eq!(all(tracked, &a), vec![10]);
+        assert_eq!(all(tracked, &b), Vec::<u64>::new());
+        // An untracked shard keeps everything.
+        assert_eq!(all(kept, &b), vec![7, 4, 2]);
     }
 
     #[test]
