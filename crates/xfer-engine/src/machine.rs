@@ -20,7 +20,6 @@
 //! state and epoch; everything before it can be undone, everything after it is forced.
 //! See `docs/protocol.md` for the crash-point analysis.
 
-use std::collections::BTreeMap;
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{
     CancelReason, Code, Leg, OwnerId, Rejection, Timestamp, TransferId, TransferKind,
@@ -115,8 +114,9 @@ pub struct Machine {
     phase: Phase,
     record: Option<TransferRecord>,
     legs: Vec<Leg>,
-    /// Requests of the current phase still waiting for a reply: tag -> leg index.
-    outstanding: BTreeMap<u32, usize>,
+    /// Requests of the current phase still waiting for a reply: (tag, leg index). A few
+    /// (one per leg at most), so a list searched, not a map.
+    outstanding: Vec<(u32, usize)>,
     next_tag: u32,
     /// Started by [`Machine::recover`] (only mutants care).
     recovering: bool,
@@ -214,7 +214,7 @@ impl Machine {
             phase: Phase::Inserting,
             record: None,
             legs: Vec::new(),
-            outstanding: BTreeMap::new(),
+            outstanding: Vec::new(),
             next_tag: 0,
             recovering: false,
         }
@@ -240,7 +240,7 @@ impl Machine {
 
     /// True while a reply to `tag` would still be used (a driver resends only these).
     pub fn wants(&self, tag: u32) -> bool {
-        self.outstanding.contains_key(&tag)
+        self.outstanding.iter().any(|(t, _)| *t == tag)
     }
 
     /// True while the machine waits for its decide step's answer.
@@ -292,9 +292,10 @@ impl Machine {
 
     /// Feeds the reply to request `tag`; returns the requests to send next.
     pub fn on_reply(&mut self, tag: u32, reply: Reply, now: Timestamp) -> Vec<Request> {
-        let Some(leg) = self.outstanding.remove(&tag) else {
+        let Some(at) = self.outstanding.iter().position(|(t, _)| *t == tag) else {
             return Vec::new(); // a stale or duplicated reply
         };
+        let (_, leg) = self.outstanding.swap_remove(at);
         match std::mem::replace(&mut self.phase, Phase::Finishing) {
             Phase::Inserting => self.on_inserted(reply, now),
             Phase::Claiming => self.on_claimed(reply, now),
@@ -324,7 +325,7 @@ impl Machine {
             .map(|(leg, op)| {
                 let tag = self.next_tag;
                 self.next_tag += 1;
-                self.outstanding.insert(tag, leg);
+                self.outstanding.push((tag, leg));
                 Request { tag, op }
             })
             .collect()
@@ -366,27 +367,33 @@ impl Machine {
 
     /// Continues from the state of a record this machine now owns (epoch is ours).
     fn run_from(&mut self, now: Timestamp) -> Vec<Request> {
-        let rec = self.record.clone().expect("run_from needs a record");
+        // What the next step needs, read off the record; a copy of the whole record only
+        // where the machine stops with it (this ran twice per transfer, and copying the
+        // record each time was most of the machine's allocations).
+        let rec = self.record.as_ref().expect("run_from needs a record");
+        let (state, deadline) = (rec.state, rec.deadline);
+        let refund_of = rec.spec.refund_of.clone();
+        let copy = |m: &Machine| m.record.clone().expect("run_from needs a record");
         if self.legs.is_empty() {
             return self.stop(Outcome::Violation(format!(
                 "{}: record has no valid postings",
-                rec.id()
+                self.id
             )));
         }
-        let past_deadline = now >= rec.deadline.plus_ms(self.cfg.skew_ms);
-        match rec.state {
+        let past_deadline = now >= deadline.plus_ms(self.cfg.skew_ms);
+        match state {
             TransferState::Pending
                 if self.recovering && mutant::is(Mutant::SweeperIgnoresPending) =>
             {
-                self.stop(Outcome::Left(rec))
+                self.stop(Outcome::Left(copy(self)))
             }
             TransferState::Pending if past_deadline => self.decide(
                 TransferState::Canceling,
                 Some(CancelReason::DeadlinePassed),
                 now,
             ),
-            TransferState::Pending => match &rec.spec.refund_of {
-                Some(original) => self.link(original.clone(), None),
+            TransferState::Pending => match refund_of {
+                Some(original) => self.link(original, None),
                 None => self.prepare_all(),
             },
             TransferState::Applied if past_deadline && mutant::is(Mutant::CancelAfterApplied) => {
@@ -398,8 +405,10 @@ impl Machine {
             }
             TransferState::Applied => self.post_all(),
             TransferState::Canceling => self.release_all(),
-            TransferState::Held => self.stop(Outcome::Held(rec)),
-            TransferState::Done | TransferState::Canceled => self.stop(Outcome::Finished(rec)),
+            TransferState::Held => self.stop(Outcome::Held(copy(self))),
+            TransferState::Done | TransferState::Canceled => {
+                self.stop(Outcome::Finished(copy(self)))
+            }
             TransferState::Initial => self.claim(now),
         }
     }
