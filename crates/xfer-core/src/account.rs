@@ -123,21 +123,14 @@ impl Account {
 
     /// How many intents are still open (transfers in flight).
     pub fn open_intents(&self) -> usize {
-        self.intents
-            .unordered()
-            .filter(|(_, i)| i.state == IntentState::Open)
-            .count()
+        self.intents.open_len()
     }
 
     /// Checks the record's own arithmetic: reserved and incoming are the sums of the open
     /// intents and never negative. `Err` names the first broken rule.
     pub fn check_sums(&self) -> Result<(), String> {
         let (mut debits, mut credits) = (0i128, 0i128);
-        for (_, i) in self
-            .intents
-            .unordered()
-            .filter(|(_, i)| i.state == IntentState::Open)
-        {
+        for (_, i) in self.intents.open_unordered() {
             debits += i.debit as i128;
             credits += i.credit as i128;
         }

@@ -15,7 +15,7 @@ use crate::record::{
     IndexEffect,
 };
 use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
-use std::collections::{hash_map, BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{
@@ -523,12 +523,9 @@ impl MemoryShard {
                     continue;
                 };
                 // The index may be stale (a mutant, or a tombstone rewritten): re-check the
-                // record. (One search of the intents: `entry` finds it and removes it.)
-                if let hash_map::Entry::Occupied(i) = a.intents.entry(transfer) {
-                    if i.get().state != IntentState::Open && i.get().horizon <= now {
-                        i.remove();
-                        dropped += 1;
-                    }
+                // record.
+                if a.intents.drop_due_tombstone(&transfer, now) {
+                    dropped += 1;
                 }
             }
             emptied.extend(emptied_placeholder(at));

@@ -6,7 +6,6 @@
 //! leaves it exactly as it was.
 
 use crate::op::{AccountOp, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
-use std::collections::hash_map;
 use std::sync::Arc;
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{
@@ -189,16 +188,13 @@ fn prepare(
 ) -> PrepareOutcome {
     let no_defence = mutant::is(Mutant::NoLatePrepareDefence);
     let available = a.available();
-    // One search of the intents: the entry answers the repeat check and takes the insert.
-    let entry = a.intents.entry(transfer.clone());
-    match &entry {
-        hash_map::Entry::Occupied(i) => match i.get().state {
+    if let Some(i) = a.intents.get(transfer) {
+        match i.state {
             IntentState::Open => return PrepareOutcome::AlreadyPrepared,
             IntentState::Posted if !no_defence => return PrepareOutcome::AlreadyPosted,
             IntentState::Released if !no_defence => return PrepareOutcome::AlreadyReleased,
             _ => {}
-        },
-        hash_map::Entry::Vacant(_) => {}
+        }
     }
     if now >= deadline && !no_defence {
         return PrepareOutcome::TooLate;
@@ -232,31 +228,38 @@ fn prepare(
     } else {
         a.incoming = incoming as i64;
     }
-    entry.insert_entry(Intent {
-        debit,
-        credit,
-        state: IntentState::Open,
-        horizon,
-    });
+    // (Over a tombstone only without the late-prepare defence, a mutant.)
+    a.intents.insert(
+        transfer.clone(),
+        Intent {
+            debit,
+            credit,
+            state: IntentState::Open,
+            horizon,
+        },
+    );
     PrepareOutcome::Prepared
 }
 
 /// SPEC §3 step 5 on one account: only an open intent moves money. Answers the intent as
 /// it is after the call too (when there is one), for the tombstone index.
 fn post(a: &mut Account, transfer: &TransferId) -> (PostOutcome, Option<Intent>) {
-    let Some(intent) = a.intents.get_mut(transfer) else {
+    let Some(&intent) = a.intents.get(transfer) else {
         return (PostOutcome::Missing, None);
     };
     match intent.state {
         IntentState::Open => {}
         IntentState::Posted if mutant::is(Mutant::DoublePost) => {
             a.balance += intent.credit as i64 - intent.debit as i64;
-            return (PostOutcome::Posted, Some(*intent));
+            return (PostOutcome::Posted, Some(intent));
         }
-        IntentState::Posted => return (PostOutcome::AlreadyPosted, Some(*intent)),
-        IntentState::Released => return (PostOutcome::FoundReleased, Some(*intent)),
+        IntentState::Posted => return (PostOutcome::AlreadyPosted, Some(intent)),
+        IntentState::Released => return (PostOutcome::FoundReleased, Some(intent)),
     }
-    intent.state = IntentState::Posted;
+    let intent = a
+        .intents
+        .close(transfer, IntentState::Posted)
+        .expect("the intent is open");
     a.reserved -= intent.debit as i64;
     if mutant::is(Mutant::CreditAtPrepare) {
         a.balance -= intent.debit as i64;
@@ -264,12 +267,12 @@ fn post(a: &mut Account, transfer: &TransferId) -> (PostOutcome, Option<Intent>)
         a.incoming -= intent.credit as i64;
         a.balance += intent.credit as i64 - intent.debit as i64;
     }
-    (PostOutcome::Posted, Some(*intent))
+    (PostOutcome::Posted, Some(intent))
 }
 
 /// SPEC §3 step 6 on one account: give back an open intent, or leave a released mark.
 fn release(a: &mut Account, transfer: &TransferId, horizon: Timestamp) -> ReleaseOutcome {
-    let Some(intent) = a.intents.get_mut(transfer) else {
+    let Some(&intent) = a.intents.get(transfer) else {
         if mutant::is(Mutant::NoLatePrepareDefence) {
             return ReleaseOutcome::Marked;
         }
@@ -282,7 +285,10 @@ fn release(a: &mut Account, transfer: &TransferId, horizon: Timestamp) -> Releas
         IntentState::Released => return ReleaseOutcome::AlreadyReleased,
         IntentState::Posted => return ReleaseOutcome::FoundPosted,
     }
-    intent.state = IntentState::Released;
+    let intent = a
+        .intents
+        .close(transfer, IntentState::Released)
+        .expect("the intent is open");
     if mutant::is(Mutant::ReleaseIgnoresAmount) {
         return ReleaseOutcome::Released;
     }
