@@ -777,7 +777,8 @@ impl<F: Fs> Inner<F> {
                 ..ShardCut::default()
             };
             // The records as they were at the cut, a slice per hold of the lock (shared:
-            // a reference count each, not a copy).
+            // a reference count each, not a copy); each slice's accounts encoded (and let
+            // go) before the next slice is taken.
             let mut records = Cut::default();
             let (a, t) = (&changes.accounts, &changes.transfers);
             for k in 0..a.len().max(t.len()).div_ceil(CUT_SLICE) {
@@ -785,6 +786,8 @@ impl<F: Fs> Inner<F> {
                 let mut shard = self.shard(s);
                 shard.mem.cut_slice(a, t, &mut records);
                 shard.unlock_fair();
+                self.tables
+                    .add_accounts(&mut batch, s, records.accounts.drain(..));
             }
             let mut shard = self.shard(s);
             shard.mem.end_cut(&mut records);
