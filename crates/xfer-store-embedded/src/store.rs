@@ -803,10 +803,10 @@ impl<F: Fs> Inner<F> {
                     cut.left_live.push(id.clone());
                 }
             }
-            // Encoded at once, before the next shard's cut and before the log's sync,
-            // releasing the accounts as it goes (see `Tables::batch`): a shard copies an
-            // account it writes while a cut still holds it, so the sooner the cut lets go
-            // the fewer copies. Nothing is written until the commit.
+            // The rest (accounts handed over by `end_cut`, transfers, history, tombstones)
+            // encoded at once, before the next shard's cut and before the log's sync: a
+            // shard copies an account it writes while a cut still holds it, so the sooner
+            // the cut lets go the fewer copies. Nothing is written until the commit.
             self.tables.add_cut(&mut batch, &mut cut);
             cuts.push(cut);
         }
