@@ -481,12 +481,9 @@ async fn http_submit(
             )
         }
     };
-    let (status, bytes) = conn
+    let bytes = conn
         .post_json(path, body.map_err(|e| e.to_string())?)
         .await?;
-    if !(200..300).contains(&status) {
-        return Err(Connection::refusal(status, &bytes));
-    }
     let unreadable = |e: serde_json::Error| format!("POST {path}: answer unreadable: {e}");
     if specs.len() == 1 {
         let t: Stated = serde_json::from_slice(&bytes).map_err(unreadable)?;

@@ -38,19 +38,62 @@ impl Answer {
         if self.is_success() {
             return Ok(self.body);
         }
+        Err(self.refusal())
+    }
+
+    /// The error a failed request answers: status, code, field and message.
+    fn refusal(&self) -> String {
         let field = match self.body["field"].as_str() {
             Some(f) => format!(" ({f})"),
             None => String::new(),
         };
         match self.body["code"].as_str() {
-            Some(code) => Err(format!(
+            Some(code) => format!(
                 "{} {code}{field}: {}",
                 self.status,
                 self.body["message"].as_str().unwrap_or("")
-            )),
-            None => Err(format!("{} {}", self.status, self.text)),
+            ),
+            None => format!("{} {}", self.status, self.text),
         }
     }
+
+    /// The answer of `status` with body `bytes`.
+    fn parse(status: u16, bytes: &[u8]) -> Answer {
+        let text = String::from_utf8_lossy(bytes).into_owned();
+        let body = serde_json::from_slice(bytes).unwrap_or(Value::Null);
+        Answer { status, body, text }
+    }
+}
+
+/// `req` with its content type, the bearer token and the body.
+fn request(
+    mut req: hyper::http::request::Builder,
+    content_type: Option<&str>,
+    token: Option<&str>,
+    body: Vec<u8>,
+) -> Result<Request<Full<Bytes>>, String> {
+    if let Some(ct) = content_type {
+        req = req.header(hyper::header::CONTENT_TYPE, ct);
+    }
+    if let Some(t) = token {
+        req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
+    }
+    req.body(Full::new(Bytes::from(body)))
+        .map_err(|e| e.to_string())
+}
+
+/// The status and the whole body of `resp`, the answer to `what` (named only on error).
+async fn read(
+    resp: hyper::Response<hyper::body::Incoming>,
+    what: impl FnOnce() -> String,
+) -> Result<(u16, Bytes), String> {
+    let status = resp.status().as_u16();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("{}: reading the answer: {e}", what()))?;
+    Ok((status, body.to_bytes()))
 }
 
 /// A client of one server. Cheap to clone (connections are shared).
@@ -120,18 +163,10 @@ impl Client {
         content_type: Option<&str>,
         body: Vec<u8>,
     ) -> Result<Answer, String> {
-        let mut req = Request::builder()
+        let req = Request::builder()
             .method(method.clone())
             .uri(format!("{}{path}", self.base));
-        if let Some(ct) = content_type {
-            req = req.header(hyper::header::CONTENT_TYPE, ct);
-        }
-        if let Some(t) = &self.token {
-            req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
-        }
-        let req = req
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| e.to_string())?;
+        let req = request(req, content_type, self.token.as_deref(), body)?;
         let resp = self.http.request(req).await.map_err(|e| {
             if e.is_connect() {
                 format!(
@@ -142,13 +177,7 @@ impl Client {
                 format!("{method} {}{path}: {e}", self.base)
             }
         })?;
-        let status = resp.status().as_u16();
-        let bytes = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("{method} {path}: reading the answer: {e}"))?
-            .to_bytes();
+        let (status, bytes) = read(resp, || format!("{method} {path}")).await?;
         Ok(Answer::parse(status, &bytes))
     }
 
@@ -184,15 +213,6 @@ impl Client {
     }
 }
 
-impl Answer {
-    /// The answer of `status` with body `bytes`.
-    fn parse(status: u16, bytes: &[u8]) -> Answer {
-        let text = String::from_utf8_lossy(bytes).into_owned();
-        let body = serde_json::from_slice(bytes).unwrap_or(Value::Null);
-        Answer { status, body, text }
-    }
-}
-
 /// One kept-alive HTTP/1.1 connection, one request at a time, taken from no pool: a client
 /// that owns its connection, as each of `xfer bench --via http`'s clients does (the pooled
 /// [`Client`] spent about a tenth of that benchmark's CPU checking connections out and in).
@@ -204,44 +224,27 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// `POST path` with a JSON body already encoded: the status and the body's bytes, for
-    /// the caller to decode into what it expects.
-    pub async fn post_json(&mut self, path: &str, body: Vec<u8>) -> Result<(u16, Bytes), String> {
+    /// `POST path` with a JSON body already encoded: the body of a 2xx answer, for the
+    /// caller to decode into what it expects; else an error as [`Answer::ok`] makes it.
+    pub async fn post_json(&mut self, path: &str, body: Vec<u8>) -> Result<Bytes, String> {
+        let what = || format!("POST {}{path}", self.base);
         self.send
             .ready()
             .await
-            .map_err(|e| format!("POST {}{path}: the connection closed: {e}", self.base))?;
-        let mut req = Request::builder()
+            .map_err(|e| format!("{}: the connection closed: {e}", what()))?;
+        let req = Request::builder()
             .method(Method::POST)
             .uri(path)
-            .header(hyper::header::HOST, &self.authority)
-            .header(hyper::header::CONTENT_TYPE, "application/json");
-        if let Some(t) = &self.token {
-            req = req.header(hyper::header::AUTHORIZATION, format!("Bearer {t}"));
-        }
-        let req = req
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| e.to_string())?;
+            .header(hyper::header::HOST, &self.authority);
+        let req = request(req, Some("application/json"), self.token.as_deref(), body)?;
         let resp = self
             .send
             .send_request(req)
             .await
-            .map_err(|e| format!("POST {}{path}: {e}", self.base))?;
-        let status = resp.status().as_u16();
-        let bytes = resp
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| format!("POST {}{path}: reading the answer: {e}", self.base))?
-            .to_bytes();
-        Ok((status, bytes))
-    }
-
-    /// An answer that is not 2xx, as an error naming status, code, field and message.
-    pub fn refusal(status: u16, bytes: &[u8]) -> String {
-        match Answer::parse(status, bytes).ok() {
-            Ok(_) => format!("{status}: not an error"),
-            Err(e) => e,
+            .map_err(|e| format!("{}: {e}", what()))?;
+        match read(resp, what).await? {
+            (200..=299, bytes) => Ok(bytes),
+            (status, bytes) => Err(Answer::parse(status, &bytes).refusal()),
         }
     }
 }
