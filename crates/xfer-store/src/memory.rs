@@ -57,7 +57,7 @@ enum History {
     /// the lists handed out as [`Changes::history`] and not yet said saved
     /// ([`MemoryShard::history_saved`]), then the entries since. Adding an entry is a push;
     /// a read scans them, newest first. (Indexed by account, the adding and the evicting
-    /// after a checkpoint were about 5 % of `xfer bench`'s samples: `docs/benchmarks.md`.)
+    /// after a checkpoint were about 6 % of `xfer bench`'s samples: `docs/benchmarks.md`.)
     Unsaved {
         taken: VecDeque<Arc<Vec<HistoryEntry>>>,
         since: Vec<HistoryEntry>,
