@@ -121,6 +121,17 @@ impl Account {
         self.available() >= 0
     }
 
+    /// A copy with its open intents and none of its tombstones: what a checkpoint writes of
+    /// it (its tombstones are written apart, once each).
+    pub fn without_tombstones(&self) -> Account {
+        Account {
+            id: self.id.clone(),
+            asset: self.asset.clone(),
+            intents: self.intents.open_only(),
+            ..*self
+        }
+    }
+
     /// How many intents are still open (transfers in flight).
     pub fn open_intents(&self) -> usize {
         self.intents.open_len()

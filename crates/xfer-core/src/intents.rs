@@ -133,6 +133,18 @@ impl Intents {
     }
 }
 
+impl Intents {
+    /// A map of the open intents alone (a copy; the tombstones left out).
+    pub fn open_only(&self) -> Intents {
+        let mut map = FastMap::with_capacity_and_hasher(self.open, Default::default());
+        map.extend(self.open_unordered().map(|(t, i)| (t.clone(), *i)));
+        Intents {
+            map,
+            open: self.open,
+        }
+    }
+}
+
 impl std::ops::Index<&TransferId> for Intents {
     type Output = Intent;
 

@@ -30,9 +30,10 @@ pub use xfer_core::{FastMap, FastSet, FastState};
 /// A cut ([`IdMap::start_cut`]) is the set of values marked when it starts, as they are
 /// then, collected a few at a time ([`IdMap::take_cut`]) while the map goes on changing: a
 /// value of the cut written, replaced or removed before it is collected is first copied
-/// aside as it was (a clone: for the `Arc`s a shard holds, a reference count), and
-/// [`IdMap::end_cut`] hands those over. So a checkpoint holds its shard's lock for the
-/// start and for each small slice, not for one lookup per changed record at once.
+/// aside as it was, and [`IdMap::end_cut`] hands those over. So a checkpoint holds its
+/// shard's lock for the start and for each small slice, not for one lookup per changed
+/// record at once. What the cut gets of a value, collected or copied aside before a write,
+/// is its [`CutCopy`]; a value replaced or removed is moved aside as it was.
 #[derive(Debug)]
 pub(crate) struct IdMap<K, V> {
     by_id: FastMap<K, (V, u64)>,
@@ -43,6 +44,13 @@ pub(crate) struct IdMap<K, V> {
     cut: u64,
     /// Values of the cut changed or removed before they were collected, as at the cut.
     kept: Vec<(K, V)>,
+}
+
+/// What a cut takes of a value (see [`IdMap`]): what the cut needs of it, made so that
+/// the map's next write to the value is not slowed by the cut holding it.
+pub(crate) trait CutCopy {
+    /// The copy the cut takes.
+    fn cut_copy(&self) -> Self;
 }
 
 impl<K, V> Default for IdMap<K, V> {
@@ -60,7 +68,7 @@ impl<K, V> Default for IdMap<K, V> {
 /// The mark a new map starts with (values inserted unmarked carry 0).
 const FIRST_MARK: u64 = 1;
 
-impl<K: Ord + Hash + Clone, V: Clone> IdMap<K, V> {
+impl<K: Ord + Hash + Clone, V: Clone + CutCopy> IdMap<K, V> {
     /// Builds the map from key-value pairs (bulk: the ordered set is built sorted, much
     /// faster than one insert at a time). A repeated key keeps its last value. Pairs in key
     /// order (a table scan) cost one comparison each to sort: the keys are taken in the
@@ -101,7 +109,7 @@ impl<K: Ord + Hash + Clone, V: Clone> IdMap<K, V> {
         let kept = &mut self.kept;
         self.by_id.get_mut(k).map(|(v, m)| {
             if cut != 0 && *m == cut {
-                kept.push((k.clone(), v.clone()));
+                kept.push((k.clone(), v.cut_copy()));
             }
             let first = *m != mark;
             *m = mark;
@@ -139,7 +147,7 @@ impl<K: Ord + Hash + Clone, V: Clone> IdMap<K, V> {
         match self.by_id.get_mut(k) {
             Some((v, m)) if cut != 0 && *m == cut => {
                 *m = 0;
-                Some(v.clone())
+                Some(v.cut_copy())
             }
             _ => None,
         }
@@ -217,6 +225,12 @@ mod tests {
     use super::*;
     use std::collections::BTreeMap;
     use xfer_core::Rng;
+
+    impl CutCopy for u64 {
+        fn cut_copy(&self) -> u64 {
+            *self
+        }
+    }
 
     /// Random inserts, replacements and removals: the map answers what a `BTreeMap` answers,
     /// lookups and ordered scans alike.

@@ -7,7 +7,7 @@
 //! the sweeper's and pruner's indexes are ordered sets; the history index is only looked
 //! up by account, never iterated, or (a tracked shard's) a list in sequence order.
 
-use crate::id_map::{FastMap, FastSet, IdMap};
+use crate::id_map::{CutCopy, FastMap, FastSet, IdMap};
 use crate::op::{AccountOp, Op, Reply, TransferOp};
 use crate::prune_index::PruneIndex;
 use crate::record::{
@@ -162,7 +162,8 @@ impl Changes {
 }
 
 /// The records of a checkpoint's cut, as they were when it began (see
-/// [`MemoryShard::begin_cut`]), shared with the shard.
+/// [`MemoryShard::begin_cut`]), shared with the shard; an account with many intents
+/// without its tombstones (see [`CUT_APART`]).
 #[derive(Debug, Default)]
 pub struct Cut {
     /// Accounts listed as changed (`None`: absent at the cut, that is dropped).
@@ -171,6 +172,32 @@ pub struct Cut {
     pub transfers: Vec<Arc<TransferRecord>>,
     /// Accounts not handed over by a slice: settled by `end_cut`.
     later: Vec<AccountId>,
+}
+
+/// An account with more intents than this (nearly all of them tombstones: a hot account
+/// holds one per transfer until its horizon, hundreds of thousands) is handed to a cut as
+/// a copy without its tombstones, which is all a checkpoint writes of it, rather than
+/// shared. Shared, the shard's next write to it copied the whole account, every
+/// tombstone, under the shard's lock, because the cut still held it: in `xfer bench
+/// --workload hot` that copy and its fresh pages were a fifth of the CPU and the
+/// stalls behind the latency tail (`docs/benchmarks.md`). Below this, sharing costs a
+/// reference count and the copy, when there is one, is small.
+pub const CUT_APART: usize = 1024;
+
+impl CutCopy for Arc<Account> {
+    fn cut_copy(&self) -> Arc<Account> {
+        if self.intents.len() > CUT_APART {
+            Arc::new(self.without_tombstones())
+        } else {
+            Arc::clone(self)
+        }
+    }
+}
+
+impl CutCopy for Arc<TransferRecord> {
+    fn cut_copy(&self) -> Arc<TransferRecord> {
+        Arc::clone(self)
+    }
 }
 
 impl MemoryShard {
@@ -1015,6 +1042,17 @@ mod tests {
     /// and no transfer still in the cut is evicted.
     #[test]
     fn a_cut_handed_over_in_slices_is_the_shard_as_it_was_when_it_began() {
+        cut_in_slices(6, 40, 20);
+    }
+
+    /// The same with accounts of more than [`CUT_APART`] intents, which a cut takes
+    /// without their tombstones.
+    #[test]
+    fn a_cut_takes_big_accounts_as_they_were_without_their_tombstones() {
+        cut_in_slices(2, 6_000, 1_000_000);
+    }
+
+    fn cut_in_slices(accounts: u64, transfers: u64, horizon: u64) {
         let usd = || AssetCode::new("USD", "asset").unwrap();
         let account = |i: u64| AccountId::new(&format!("a{i}")).unwrap();
         let transfer = |i: u64| TransferId::new(&format!("t{i}")).unwrap();
@@ -1029,7 +1067,7 @@ mod tests {
             a
         };
         let step = |shard: &mut MemoryShard, rng: &mut xfer_core::Rng, now: Timestamp| {
-            let (a, t) = (account(rng.below(6)), transfer(rng.below(40)));
+            let (a, t) = (account(rng.below(accounts)), transfer(rng.below(transfers)));
             let op = match rng.below(10) {
                 0..=2 => Op::Account(
                     a,
@@ -1039,7 +1077,7 @@ mod tests {
                         debit: rng.below(3),
                         credit: rng.below(3),
                         deadline: now.plus_ms(1_000),
-                        horizon: now.plus_ms(rng.below(20)),
+                        horizon: now.plus_ms(rng.below(horizon)),
                     },
                 ),
                 3 => Op::Account(
@@ -1054,7 +1092,7 @@ mod tests {
                     AccountOp::Release {
                         transfer: t,
                         asset: usd(),
-                        horizon: now.plus_ms(rng.below(20)),
+                        horizon: now.plus_ms(rng.below(horizon)),
                     },
                 ),
                 5 => {
@@ -1066,7 +1104,7 @@ mod tests {
                     return;
                 }
                 7 => Op::Account(
-                    account(rng.below(4)),
+                    account(rng.below(accounts)),
                     AccountOp::Create {
                         asset: usd(),
                         lower_bound: LowerBound::Unbounded,
@@ -1089,6 +1127,7 @@ mod tests {
         let mut rng = xfer_core::Rng::new(5);
         let mut shard = MemoryShard::tracking();
         let mut now = Timestamp(10);
+        let mut big = 0;
         for _ in 0..300 {
             for _ in 0..rng.below(60) {
                 now = now.plus_ms(1);
@@ -1121,6 +1160,24 @@ mod tests {
                 (a, t) = (&a[na..], &t[nt..]);
             }
             shard.end_cut(&mut cut);
+            // A big account's copy holds no tombstone and leaves the shard's own unshared
+            // (a write to it copies nothing); a small one is shared until written.
+            for (id, a) in &cut.accounts {
+                let (Some(a), Some(held)) = (a, shard.accounts.get(id)) else {
+                    continue;
+                };
+                let tombstones = a.intents.len() - a.intents.open_len();
+                assert!(
+                    tombstones == 0 || a.intents.len() <= CUT_APART,
+                    "{id}: big, yet cut with its {tombstones} tombstones"
+                );
+                if Arc::ptr_eq(a, held) {
+                    assert!(held.intents.len() <= CUT_APART, "{id}: shared, yet big");
+                } else {
+                    assert_eq!(Arc::strong_count(held), 1, "{id}: the shard's copy shared");
+                    big += usize::from(tombstones == 0 && held.intents.len() > CUT_APART);
+                }
+            }
             let mut got_accounts: Vec<(AccountId, Option<Account>)> = cut
                 .accounts
                 .iter()
@@ -1135,5 +1192,6 @@ mod tests {
             assert_eq!(got_accounts, want_accounts);
             assert_eq!(got_transfers, want_transfers);
         }
+        assert_eq!(big > 0, transfers > CUT_APART as u64, "{big} big accounts cut");
     }
 }
