@@ -1192,6 +1192,10 @@ mod tests {
             assert_eq!(got_accounts, want_accounts);
             assert_eq!(got_transfers, want_transfers);
         }
-        assert_eq!(big > 0, transfers > CUT_APART as u64, "{big} big accounts cut");
+        assert_eq!(
+            big > 0,
+            transfers > CUT_APART as u64,
+            "{big} big accounts cut"
+        );
     }
 }

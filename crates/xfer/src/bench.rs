@@ -398,7 +398,10 @@ impl DecidedClock {
 
     /// The times recorded so far, taken.
     fn take(&self) -> Latencies {
-        std::mem::replace(&mut *self.times.lock().expect("not poisoned"), Latencies::new())
+        std::mem::replace(
+            &mut *self.times.lock().expect("not poisoned"),
+            Latencies::new(),
+        )
     }
 }
 
@@ -945,7 +948,10 @@ mod tests {
             assert!((got - want).abs() <= want / 1e3, "{got} against {want}");
         }
         let top = low.percentiles_ms()[2];
-        assert!((top - 500.0).abs() <= 0.5, "the low half tops out at 500 ms, not {top}");
+        assert!(
+            (top - 500.0).abs() <= 0.5,
+            "the low half tops out at 500 ms, not {top}"
+        );
     }
 
     #[test]
