@@ -776,9 +776,10 @@ impl<F: Fs> Inner<F> {
                 tombstones: changes.tombstones,
                 ..ShardCut::default()
             };
-            // The records as they were at the cut, a slice per hold of the lock (shared:
-            // a reference count each, not a copy); each slice's accounts encoded (and let
-            // go) before the next slice is taken.
+            // The records as they were at the cut, a slice per hold of the lock
+            // (transfers shared: a reference count each; accounts copied without their
+            // tombstones); each slice's accounts encoded (and let go) before the next
+            // slice is taken.
             let mut records = Cut::default();
             let (a, t) = (&changes.accounts, &changes.transfers);
             for k in 0..a.len().max(t.len()).div_ceil(CUT_SLICE) {
@@ -805,7 +806,7 @@ impl<F: Fs> Inner<F> {
             }
             // The rest (accounts handed over by `end_cut`, transfers, history, tombstones)
             // encoded at once, before the next shard's cut and before the log's sync: a
-            // shard copies an account it writes while a cut still holds it, so the sooner
+            // shard copies a transfer it writes while a cut still holds it, so the sooner
             // the cut lets go the fewer copies. Nothing is written until the commit.
             self.tables.add_cut(&mut batch, &mut cut);
             cuts.push(cut);

@@ -404,10 +404,8 @@ impl Tables {
     }
 
     /// Encodes accounts of shard `s`'s cut into `batch` and releases them (`None`: dropped).
-    /// The checkpointer calls it for each slice of the cut as soon as it is handed over: a
-    /// shard copies an account it writes while the cut still holds it, and holding a whole
-    /// shard's accounts until all of them were handed over made hundreds of such copies per
-    /// checkpoint (`docs/benchmarks.md`).
+    /// The checkpointer calls it for each slice of the cut as soon as it is handed over, so
+    /// a cut's copies of accounts (`memory.rs`, `CutCopy`) do not pile up over the shard.
     pub fn add_accounts(
         &self,
         batch: &mut CheckpointBatch,
