@@ -1160,7 +1160,11 @@ mod tests {
                 let (Some(a), Some(held)) = (a, shard.accounts.get(id)) else {
                     continue;
                 };
-                assert_eq!(a.intents.len(), a.intents.open_len(), "{id}: tombstones cut");
+                assert_eq!(
+                    a.intents.len(),
+                    a.intents.open_len(),
+                    "{id}: tombstones cut"
+                );
                 assert_eq!(Arc::strong_count(held), 1, "{id}: the shard's copy shared");
                 most = most.max(held.intents.len());
             }
@@ -1178,6 +1182,9 @@ mod tests {
             assert_eq!(got_accounts, want_accounts);
             assert_eq!(got_transfers, want_transfers);
         }
-        assert!(most as u64 > transfers / 8, "at most {most} intents on an account cut");
+        assert!(
+            most as u64 > transfers / 8,
+            "at most {most} intents on an account cut"
+        );
     }
 }
