@@ -164,7 +164,8 @@ impl Changes {
 
 /// The records of a checkpoint's cut, as they were when it began (see
 /// [`MemoryShard::begin_cut`]): transfers shared with the shard, accounts copied without
-/// their tombstones (see `CutCopy for Arc<Account>`).
+/// their tombstones (see `CutCopy for Arc<Account>`; one replaced or dropped before its
+/// slice is handed over as it was, shared).
 #[derive(Debug, Default)]
 pub struct Cut {
     /// Accounts listed as changed (`None`: absent at the cut, that is dropped).
