@@ -131,10 +131,9 @@ impl Intents {
             .filter(|(_, i)| i.state == IntentState::Open)
             .take(self.open)
     }
-}
 
-impl Intents {
-    /// A map of the open intents alone (a copy; the tombstones left out).
+    /// A map of the open intents alone (a copy; the tombstones left out). Costs nothing
+    /// beyond an empty map when none is open (see [`Intents::open_unordered`]).
     pub fn open_only(&self) -> Intents {
         let mut map = FastMap::with_capacity_and_hasher(self.open, Default::default());
         map.extend(self.open_unordered().map(|(t, i)| (t.clone(), *i)));
@@ -236,6 +235,33 @@ mod tests {
 
     fn tid(s: &str) -> TransferId {
         TransferId::new(s).expect("valid")
+    }
+
+    #[test]
+    fn open_only_copies_the_open_intents_and_no_tombstone() {
+        let mut intents = Intents::new();
+        for n in 0..300u64 {
+            intents.insert(tid(&format!("t{n}")), intent(n));
+        }
+        for n in (0..300u64).filter(|n| n % 3 != 0) {
+            let state = if n % 2 == 0 {
+                IntentState::Posted
+            } else {
+                IntentState::Released
+            };
+            intents.close(&tid(&format!("t{n}")), state);
+        }
+        let open = intents.open_only();
+        assert_eq!((open.len(), open.open_len()), (100, 100));
+        let want: Vec<_> = intents
+            .iter()
+            .filter(|(_, i)| i.state == IntentState::Open)
+            .map(|(t, i)| (t.clone(), *i))
+            .collect();
+        let got: Vec<_> = open.iter().map(|(t, i)| (t.clone(), *i)).collect();
+        assert_eq!(got, want);
+        let none = Intents::new().open_only();
+        assert!(none.is_empty() && none.open_len() == 0);
     }
 
     #[test]
