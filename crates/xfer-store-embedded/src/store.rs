@@ -12,7 +12,8 @@
 //!   and one sync covers every entry appended before it)
 //! checkpointer (every `checkpoint_bytes` of log): per shard, under its lock, note the
 //!   log position and what changed, then take those records a slice per hold of the lock
-//!   (shared, not copied; as they were at the noting) ─▶ one atomic
+//!   (as they were at the noting: transfers shared, accounts copied without their
+//!   tombstones; each slice's accounts encoded at once) ─▶ one atomic
 //!   synced batch into the tables ─▶ evict finished transfers from memory, a slice per
 //!   hold of the lock, and the checkpoint's history list at once ─▶ delete log segments
 //!   before the oldest shard position
