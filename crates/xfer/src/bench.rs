@@ -99,6 +99,36 @@ pub struct BenchArgs {
     /// Where the data directory goes (a fresh subdirectory is made and removed).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
+    /// How transfer ids are made: in counting order per client, or scattered over the
+    /// whole key range as a client's random ids (UUIDs) are.
+    #[arg(long, value_enum, default_value_t = Ids::Sequential)]
+    pub ids: Ids,
+}
+
+/// How the bench names its transfers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Ids {
+    /// `b<client>-<n>`: a client's ids in counting order, so the ids of one checkpoint
+    /// are neighbours in the tables keyed by id (the `done` table).
+    Sequential,
+    /// Sixteen hex digits, a bijective mix of client and count: unique, and spread over
+    /// the whole key range as random ids are.
+    Scattered,
+}
+
+/// The id of `client`'s `n`th transfer.
+fn transfer_id(ids: Ids, client: u64, n: u64) -> String {
+    match ids {
+        Ids::Sequential => format!("b{client}-{n}"),
+        Ids::Scattered => {
+            // splitmix64's finalizer: xor-shifts and odd multiplications, each invertible,
+            // so distinct inputs (n < 2^40, client < 2^24) give distinct ids.
+            let mut z = (client << 40) ^ n;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            format!("{:016x}", z ^ (z >> 31))
+        }
+    }
 }
 
 /// The mixes.
@@ -756,7 +786,7 @@ async fn measure(
                 let specs: Vec<TransferSpec> = (0..a.batch)
                     .map(|_| {
                         n += 1;
-                        next_spec(&a, &mut rng, format!("b{c}-{n}"))
+                        next_spec(&a, &mut rng, transfer_id(a.ids, c, n))
                     })
                     .collect();
                 let k = specs.len() as u64;
@@ -981,6 +1011,7 @@ mod tests {
             baseline: None,
             baseline_clients: 1,
             dir: None,
+            ids: Ids::Sequential,
         }
     }
 
@@ -1001,6 +1032,25 @@ mod tests {
             assert_eq!((r.errors, r.canceled), (0, 0), "{what}");
             assert_eq!(r.done, r.transfers, "{what}");
         }
+    }
+
+    /// Scattered ids are unique (the mix is a bijection) and do not sort in the order they
+    /// were made, as sequential ones nearly do.
+    #[test]
+    fn scattered_ids_are_unique_and_out_of_order() {
+        let made: Vec<String> = (0..4u64)
+            .flat_map(|c| (1..=5_000u64).map(move |n| transfer_id(Ids::Scattered, c, n)))
+            .collect();
+        let unique: std::collections::HashSet<&String> = made.iter().collect();
+        assert_eq!(unique.len(), made.len());
+        assert!(made.iter().all(|id| id.len() == 16));
+        let in_order = made.windows(2).filter(|w| w[0] < w[1]).count();
+        assert!(
+            in_order < made.len() * 3 / 5,
+            "{in_order} of {} in order",
+            made.len()
+        );
+        assert_eq!(transfer_id(Ids::Sequential, 3, 7), "b3-7");
     }
 
     #[test]
