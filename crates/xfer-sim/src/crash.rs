@@ -63,17 +63,24 @@ pub fn signature(spec: &TransferSpec) -> String {
     parts.join(";")
 }
 
-/// Opens the crash test's data directory ([`SHARDS`] shards, the wall clock).
-pub fn open_embedded(dir: &Path) -> Result<(Embedded, OpenReport), String> {
+/// The crash test's checkpoint interval, in MiB of log: a cycle writes about 12 MiB, so
+/// that kills land before, during and after checkpoints in most cycles, where the default
+/// (32 MiB) would checkpoint in one cycle of three. `xfer-sim recovery` uses the default.
+pub const CRASH_CHECKPOINT_MIB: u64 = 8;
+
+/// Opens the crash test's data directory ([`SHARDS`] shards, the wall clock, a checkpoint
+/// every `checkpoint_mib` MiB of log).
+pub fn open_embedded(dir: &Path, checkpoint_mib: u64) -> Result<(Embedded, OpenReport), String> {
     let cfg = EmbeddedConfig {
         shards: SHARDS,
+        checkpoint_bytes: checkpoint_mib << 20,
         ..EmbeddedConfig::default()
     };
     Embedded::open(dir, cfg, Arc::new(SystemClock)).map_err(|e| format!("open: {e}"))
 }
 
-fn open_store(dir: &Path) -> Result<(Embedded, Arc<Cluster>), String> {
-    let (store, _) = open_embedded(dir)?;
+fn open_store(dir: &Path, checkpoint_mib: u64) -> Result<(Embedded, Arc<Cluster>), String> {
+    let (store, _) = open_embedded(dir, checkpoint_mib)?;
     // Concurrent clients' calls merged per shard, as a service runs them.
     let shards: Vec<Arc<dyn Store>> = store
         .shards()
@@ -97,14 +104,20 @@ fn executor(cluster: Arc<Cluster>, owner: &str) -> Executor {
 
 /// The child: runs clients until killed. Prints `ack <id> <state> <signature>` for every
 /// outcome it tells a client, `held <id>` for holds, `ready` once set up.
-pub fn child(dir: &Path, cycle: u64, seed: u64, clients: usize) -> Result<(), String> {
+pub fn child(
+    dir: &Path,
+    cycle: u64,
+    seed: u64,
+    clients: usize,
+    checkpoint_mib: u64,
+) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(async move {
-        let (_store, cluster) = open_store(dir)?;
+        let (_store, cluster) = open_store(dir, checkpoint_mib)?;
         let out = Arc::new(Mutex::new(std::io::stdout()));
         let exec = Arc::new(executor(cluster.clone(), &format!("child-{cycle}")));
         set_up(&exec, &out).await?;
@@ -285,6 +298,7 @@ pub fn parent(dir: &Path, cycles: u64, seed: u64, clients: usize) -> Result<Cras
             .args(["--cycle", &cycle.to_string()])
             .args(["--seed", &seed.to_string()])
             .args(["--clients", &clients.to_string()])
+            .args(["--checkpoint-mib", &CRASH_CHECKPOINT_MIB.to_string()])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -373,7 +387,7 @@ fn settle_and_check(
     rt.block_on(async {
         let clock = SystemClock;
         let started = clock.now();
-        let (store, open) = open_embedded(dir)?;
+        let (store, open) = open_embedded(dir, CRASH_CHECKPOINT_MIB)?;
         report.recovery_ms = clock.now().0.saturating_sub(started.0);
         report.replayed = open.replayed;
         let shards = store.shards();

@@ -127,6 +127,9 @@ enum Cmd {
         seed: u64,
         #[arg(long)]
         clients: usize,
+        /// Checkpoint every this many MiB of log.
+        #[arg(long)]
+        checkpoint_mib: u64,
     },
 }
 
@@ -241,7 +244,8 @@ fn run_command(cmd: Cmd) -> ExitCode {
             cycle,
             seed,
             clients,
-        } => match xfer_sim::crash::child(&dir, cycle, seed, clients) {
+            checkpoint_mib,
+        } => match xfer_sim::crash::child(&dir, cycle, seed, clients, checkpoint_mib) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("crash child: {e}");
