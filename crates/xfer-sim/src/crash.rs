@@ -63,24 +63,25 @@ pub fn signature(spec: &TransferSpec) -> String {
     parts.join(";")
 }
 
-/// The crash test's checkpoint interval, in MiB of log: a cycle writes about 12 MiB, so
-/// that kills land before, during and after checkpoints in most cycles, where the default
-/// (32 MiB) would checkpoint in one cycle of three. `xfer-sim recovery` uses the default.
-pub const CRASH_CHECKPOINT_MIB: u64 = 8;
+/// The crash test's checkpoint interval in bytes of log: the store's interval before it
+/// became 32 MiB, so that a cycle (about 30,000 transfers acknowledged) checkpoints and
+/// kills land around checkpoints, rather than every few cycles. `xfer-sim recovery` uses
+/// the store's default.
+pub const CRASH_CHECKPOINT_BYTES: u64 = 8 << 20;
 
 /// Opens the crash test's data directory ([`SHARDS`] shards, the wall clock, a checkpoint
-/// every `checkpoint_mib` MiB of log).
-pub fn open_embedded(dir: &Path, checkpoint_mib: u64) -> Result<(Embedded, OpenReport), String> {
+/// every `checkpoint_bytes` of log).
+pub fn open_embedded(dir: &Path, checkpoint_bytes: u64) -> Result<(Embedded, OpenReport), String> {
     let cfg = EmbeddedConfig {
         shards: SHARDS,
-        checkpoint_bytes: checkpoint_mib << 20,
+        checkpoint_bytes,
         ..EmbeddedConfig::default()
     };
     Embedded::open(dir, cfg, Arc::new(SystemClock)).map_err(|e| format!("open: {e}"))
 }
 
-fn open_store(dir: &Path, checkpoint_mib: u64) -> Result<(Embedded, Arc<Cluster>), String> {
-    let (store, _) = open_embedded(dir, checkpoint_mib)?;
+fn open_store(dir: &Path, checkpoint_bytes: u64) -> Result<(Embedded, Arc<Cluster>), String> {
+    let (store, _) = open_embedded(dir, checkpoint_bytes)?;
     // Concurrent clients' calls merged per shard, as a service runs them.
     let shards: Vec<Arc<dyn Store>> = store
         .shards()
@@ -109,7 +110,7 @@ pub fn child(
     cycle: u64,
     seed: u64,
     clients: usize,
-    checkpoint_mib: u64,
+    checkpoint_bytes: u64,
 ) -> Result<(), String> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -117,7 +118,7 @@ pub fn child(
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(async move {
-        let (_store, cluster) = open_store(dir, checkpoint_mib)?;
+        let (_store, cluster) = open_store(dir, checkpoint_bytes)?;
         let out = Arc::new(Mutex::new(std::io::stdout()));
         let exec = Arc::new(executor(cluster.clone(), &format!("child-{cycle}")));
         set_up(&exec, &out).await?;
@@ -298,7 +299,7 @@ pub fn parent(dir: &Path, cycles: u64, seed: u64, clients: usize) -> Result<Cras
             .args(["--cycle", &cycle.to_string()])
             .args(["--seed", &seed.to_string()])
             .args(["--clients", &clients.to_string()])
-            .args(["--checkpoint-mib", &CRASH_CHECKPOINT_MIB.to_string()])
+            .args(["--checkpoint-bytes", &CRASH_CHECKPOINT_BYTES.to_string()])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
@@ -387,7 +388,7 @@ fn settle_and_check(
     rt.block_on(async {
         let clock = SystemClock;
         let started = clock.now();
-        let (store, open) = open_embedded(dir, CRASH_CHECKPOINT_MIB)?;
+        let (store, open) = open_embedded(dir, CRASH_CHECKPOINT_BYTES)?;
         report.recovery_ms = clock.now().0.saturating_sub(started.0);
         report.replayed = open.replayed;
         let shards = store.shards();

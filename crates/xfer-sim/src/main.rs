@@ -127,9 +127,9 @@ enum Cmd {
         seed: u64,
         #[arg(long)]
         clients: usize,
-        /// Checkpoint every this many MiB of log.
+        /// Checkpoint every this many bytes of log.
         #[arg(long)]
-        checkpoint_mib: u64,
+        checkpoint_bytes: u64,
     },
 }
 
@@ -244,8 +244,8 @@ fn run_command(cmd: Cmd) -> ExitCode {
             cycle,
             seed,
             clients,
-            checkpoint_mib,
-        } => match xfer_sim::crash::child(&dir, cycle, seed, clients, checkpoint_mib) {
+            checkpoint_bytes,
+        } => match xfer_sim::crash::child(&dir, cycle, seed, clients, checkpoint_bytes) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("crash child: {e}");

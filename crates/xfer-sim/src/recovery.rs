@@ -119,10 +119,8 @@ fn cuts() -> Vec<ShardCut> {
         .collect()
 }
 
-/// The store's default checkpoint interval in MiB: recovery is measured as `xfer serve`
-/// runs.
-fn default_checkpoint_mib() -> u64 {
-    xfer_store_embedded::EmbeddedConfig::default().checkpoint_bytes >> 20
+fn checkpoint_bytes() -> u64 {
+    xfer_store_embedded::EmbeddedConfig::default().checkpoint_bytes
 }
 
 /// Runs load in a child for `load_seconds`, kills it, and times the open.
@@ -133,7 +131,8 @@ pub fn measure(dir: &Path, load_seconds: u64) -> Result<RecoveryReport, String> 
         .arg("--dir")
         .arg(dir)
         .args(["--cycle", "1", "--seed", "1", "--clients", "64"])
-        .args(["--checkpoint-mib", &default_checkpoint_mib().to_string()])
+        // The store's default interval: recovery is measured as `xfer serve` runs.
+        .args(["--checkpoint-bytes", &checkpoint_bytes().to_string()])
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -161,7 +160,7 @@ pub fn measure(dir: &Path, load_seconds: u64) -> Result<RecoveryReport, String> 
         .map_err(|e| e.to_string())?;
     let clock = SystemClock;
     let started = clock.now();
-    let (store, open) = crate::crash::open_embedded(dir, default_checkpoint_mib())?;
+    let (store, open) = crate::crash::open_embedded(dir, checkpoint_bytes())?;
     let shard = store.shards().remove(0);
     // Serving: a read answered (it waits for the log like any call).
     rt.block_on(shard.scan_due(Timestamp(0), 1))
