@@ -20,6 +20,7 @@
 //! Why redis-rs: the maintained Rust client, with pipelines, a reconnecting connection
 //! manager and an async Cluster client that routes a pipeline by its keys' slot.
 
+mod cluster;
 mod keys;
 mod store;
 mod wire;

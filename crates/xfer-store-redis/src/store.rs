@@ -1,10 +1,10 @@
 //! The connection (one server, or a Cluster), loading the functions, the durability check
 //! and the [`Store`] calls.
 
+use crate::cluster::RenewingCluster;
 use crate::keys::Keys;
 use crate::wire;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::cluster_async::ClusterConnection;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisError, RedisResult, Value};
 use std::fmt;
 use std::time::Duration;
@@ -113,10 +113,25 @@ impl Durability {
     }
 }
 
-#[derive(Clone)]
 enum Conn {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Box<RenewingCluster>),
+}
+
+/// What one round trip sends: a command, or a batch's pipeline.
+#[derive(Clone, Copy)]
+enum Call<'a> {
+    Cmd(&'a Cmd),
+    Pipeline(&'a Pipeline),
+}
+
+impl Call<'_> {
+    async fn send<T: redis::FromRedisValue>(self, mut conn: impl ConnectionLike) -> RedisResult<T> {
+        match self {
+            Call::Cmd(cmd) => cmd.query_async(&mut conn).await,
+            Call::Pipeline(pipe) => pipe.query_async(&mut conn).await,
+        }
+    }
 }
 
 /// One shard on a Redis server or Cluster. See the crate docs.
@@ -186,7 +201,11 @@ impl RedisStore {
                 .connection_timeout(cfg.connect_timeout)
                 .build()
                 .map_err(unreachable)?;
-            Conn::Cluster(client.get_async_connection().await.map_err(unreachable)?)
+            Conn::Cluster(Box::new(
+                RenewingCluster::connect(client, cfg.connect_timeout)
+                    .await
+                    .map_err(unreachable)?,
+            ))
         } else {
             let client = redis::Client::open(cfg.nodes[0].as_str()).map_err(unreachable)?;
             let config = ConnectionManagerConfig::new()
@@ -215,44 +234,52 @@ impl RedisStore {
     async fn load_functions(&self) -> Result<(), OpenError> {
         let mut cmd = redis::cmd("FUNCTION");
         cmd.arg("LOAD").arg("REPLACE").arg(FUNCTIONS);
-        self.query::<Value>(&cmd)
-            .await
+        self.answer(self.query::<Value>(Call::Cmd(&cmd)).await)
             .map(drop)
             .map_err(|e| OpenError::Functions(e.to_string()))
     }
 
-    async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> RedisResult<T> {
+    /// `call` on the connection, waiting at most the call timeout: `None` when no answer
+    /// came in time. A Cluster connection that answers no node or nothing in time is
+    /// replaced (`cluster.rs`).
+    async fn query<T: redis::FromRedisValue>(&self, call: Call<'_>) -> Option<RedisResult<T>> {
+        let within = self.config.call_timeout;
         match &self.conn {
-            Conn::Single(c) => cmd.query_async(&mut c.clone()).await,
-            Conn::Cluster(c) => cmd.query_async(&mut c.clone()).await,
+            Conn::Single(c) => tokio::time::timeout(within, call.send(c.clone()))
+                .await
+                .ok(),
+            Conn::Cluster(c) => c.call(within, |conn| call.send(conn)).await,
         }
     }
 
-    async fn pipeline(&self, pipe: &Pipeline) -> Result<Vec<RedisResult<Value>>, StoreError> {
-        let call = async {
-            match &self.conn {
-                Conn::Single(c) => pipe.query_async(&mut c.clone()).await,
-                Conn::Cluster(c) => pipe.query_async(&mut c.clone()).await,
-            }
-        };
-        match tokio::time::timeout(self.config.call_timeout, call).await {
-            Err(_) => Err(StoreError::Indeterminate(format!(
-                "no answer from redis within {:?}",
-                self.config.call_timeout
-            ))),
-            Ok(Err(e)) => Err(classify(&e)),
-            Ok(Ok(results)) => Ok(results),
+    /// How many times the Cluster connection was replaced (see `cluster.rs`); 0 on a
+    /// single server.
+    pub fn connection_renewals(&self) -> u64 {
+        match &self.conn {
+            Conn::Single(_) => 0,
+            Conn::Cluster(c) => c.renewals(),
         }
+    }
+
+    /// A batch's pipeline, with the call timeout: each command's own result.
+    async fn pipeline(&self, pipe: &Pipeline) -> Result<Vec<RedisResult<Value>>, StoreError> {
+        self.answer(self.query(Call::Pipeline(pipe)).await)
     }
 
     /// One command outside a batch (reads, the scans), with the call timeout.
     async fn call<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> Result<T, StoreError> {
-        match tokio::time::timeout(self.config.call_timeout, self.query(cmd)).await {
-            Err(_) => Err(StoreError::Indeterminate(format!(
+        self.answer(self.query(Call::Cmd(cmd)).await)
+    }
+
+    /// What a call's answer means to the caller: no answer in time, or any error but a
+    /// refusal, leaves its outcome unknown.
+    fn answer<T>(&self, answer: Option<RedisResult<T>>) -> Result<T, StoreError> {
+        match answer {
+            None => Err(StoreError::Indeterminate(format!(
                 "no answer from redis within {:?}",
                 self.config.call_timeout
             ))),
-            Ok(r) => r.map_err(|e| classify(&e)),
+            Some(r) => r.map_err(|e| classify(&e)),
         }
     }
 

@@ -44,15 +44,16 @@ async fn sigkill_under_load_loses_nothing_acknowledged() {
         let c = serve.client();
         let unfinished = check_acknowledged(&c, &ledger).await;
         let retried = retry_unknown(&c, &ledger).await;
-        let report = quiet(&c, tmp.path()).await;
+        let report = quiet(&c, &ledger, tmp.path()).await;
         let quiet_s = watch.seconds();
         check_settled(&c, &ledger, &report).await;
         odd_answers(&ledger);
         println!(
             "kill cycle {cycle}: SIGKILL after {load_ms} ms and {sent} requests (answered: {}); \
              restart{} ready in {ready_s:.2} s, {unfinished} unfinished found, {retried} unanswered retried, \
-             all terminal after {quiet_s:.2} s; every acknowledged outcome kept, audit clean, balances replay",
+             all terminal after {quiet_s:.2} s{}; every acknowledged outcome kept, audit clean, balances replay",
             summary(&counts),
+            unavailable(&ledger),
             if cycle == 2 { " (killed again 30 ms after it started, and restarted)" } else { "" }
         );
     }
@@ -88,15 +89,16 @@ async fn sigterm_under_load_exits_zero_and_loses_nothing_acknowledged() {
     let c = serve.client();
     let unfinished = check_acknowledged(&c, &ledger).await;
     let retried = retry_unknown(&c, &ledger).await;
-    let report = quiet(&c, tmp.path()).await;
+    let report = quiet(&c, &ledger, tmp.path()).await;
     let quiet_s = watch.seconds();
     check_settled(&c, &ledger, &report).await;
     odd_answers(&ledger);
     println!(
         "SIGTERM under load: {status} (answered: {}); restart ready in {ready_s:.2} s, \
-         {unfinished} unfinished found, {retried} unanswered retried, all terminal after {quiet_s:.2} s; \
+         {unfinished} unfinished found, {retried} unanswered retried, all terminal after {quiet_s:.2} s{}; \
          every acknowledged outcome kept, audit clean, balances replay",
-        summary(&counts)
+        summary(&counts),
+        unavailable(&ledger)
     );
     let status = serve.terminate();
     assert!(status.success(), "exit after SIGTERM: {status}");

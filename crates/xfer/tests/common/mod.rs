@@ -11,6 +11,7 @@ use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use xfer::client::segment;
+use xfer::client::Answer;
 use xfer::Client;
 use xfer_core::Rng;
 use xfer_engine::{Sleeper, TokioSleeper};
@@ -176,6 +177,9 @@ pub struct Ledger {
     /// Answers that should never happen (4xx on well-formed requests), for the assertion.
     pub odd: Mutex<Vec<String>>,
     pub requests: AtomicU64,
+    /// The longest a check's request was answered 503 before another answer, in ms
+    /// ([`through_503`]).
+    pub unavailable_ms: AtomicU64,
 }
 
 impl Ledger {
@@ -350,11 +354,49 @@ where
     }
 }
 
-pub async fn get_transfer(c: &Client, id: &str) -> Option<Value> {
-    let a = c
-        .get(&format!("/v1/transfers/{}", segment(id)))
-        .await
-        .expect("GET transfer");
+/// How long a check asks again through 503 answers before it fails. A server whose store
+/// lost its database answers 503 ("retry") until its database client has reconnected; after
+/// a whole Redis Cluster restarts that can take seconds, as redis-rs backs off up to 1 s
+/// between attempts at each node.
+pub const UNAVAILABLE_MAX_MS: u64 = 30_000;
+
+/// What a client does with a 503: asks again after a pause, here for at most
+/// [`UNAVAILABLE_MAX_MS`]. Answers the first other answer; the ledger keeps the longest
+/// time a request was answered 503, which the tests print.
+pub async fn through_503<F, Fut>(ledger: &Ledger, what: &str, send: F) -> Answer
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<Answer, String>>,
+{
+    let watch = xfer::metrics::Stopwatch::start();
+    loop {
+        let a = send().await.unwrap_or_else(|e| panic!("{what}: {e}"));
+        if a.status != 503 {
+            return a;
+        }
+        let waited = (watch.seconds() * 1_000.0) as u64;
+        ledger.unavailable_ms.fetch_max(waited, Ordering::Relaxed);
+        assert!(
+            waited < UNAVAILABLE_MAX_MS,
+            "{what}: still 503 after {waited} ms: {}",
+            a.text
+        );
+        TokioSleeper.sleep(100).await;
+    }
+}
+
+/// How long the checks since the last call were answered 503, as a clause of a cycle's
+/// summary ("" when never), and starts counting again.
+pub fn unavailable(ledger: &Ledger) -> String {
+    match ledger.unavailable_ms.swap(0, Ordering::Relaxed) {
+        0 => String::new(),
+        ms => format!(" (answered 503 for up to {ms} ms first)"),
+    }
+}
+
+pub async fn get_transfer(c: &Client, ledger: &Ledger, id: &str) -> Option<Value> {
+    let path = format!("/v1/transfers/{}", segment(id));
+    let a = through_503(ledger, &format!("GET {id}"), || c.get(&path)).await;
     match a.status {
         200 => Some(a.body),
         404 => None,
@@ -365,16 +407,17 @@ pub async fn get_transfer(c: &Client, id: &str) -> Option<Value> {
 /// Every transfer in `known`, read by 16 concurrent readers: `None` when absent.
 pub async fn get_all(
     c: &Client,
+    ledger: &Arc<Ledger>,
     known: &BTreeMap<String, Known>,
 ) -> BTreeMap<String, Option<Value>> {
     let ids: Vec<String> = known.keys().cloned().collect();
     let mut readers = tokio::task::JoinSet::new();
     for chunk in ids.chunks(ids.len().div_ceil(16).max(1)) {
-        let (c, chunk) = (c.clone(), chunk.to_vec());
+        let (c, ledger, chunk) = (c.clone(), ledger.clone(), chunk.to_vec());
         readers.spawn(async move {
             let mut out = Vec::with_capacity(chunk.len());
             for id in chunk {
-                let t = get_transfer(&c, &id).await;
+                let t = get_transfer(&c, &ledger, &id).await;
                 out.push((id, t));
             }
             out
@@ -389,9 +432,9 @@ pub async fn get_all(
 
 /// Right after a restart: every acknowledged outcome is there. Answers how many transfers
 /// were found unfinished (left to the sweeper, or holds).
-pub async fn check_acknowledged(c: &Client, ledger: &Ledger) -> usize {
+pub async fn check_acknowledged(c: &Client, ledger: &Arc<Ledger>) -> usize {
     let known = ledger.known.lock().unwrap().clone();
-    let found = get_all(c, &known).await;
+    let found = get_all(c, ledger, &known).await;
     let mut unfinished = 0;
     for (id, k) in &known {
         let t = &found[id];
@@ -424,7 +467,7 @@ pub async fn retry_unknown(c: &Client, ledger: &Ledger) -> usize {
         .collect();
     for id in &unknown {
         let (path, body) = ledger.sent.lock().unwrap()[id].clone();
-        let a = c.post(&path, &body).await.expect("a retry is answered");
+        let a = through_503(ledger, &format!("retry of {id}"), || c.post(&path, &body)).await;
         let state = a.body["state"].as_str().unwrap_or("").to_string();
         let k = match (a.status, state.as_str()) {
             (200, "done" | "canceled") => Known::Terminal(state),
@@ -438,9 +481,9 @@ pub async fn retry_unknown(c: &Client, ledger: &Ledger) -> usize {
 }
 
 /// Waits (at most 30 s) until nothing is in flight; answers the audit report.
-pub async fn quiet(c: &Client, logs: &Path) -> Value {
+pub async fn quiet(c: &Client, ledger: &Ledger, logs: &Path) -> Value {
     for _ in 0..300 {
-        let a = c.get("/v1/audit").await.expect("GET /v1/audit");
+        let a = through_503(ledger, "GET /v1/audit", || c.get("/v1/audit")).await;
         assert_eq!(a.status, 200, "audit: {}", a.text);
         if a.body["in_flight"]
             .as_object()
@@ -459,10 +502,10 @@ pub async fn quiet(c: &Client, logs: &Path) -> Value {
 
 /// Once quiet: every transfer is terminal and agrees with what its client was told, the
 /// audit is clean, and the done transfers replay to every customer's balance.
-pub async fn check_settled(c: &Client, ledger: &Ledger, report: &Value) {
+pub async fn check_settled(c: &Client, ledger: &Arc<Ledger>, report: &Value) {
     assert_eq!(report["clean"], true, "audit not clean: {report}");
     let known = ledger.known.lock().unwrap().clone();
-    let found = get_all(c, &known).await;
+    let found = get_all(c, ledger, &known).await;
     let mut net: BTreeMap<String, i64> = BTreeMap::new();
     for (id, k) in &known {
         let Some(t) = &found[id] else {
