@@ -18,9 +18,11 @@
 //! What: [`RenewingCluster`] hands out the current connection with its generation. A call
 //! that fails with `ClusterConnectionNotFound`, or gets no answer within the call timeout,
 //! asks for a new connection from the client (connecting to the configured nodes afresh);
-//! one call at a time does, the others go on failing (their callers retry). A call that
-//! timed out may still be applied: the store answers it `Indeterminate` either way. Dropping the last handle of the old connection aborts its
-//! task. While the Cluster is down the new connection cannot be made and the old one stays.
+//! one call at a time does, and waits for it (at most the connect timeout) before it
+//! answers; the others go on failing meanwhile (their callers retry). A call that timed out
+//! may still be applied: the store answers it `Indeterminate` either way. Dropping the last
+//! handle of the old connection aborts its task. While the Cluster is down the new
+//! connection cannot be made and the old one stays.
 
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -30,7 +32,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// A Cluster connection, replaced when it reports that it knows no node (see the module docs).
+/// A Cluster connection, replaced when it reports that it knows no node or answers nothing
+/// in time (see the module docs).
 pub(crate) struct RenewingCluster {
     client: ClusterClient,
     connect_timeout: Duration,
@@ -91,26 +94,24 @@ impl RenewingCluster {
     }
 
     /// Replaces the connection of `generation` with a new one, unless it was replaced
-    /// already or another call is at it. Answers true when this call replaced it.
-    async fn renew(&self, generation: u64) -> bool {
+    /// already or another call is at it. While no node answers, it stays as it is.
+    async fn renew(&self, generation: u64) {
         if self.renewing.swap(true, Ordering::AcqRel) {
-            return false;
+            return;
         }
         // Cleared however this future ends (it may be dropped at a call's timeout).
         let _renewing = Renewing(&self.renewing);
         if self.get().0 != generation {
-            return false;
+            return;
         }
         let Ok(conn) = connect(&self.client, self.connect_timeout).await else {
-            return false;
+            return;
         };
         let mut current = self.current.lock().expect("the Cluster connection lock");
-        if current.0 != generation {
-            return false;
+        if current.0 == generation {
+            *current = (generation + 1, conn);
+            self.renewals.fetch_add(1, Ordering::Relaxed);
         }
-        *current = (generation + 1, conn);
-        self.renewals.fetch_add(1, Ordering::Relaxed);
-        true
     }
 }
 

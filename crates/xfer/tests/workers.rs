@@ -548,9 +548,11 @@ async fn kill_cycles(pg: Arc<dyn Database>) {
 
 /// Every shard of the Redis store reaches its Cluster again after all the masters were
 /// killed and restarted while calls were failing: redis-rs 1.8.1's Cluster connection can be
-/// left knowing no node, for good, and the store then replaces it (xfer-store-redis
-/// `cluster.rs`). Five cycles over sixteen shards, each with four callers through the outage;
-/// after each restart every shard must answer within 10 s.
+/// left knowing no node, or answering nothing, for good, and the store then replaces it
+/// (xfer-store-redis `cluster.rs`). Five cycles over 64 shards (each its own connection, so
+/// each a chance to be left so), two callers each through the outage; after each restart
+/// every shard must answer within 20 s (5 s per call). Without the replacement it failed 4
+/// runs of 4 (at 10 s and 2 s per call).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn every_redis_shard_reaches_its_cluster_again_after_every_master_restarts() {
     use std::sync::atomic::AtomicBool;
@@ -561,7 +563,7 @@ async fn every_redis_shard_reaches_its_cluster_again_after_every_master_restarts
     const SHARDS: usize = 64;
     const CALLERS: usize = 2;
     const CYCLES: usize = 5;
-    const ANSWER_WITHIN_MS: u64 = 10_000;
+    const ANSWER_WITHIN_MS: u64 = 20_000;
 
     let cluster = Arc::new(RedisCluster::start());
     let nodes: Vec<String> = cluster
@@ -572,7 +574,7 @@ async fn every_redis_shard_reaches_its_cluster_again_after_every_master_restarts
     let mut stores = vec![];
     for s in 0..SHARDS {
         let mut cfg = RedisConfig::cluster(nodes.clone(), format!("restart_{s}"));
-        cfg.call_timeout = std::time::Duration::from_secs(2);
+        cfg.call_timeout = std::time::Duration::from_secs(5);
         stores.push(Arc::new(
             RedisStore::open(&cfg).await.expect("a shard opens"),
         ));
