@@ -120,7 +120,9 @@ impl AssetCode {
     }
 }
 
-crate::id::serde_as_validated_str!(AssetCode, |s| AssetCode::new(s, "asset"));
+crate::id::serde_as_validated_str!(AssetCode, |s| AssetCode::new(s, "asset"), |a| a
+    .as_str()
+    .as_bytes());
 
 impl fmt::Display for AssetCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

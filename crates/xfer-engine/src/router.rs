@@ -70,7 +70,7 @@ impl Router {
 
     /// The shard of a transfer record.
     pub fn shard_of_transfer(&self, id: &TransferId) -> usize {
-        (fnv1a(id.as_str().as_bytes()) % self.shards as u64) as usize
+        (fnv1a(id.as_bytes()) % self.shards as u64) as usize
     }
 
     /// The shard of an account record; `asset` is needed only when asset rules exist.
@@ -79,7 +79,7 @@ impl Router {
         id: &AccountId,
         asset: Option<&AssetCode>,
     ) -> Result<usize, RouteError> {
-        let h = fnv1a(id.as_str().as_bytes());
+        let h = fnv1a(id.as_bytes());
         for rule in &self.rules {
             let hit = match &rule.matches {
                 Match::Prefix(p) => id.as_str().starts_with(p.as_str()),

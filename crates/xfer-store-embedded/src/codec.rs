@@ -121,10 +121,10 @@ pub fn decode<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, String> {
 }
 
 /// The key of a record `id` of `shard` in the accounts, live and done tables.
-pub fn record_key(shard: u16, id: &str) -> Vec<u8> {
+pub fn record_key(shard: u16, id: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(2 + id.len());
     k.extend_from_slice(&shard.to_be_bytes());
-    k.extend_from_slice(id.as_bytes());
+    k.extend_from_slice(id);
     k
 }
 
@@ -136,7 +136,7 @@ pub fn record_id(key: &[u8]) -> Result<&str, String> {
 
 /// The prefix of `account`'s history entries in `shard`.
 pub fn history_prefix(shard: u16, account: &AccountId) -> Vec<u8> {
-    let mut k = record_key(shard, account.as_str());
+    let mut k = record_key(shard, account.as_bytes());
     k.push(0);
     k
 }
@@ -266,6 +266,7 @@ pub fn tombstone_run(value: &[u8]) -> Result<TombstoneRun, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use xfer_core::AssetCode;
     use xfer_store::AccountOp;
 
     #[test]
@@ -301,6 +302,19 @@ mod tests {
                 .as_str(),
             "a:b"
         );
+    }
+
+    #[test]
+    fn ids_and_asset_codes_encode_exactly_as_their_text_did() {
+        // They are written as bytes (no UTF-8 check) where they used to be written as
+        // text: logs and tables written before must read the same.
+        let short = AccountId::new("usd-1234").unwrap();
+        let long = TransferId::new(&"x".repeat(40)).unwrap();
+        let asset = AssetCode::new("USD", "asset").unwrap();
+        assert_eq!(encode(&short), encode(short.as_str()));
+        assert_eq!(encode(&long), encode(long.as_str()));
+        assert_eq!(encode(&asset), encode(asset.as_str()));
+        assert_eq!(decode::<TransferId>(&encode(long.as_str())).unwrap(), long);
     }
 
     #[test]

@@ -119,7 +119,7 @@ impl DoneFilter {
 
     /// Adds `id`.
     pub fn insert(&mut self, id: &TransferId) {
-        self.insert_hash(DoneFilter::hash_with(&self.hasher, id.as_str().as_bytes()));
+        self.insert_hash(DoneFilter::hash_with(&self.hasher, id.as_bytes()));
     }
 
     /// Adds the id whose hash (by [`DoneFilter::hash_with`]) is `h`.
@@ -148,7 +148,7 @@ impl DoneFilter {
         if !self.complete {
             return true;
         }
-        let h = DoneFilter::hash_with(&self.hasher, id.as_str().as_bytes());
+        let h = DoneFilter::hash_with(&self.hasher, id.as_bytes());
         self.blooms.iter().rev().any(|b| b.may_hold(h))
     }
 }

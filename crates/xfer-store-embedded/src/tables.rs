@@ -25,7 +25,7 @@
 //! is still kept comes back at the next open, past its horizon: a prune drops it again,
 //! and until then it answers a late prepare exactly as it did before it was pruned.
 
-use crate::codec::{self, decode, encode, record_key, AccountWithoutTombstones, Tombstone};
+use crate::codec::{self, decode, record_key, AccountWithoutTombstones, Tombstone};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -100,7 +100,10 @@ pub struct CheckpointBatch {
 }
 
 impl CheckpointBatch {
-    fn insert(&mut self, ks: &Keyspace, key: Vec<u8>, value: Vec<u8>) {
+    /// Adds `key` → `value` encoded, straight from the encoding's scratch buffer into the
+    /// bytes fjall keeps (a `Vec` in between was one more allocation and copy per record).
+    fn insert<T: Serialize + ?Sized>(&mut self, ks: &Keyspace, key: Vec<u8>, value: &T) {
+        let value = codec::with_encoded(value, |b| fjall::Slice::from(b));
         self.bytes += (key.len() + value.len()) as u64;
         self.batch.insert(ks, key, value);
     }
@@ -300,7 +303,7 @@ impl Tables {
 
     /// A finished transfer of `shard`, if the tables hold it.
     pub fn done(&self, shard: u16, id: &TransferId) -> Result<Option<TransferRecord>, StoreError> {
-        let key = record_key(shard, id.as_str());
+        let key = record_key(shard, id.as_bytes());
         match self.done.get(&key).map_err(unavailable("done"))? {
             None => Ok(None),
             Some(v) => decode(&v).map(Some).map_err(|e| corrupted("done", &key, e)),
@@ -319,8 +322,8 @@ impl Tables {
         shard: u16,
         mut f: impl FnMut(&[u8]) -> bool,
     ) -> Result<(), StoreError> {
-        let start = record_key(shard, "");
-        let end = record_key(shard + 1, "");
+        let start = record_key(shard, b"");
+        let end = record_key(shard + 1, b"");
         for item in self.done.range(start..end) {
             let key = item.key().map_err(unavailable("done"))?;
             if !f(&key[2..]) {
@@ -337,8 +340,8 @@ impl Tables {
         after: Option<&TransferId>,
         limit: usize,
     ) -> Result<Vec<TransferRecord>, StoreError> {
-        let start = record_key(shard, after.map_or("", |a| a.as_str()));
-        let end = record_key(shard + 1, "");
+        let start = record_key(shard, after.map_or(&[], |a| a.as_bytes()));
+        let end = record_key(shard + 1, b"");
         let mut out = Vec::new();
         for item in self.done.range(start..end) {
             if out.len() == limit {
@@ -399,7 +402,7 @@ impl Tables {
             batch: self.db.batch().durability(Some(PersistMode::SyncAll)),
             bytes: 0,
         };
-        batch.insert(&self.meta, SHARDS_KEY.to_vec(), encode(&shards));
+        batch.insert(&self.meta, SHARDS_KEY.to_vec(), &shards);
         batch
     }
 
@@ -413,9 +416,9 @@ impl Tables {
         accounts: impl IntoIterator<Item = (AccountId, Option<Arc<Account>>)>,
     ) {
         for (id, account) in accounts {
-            let key = record_key(s, id.as_str());
+            let key = record_key(s, id.as_bytes());
             match account {
-                Some(a) => batch.insert(&self.accounts, key, encode(&AccountWithoutTombstones(&a))),
+                Some(a) => batch.insert(&self.accounts, key, &AccountWithoutTombstones(&a)),
                 None => batch.remove(&self.accounts, key),
             }
         }
@@ -425,17 +428,17 @@ impl Tables {
     /// not already added with [`Tables::add_accounts`]) as they are encoded.
     pub fn add_cut(&self, batch: &mut CheckpointBatch, cut: &mut ShardCut) {
         let s = cut.shard;
-        batch.insert(&self.meta, meta_key(s), encode(&cut.meta));
+        batch.insert(&self.meta, meta_key(s), &cut.meta);
         self.add_accounts(batch, s, std::mem::take(&mut cut.accounts));
         for id in &cut.left_live {
-            batch.remove(&self.live, record_key(s, id.as_str()));
+            batch.remove(&self.live, record_key(s, id.as_bytes()));
         }
         for r in &cut.transfers {
-            let key = record_key(s, r.spec.id.as_str());
+            let key = record_key(s, r.spec.id.as_bytes());
             if r.state.is_terminal() {
-                batch.insert(&self.done, key, encode(&**r));
+                batch.insert(&self.done, key, &**r);
             } else {
-                batch.insert(&self.live, key, encode(&**r));
+                batch.insert(&self.live, key, &**r);
             }
         }
         // One key per account per checkpoint, not per entry: fjall's cost is mostly per
@@ -443,11 +446,7 @@ impl Tables {
         // entries to each of thousands of accounts.
         for (account, run) in history_runs(&cut.history) {
             let first = run[0].0;
-            batch.insert(
-                &self.history,
-                codec::history_key(s, account, first),
-                encode(&run),
-            );
+            batch.insert(&self.history, codec::history_key(s, account, first), &run);
         }
         self.write_tombstone_runs(batch, cut);
     }
@@ -473,11 +472,11 @@ impl Tables {
                 cut.meta.checkpoint_lsn,
                 u32::try_from(number).expect("fewer than 2^32 runs"),
             );
-            let value = encode(&codec::TombstoneRunRef {
+            let value = codec::TombstoneRunRef {
                 latest_horizon,
                 tombstones,
-            });
-            batch.insert(&self.tombstones, key.clone(), value);
+            };
+            batch.insert(&self.tombstones, key.clone(), &value);
             runs.push(RunNote {
                 shard: cut.shard,
                 key,
