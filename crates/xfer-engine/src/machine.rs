@@ -20,6 +20,7 @@
 //! state and epoch; everything before it can be undone, everything after it is forced.
 //! See `docs/protocol.md` for the crash-point analysis.
 
+use std::sync::Arc;
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{
     CancelReason, Code, Leg, OwnerId, Rejection, Timestamp, TransferId, TransferKind,
@@ -141,7 +142,7 @@ impl Machine {
             Phase::Inserting,
             vec![(
                 WHOLE,
-                Op::Transfer(m.id.clone(), TransferOp::Insert(Box::new(record))),
+                Op::Transfer(m.id.clone(), TransferOp::Insert(Arc::new(record))),
             )],
         );
         Ok((m, reqs))

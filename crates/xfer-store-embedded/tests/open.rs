@@ -109,7 +109,7 @@ async fn insert(store: &Embedded, id: &str) -> Reply {
     let now = SystemClock.now();
     let owner = OwnerId::new("me").unwrap();
     let rec = TransferRecord::accept_claimed(spec, now, owner, now.plus_ms(60_000));
-    let op = transfer_op(id, TransferOp::Insert(Box::new(rec)));
+    let op = transfer_op(id, TransferOp::Insert(Arc::new(rec)));
     let mut reply = store.shards()[0].execute(vec![op]).await.unwrap();
     reply.remove(0)
 }

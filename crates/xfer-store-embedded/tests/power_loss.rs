@@ -92,7 +92,7 @@ fn ops(seed: u64) -> Vec<Op> {
                     horizon: Timestamp(NOW.0 - 1),
                 },
             ),
-            4 => Op::Transfer(t.clone(), TransferOp::Insert(Box::new(record(t)))),
+            4 => Op::Transfer(t.clone(), TransferOp::Insert(Arc::new(record(t)))),
             5 => Op::Transfer(
                 t,
                 TransferOp::Claim {

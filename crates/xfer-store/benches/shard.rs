@@ -15,6 +15,7 @@
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use std::cell::RefCell;
 use std::hint::black_box;
+use std::sync::Arc;
 use xfer_core::{
     AccountId, Amount, AssetCode, LowerBound, OwnerId, Posting, Rng, Timestamp, TransferId,
     TransferKind, TransferRecord, TransferSpec, TransferState,
@@ -183,7 +184,7 @@ impl World {
             match step {
                 Step::Insert => ops.push(Op::Transfer(
                     id,
-                    TransferOp::Insert(Box::new(t.record.clone())),
+                    TransferOp::Insert(Arc::new(t.record.clone())),
                 )),
                 Step::Prepare => {
                     let amount = t.record.spec.postings[0].amount.units();

@@ -7,6 +7,7 @@
 
 use crate::op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
 use crate::store::Store;
+use std::sync::Arc;
 use xfer_core::{
     AccountId, AccountStatus, Amount, AssetCode, Code, IntentState, LowerBound, OwnerId, Posting,
     Timestamp, TransferId, TransferKind, TransferRecord, TransferSpec, TransferState,
@@ -453,10 +454,10 @@ async fn lower_bounds_hold(s: &dyn Store) {
 async fn transfers_insert_once(s: &dyn Store) {
     let r = record("t1", 10);
     assert!(matches!(
-        transfer_op(s, "t1", TransferOp::Insert(Box::new(r.clone()))).await,
+        transfer_op(s, "t1", TransferOp::Insert(Arc::new(r.clone()))).await,
         Reply::Transfer(_)
     ));
-    let again = transfer_op(s, "t1", TransferOp::Insert(Box::new(record("t1", 99)))).await;
+    let again = transfer_op(s, "t1", TransferOp::Insert(Arc::new(record("t1", 99)))).await;
     assert!(
         matches!(&again, Reply::Unchanged(t) if t.created_at == Timestamp(10)),
         "same body: the first record"
@@ -464,7 +465,7 @@ async fn transfers_insert_once(s: &dyn Store) {
     let mut other = record("t1", 10);
     std::sync::Arc::make_mut(&mut other.spec).metadata = "different".into();
     assert_eq!(
-        transfer_op(s, "t1", TransferOp::Insert(Box::new(other))).await,
+        transfer_op(s, "t1", TransferOp::Insert(Arc::new(other))).await,
         Reply::Refused(Code::IdExistsWithDifferentBody)
     );
     assert_eq!(
@@ -474,7 +475,7 @@ async fn transfers_insert_once(s: &dyn Store) {
 }
 
 async fn claims_and_decisions_compare_and_set(s: &dyn Store) {
-    transfer_op(s, "t1", TransferOp::Insert(Box::new(record("t1", 10)))).await;
+    transfer_op(s, "t1", TransferOp::Insert(Arc::new(record("t1", 10)))).await;
     let claim = |o: &str, now: u64| TransferOp::Claim {
         owner: owner(o),
         now: Timestamp(now),
@@ -543,7 +544,7 @@ fn at(ms: u64) -> Timestamp {
 async fn holds_capture_void_and_expire(s: &dyn Store) {
     for id in ["h1", "h2", "h3"] {
         let r = TransferRecord::accept(spec(id, TransferKind::Hold { ttl_ms: 5_000 }), at(0), 100);
-        transfer_op(s, id, TransferOp::Insert(Box::new(r))).await;
+        transfer_op(s, id, TransferOp::Insert(Arc::new(r))).await;
         let op = TransferOp::Claim {
             owner: owner("x"),
             now: at(1),
@@ -618,7 +619,7 @@ async fn holds_capture_void_and_expire(s: &dyn Store) {
         Timestamp(1),
         0,
     );
-    transfer_op(s, "h4", TransferOp::Insert(Box::new(r))).await;
+    transfer_op(s, "h4", TransferOp::Insert(Arc::new(r))).await;
     let claim = TransferOp::Claim {
         owner: owner("x"),
         now: Timestamp(1),
@@ -646,7 +647,7 @@ async fn holds_capture_void_and_expire(s: &dyn Store) {
 async fn refunds_link_once(s: &dyn Store) {
     let mut r = record("o1", 0);
     r.state = TransferState::Done;
-    transfer_op(s, "o1", TransferOp::Insert(Box::new(r.clone()))).await;
+    transfer_op(s, "o1", TransferOp::Insert(Arc::new(r.clone()))).await;
     let reversed = r.spec.reversed_postings();
     let link =
         |refund: &str, replacing: Option<&str>, postings: Vec<Posting>| TransferOp::LinkRefund {
@@ -675,7 +676,7 @@ async fn refunds_link_once(s: &dyn Store) {
     assert!(
         matches!(transfer_op(s, "o1", link("r2", Some("r1"), reversed)).await, Reply::Transfer(t) if t.refunded_by == Some(tid("r2")))
     );
-    transfer_op(s, "p1", TransferOp::Insert(Box::new(record("p1", 0)))).await;
+    transfer_op(s, "p1", TransferOp::Insert(Arc::new(record("p1", 0)))).await;
     assert_eq!(
         transfer_op(s, "p1", link("r3", None, vec![])).await,
         Reply::Refused(Code::OriginalIsNotDone)
@@ -684,7 +685,7 @@ async fn refunds_link_once(s: &dyn Store) {
 
 async fn sweeper_scan_is_due_first_and_skips_terminal(s: &dyn Store) {
     for (id, now) in [("late", 300), ("early", 100), ("mid", 200), ("fin", 0)] {
-        transfer_op(s, id, TransferOp::Insert(Box::new(record(id, now)))).await;
+        transfer_op(s, id, TransferOp::Insert(Arc::new(record(id, now)))).await;
     }
     let op = TransferOp::Claim {
         owner: owner("x"),

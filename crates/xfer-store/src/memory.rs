@@ -12,7 +12,7 @@ use crate::op::{AccountOp, Op, Reply, TransferOp};
 use crate::prune_index::PruneIndex;
 use crate::record::{
     apply_account_absent, apply_account_to, apply_transfer, apply_transfer_to, get_account_shared,
-    IndexEffect,
+    insert_absent, IndexEffect,
 };
 use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -377,13 +377,22 @@ impl MemoryShard {
                     reply
                 }
                 None => {
-                    let mut slot = None;
-                    let reply = apply_transfer(&mut slot, op, now);
-                    if let Some(r) = slot {
+                    let (kept, reply) = match op {
+                        TransferOp::Insert(new) => {
+                            let (kept, reply) = insert_absent(new);
+                            (Some(kept), reply)
+                        }
+                        _ => {
+                            let mut slot = None;
+                            let reply = apply_transfer(&mut slot, op, now);
+                            (slot.map(Arc::new), reply)
+                        }
+                    };
+                    if let Some(r) = kept {
                         if let Some(w) = r.wake_at() {
                             self.wake.insert((w, id.clone()));
                         }
-                        self.transfers.insert_marking(id.clone(), Arc::new(r));
+                        self.transfers.insert_marking(id.clone(), r);
                         self.note_transfer(id);
                     }
                     reply
@@ -1022,7 +1031,7 @@ mod tests {
         // changed (not evictable) until the next take.
         let rec = TransferRecord::accept(spec(t("x1"), &a, &b, 5), Timestamp(30), 5_000);
         shard.apply(
-            &Op::Transfer(t("x1"), TransferOp::Insert(Box::new(rec))),
+            &Op::Transfer(t("x1"), TransferOp::Insert(Arc::new(rec))),
             Timestamp(30),
         );
         shard.apply(&Op::Transfer(t("x1"), TransferOp::Get), Timestamp(31));
@@ -1113,7 +1122,7 @@ mod tests {
                     }
                     match shard.transfer(&t) {
                         Some(_) => Op::Transfer(t, TransferOp::Finish { now }),
-                        None => Op::Transfer(t, TransferOp::Insert(Box::new(rec))),
+                        None => Op::Transfer(t, TransferOp::Insert(Arc::new(rec))),
                     }
                 }
             };

@@ -4,6 +4,7 @@
 //! runs them in one round trip), never a read followed by a write.
 
 use std::fmt;
+use std::sync::Arc;
 use xfer_core::{
     Account, AccountId, AssetCode, CancelReason, Code, LowerBound, OwnerId, Timestamp, TransferId,
     TransferRecord, TransferState,
@@ -78,7 +79,7 @@ pub enum AccountOp {
 pub enum TransferOp {
     /// Step 1: insert if absent. The same body again answers `Unchanged` with the record; a
     /// different body is refused with `id_exists_with_different_body`.
-    Insert(Box<TransferRecord>),
+    Insert(Arc<TransferRecord>),
     /// Step 2: `initial -> pending`; or take over a non-terminal transfer whose lease has
     /// lapsed (a held one only once it has expired, moving it to `canceling`). Sets owner and
     /// lease and increments the epoch.

@@ -343,12 +343,20 @@ pub fn apply_transfer(
 ) -> Reply {
     match (slot.as_mut(), op) {
         (None, TransferOp::Insert(new)) => {
-            *slot = Some((**new).clone());
-            Reply::Transfer(new.clone())
+            let (kept, reply) = insert_absent(new);
+            *slot = Some(Arc::unwrap_or_clone(kept));
+            reply
         }
         (None, _) => Reply::NotFound,
         (Some(rec), _) => apply_transfer_to(rec, op, store_now),
     }
+}
+
+/// [`apply_transfer`] of an `Insert` where no record exists: the record to keep and the
+/// reply. The record kept is the op's own, shared: a store that holds records as `Arc`s
+/// keeps it without a copy (the engine's op and the store's record were two copies of it).
+pub fn insert_absent(new: &Arc<TransferRecord>) -> (Arc<TransferRecord>, Reply) {
+    (Arc::clone(new), Reply::Transfer(Box::new((**new).clone())))
 }
 
 /// [`apply_transfer`] on a record that exists (changed in place).

@@ -384,7 +384,7 @@ impl Submitter {
             .iter()
             .map(|s| {
                 let record = TransferRecord::accept(s.clone(), now, grace);
-                Op::Transfer(s.id.clone(), TransferOp::Insert(Box::new(record)))
+                Op::Transfer(s.id.clone(), TransferOp::Insert(Arc::new(record)))
             })
             .collect();
         let replies = match self.executor.execute_ops(ops).await {
