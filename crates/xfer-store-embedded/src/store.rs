@@ -1039,8 +1039,7 @@ impl<F: Fs> Store for EmbeddedShard<F> {
             // Memory holds the newest version of everything it has; the tables hold the
             // rest. Merge the two id-ordered runs, memory winning ties.
             let hot: Vec<TransferRecord> = mem
-                .transfers_after(after.as_ref())
-                .take(limit)
+                .transfers_after(after.as_ref(), limit)
                 .cloned()
                 .collect();
             let cold = tables.done_after(index, after.as_ref(), limit)?;

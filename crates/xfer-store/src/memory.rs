@@ -32,7 +32,9 @@ pub struct MemoryShard {
     /// the cut is still held is copied, by that write. Accounts it takes as copies without
     /// their tombstones (`CutCopy for Arc<Account>`).
     accounts: IdMap<AccountId, Arc<Account>>,
-    transfers: IdMap<TransferId, Arc<TransferRecord>>,
+    /// Without an ordered set of ids (one added and removed per transfer): sorted when
+    /// scanned (`id_map.rs`).
+    transfers: IdMap<TransferId, Arc<TransferRecord>, false>,
     /// (wake_at, id) of every non-terminal transfer: the sweeper's index.
     wake: BTreeSet<(Timestamp, TransferId)>,
     /// Every tombstone, in the order the pruner takes them (`prune_index.rs`).
@@ -609,15 +611,16 @@ impl MemoryShard {
 
     /// Accounts in id order strictly after `after` (including placeholders).
     pub fn accounts_after(&self, after: Option<&AccountId>) -> impl Iterator<Item = &Account> {
-        self.accounts.values_after(after).map(|a| &**a)
+        self.accounts.values_after(after, usize::MAX).map(|a| &**a)
     }
 
-    /// Transfers in id order strictly after `after`.
+    /// At most `limit` transfers in id order strictly after `after`.
     pub fn transfers_after(
         &self,
         after: Option<&TransferId>,
+        limit: usize,
     ) -> impl Iterator<Item = &TransferRecord> {
-        self.transfers.values_after(after).map(|r| &**r)
+        self.transfers.values_after(after, limit).map(|r| &**r)
     }
 
     /// One account, if present.
@@ -717,8 +720,7 @@ impl Store for MemoryStore {
     ) -> BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>> {
         let out = self
             .shard()
-            .transfers_after(after)
-            .take(limit)
+            .transfers_after(after, limit)
             .cloned()
             .collect();
         Box::pin(std::future::ready(Ok(out)))
