@@ -234,7 +234,8 @@ impl RedisStore {
     async fn load_functions(&self) -> Result<(), OpenError> {
         let mut cmd = redis::cmd("FUNCTION");
         cmd.arg("LOAD").arg("REPLACE").arg(FUNCTIONS);
-        self.answer(self.query::<Value>(Call::Cmd(&cmd)).await)
+        self.call::<Value>(&cmd)
+            .await
             .map(drop)
             .map_err(|e| OpenError::Functions(e.to_string()))
     }

@@ -11,8 +11,8 @@ use crate::id_map::{CutCopy, FastMap, FastSet, IdMap};
 use crate::op::{AccountOp, Op, Reply, TransferOp};
 use crate::prune_index::PruneIndex;
 use crate::record::{
-    apply_account_absent, apply_account_to, apply_transfer, apply_transfer_to, get_account_shared,
-    insert_absent, IndexEffect,
+    apply_account_absent, apply_account_to, apply_transfer_absent, apply_transfer_to,
+    get_account_shared, IndexEffect,
 };
 use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -379,17 +379,7 @@ impl MemoryShard {
                     reply
                 }
                 None => {
-                    let (kept, reply) = match op {
-                        TransferOp::Insert(new) => {
-                            let (kept, reply) = insert_absent(new);
-                            (Some(kept), reply)
-                        }
-                        _ => {
-                            let mut slot = None;
-                            let reply = apply_transfer(&mut slot, op, now);
-                            (slot.map(Arc::new), reply)
-                        }
-                    };
+                    let (kept, reply) = apply_transfer_absent(op);
                     if let Some(r) = kept {
                         if let Some(w) = r.wake_at() {
                             self.wake.insert((w, id.clone()));

@@ -333,33 +333,23 @@ fn set_lower_bound(a: &mut Account, lower_bound: LowerBound) -> Reply {
     Reply::Account(Arc::new(a.clone()))
 }
 
-/// Applies `op` to the transfer record, which may not exist (`slot` is `None`).
-/// `store_now` is the store's own clock: it judges a hold's expiry at capture together with
-/// the caller's clock, so a capture resent long after it was made cannot beat the expiry.
-pub fn apply_transfer(
-    slot: &mut Option<TransferRecord>,
-    op: &TransferOp,
-    store_now: Timestamp,
-) -> Reply {
-    match (slot.as_mut(), op) {
-        (None, TransferOp::Insert(new)) => {
-            let (kept, reply) = insert_absent(new);
-            *slot = Some(Arc::unwrap_or_clone(kept));
-            reply
-        }
-        (None, _) => Reply::NotFound,
-        (Some(rec), _) => apply_transfer_to(rec, op, store_now),
+/// A transfer op on a record that is absent: the record the op creates (an `Insert`'s, if
+/// any) and the reply. The record kept is the op's own, shared: a store that holds records
+/// as `Arc`s keeps it without a copy (the engine's op and the store's record were two
+/// copies of it).
+pub fn apply_transfer_absent(op: &TransferOp) -> (Option<Arc<TransferRecord>>, Reply) {
+    match op {
+        TransferOp::Insert(new) => (
+            Some(Arc::clone(new)),
+            Reply::Transfer(Box::new((**new).clone())),
+        ),
+        _ => (None, Reply::NotFound),
     }
 }
 
-/// [`apply_transfer`] of an `Insert` where no record exists: the record to keep and the
-/// reply. The record kept is the op's own, shared: a store that holds records as `Arc`s
-/// keeps it without a copy (the engine's op and the store's record were two copies of it).
-pub fn insert_absent(new: &Arc<TransferRecord>) -> (Arc<TransferRecord>, Reply) {
-    (Arc::clone(new), Reply::Transfer(Box::new((**new).clone())))
-}
-
-/// [`apply_transfer`] on a record that exists (changed in place).
+/// A transfer op on a record that exists (changed in place). `store_now` is the store's own
+/// clock: it judges a hold's expiry at capture together with the caller's clock, so a
+/// capture resent long after it was made cannot beat the expiry.
 pub fn apply_transfer_to(rec: &mut TransferRecord, op: &TransferOp, store_now: Timestamp) -> Reply {
     use TransferState::*;
     let changed = match op {
