@@ -883,6 +883,7 @@ impl<F: Fs> EmbeddedShard<F> {
         self.inner.check_open()?;
         let now = self.inner.clock.now();
         let mut shard = self.inner.shard(self.index);
+        shard.mem.warm(ops);
         fetch_finished(&self.inner.tables, self.index, &mut shard, ops)?;
         let replies = ops.iter().map(|op| shard.mem.apply(op, now)).collect();
         let writes: Vec<&Op> = ops.iter().filter(|op| !is_read(op)).collect();

@@ -121,6 +121,28 @@ impl History {
     }
 }
 
+/// How many due tombstones [`MemoryShard::prune`] looks up ahead at a time.
+const PRUNE_CHUNK: usize = 128;
+
+/// [`MemoryShard::warm`] for a chunk of the pruner's entries: their accounts, then their
+/// tombstones, read and thrown away, so that the lookups' cache misses overlap.
+fn warm_prune(accounts: &IdMap<AccountId, Arc<Account>>, chunk: &[(AccountId, TransferId)]) {
+    use std::hint::black_box;
+    let mut last: Option<(&AccountId, Option<&Account>)> = None;
+    let mut found: Vec<(&Account, &TransferId)> = Vec::with_capacity(chunk.len());
+    for (account, transfer) in chunk {
+        if last.is_none_or(|(id, _)| id != account) {
+            last = Some((account, accounts.get(account).map(|a| &**a)));
+        }
+        if let Some((_, Some(a))) = last {
+            found.push((a, transfer));
+        }
+    }
+    for (a, transfer) in &found {
+        black_box(a.intents.get(transfer).map(|i| i.state));
+    }
+}
+
 /// The id of the account the pruner leaves, if it is a placeholder it emptied (to drop).
 fn emptied_placeholder(left: Option<(AccountId, Option<&mut Account>)>) -> Option<AccountId> {
     match left? {
@@ -494,6 +516,43 @@ impl MemoryShard {
         }
     }
 
+    /// Reads, and throws away, what [`MemoryShard::apply`] of each of `ops` will read
+    /// first: its record and, for a step of a transfer on an account, the account's intent.
+    /// It changes nothing. It is for the memory latency: a record is found by hash
+    /// among hundreds of MiB, so each op's first reads miss the caches, and one after the
+    /// other inside `apply` they are a chain of misses. Here the lookups of different ops
+    /// do not depend on each other, so the processor has several in flight at once, and
+    /// `apply` then finds the lines in cache. In stages (records, then their intents), so
+    /// that a stage's loop is short enough for many of its misses to overlap.
+    pub fn warm(&self, ops: &[Op]) {
+        use std::hint::black_box;
+        let mut accounts: Vec<(&Account, &TransferId)> = Vec::with_capacity(ops.len());
+        for op in ops {
+            match op {
+                Op::Account(id, op) => {
+                    let transfer = match op {
+                        AccountOp::Prepare { transfer, .. }
+                        | AccountOp::Post { transfer, .. }
+                        | AccountOp::Release { transfer, .. } => transfer,
+                        _ => continue,
+                    };
+                    if let Some(a) = self.accounts.get(id) {
+                        accounts.push((a, transfer));
+                    }
+                }
+                Op::Transfer(id, _) => {
+                    black_box(self.transfers.get(id).map(|r| r.state));
+                }
+            }
+        }
+        for (a, _) in &accounts {
+            black_box(a.intents.len());
+        }
+        for (a, transfer) in &accounts {
+            black_box(a.intents.get(transfer).map(|i| i.state));
+        }
+    }
+
     /// True if the transfer is in memory.
     pub fn has_transfer(&self, id: &TransferId) -> bool {
         self.transfers.contains_key(id)
@@ -525,34 +584,42 @@ impl MemoryShard {
         let mut emptied = Vec::new();
         {
             let (accounts, index) = (&mut self.accounts, &mut self.tombstones);
-            // The account the last entry named, taken once for all its entries in a row
-            // (a bucket's entries are in account order: `prune_index.rs`).
-            // (`None` for an account the shard no longer holds: its entries are stale.)
-            let mut at: Option<(AccountId, Option<&mut Account>)> = None;
             // Due entries are the first ones: take them off the front (no key comparisons,
-            // where looking each one up again to remove it compared ids all the way down).
-            for _ in 0..limit {
-                let Some((account, transfer)) = index.pop_due(now) else {
+            // where looking each one up again to remove it compared ids all the way down),
+            // a chunk at a time, whose tombstones are looked up once ahead (`warm_prune`).
+            let mut chunk = Vec::with_capacity(limit.min(PRUNE_CHUNK));
+            let mut left = limit;
+            while left > 0 {
+                chunk.extend(std::iter::from_fn(|| index.pop_due(now)).take(left.min(PRUNE_CHUNK)));
+                if chunk.is_empty() {
                     break;
-                };
-                if at.as_ref().is_none_or(|(id, _)| *id != account) {
-                    emptied.extend(emptied_placeholder(at.take()));
-                    // Not a change of the account's written form (tombstones are listed
-                    // apart, see `Changes::tombstones`), unless a placeholder left empty and
-                    // dropped.
-                    let a = accounts.get_mut_unmarked(&account).map(Arc::make_mut);
-                    at = Some((account, a));
                 }
-                let Some((_, Some(a))) = &mut at else {
-                    continue;
-                };
-                // The index may be stale (a mutant, or a tombstone rewritten): re-check the
-                // record.
-                if a.intents.drop_due_tombstone(&transfer, now) {
-                    dropped += 1;
+                left -= chunk.len();
+                warm_prune(accounts, &chunk);
+                // The account the last entry named, taken once for all its entries in a row
+                // (a bucket's entries are in account order: `prune_index.rs`).
+                // (`None` for an account the shard no longer holds: its entries are stale.)
+                let mut at: Option<(AccountId, Option<&mut Account>)> = None;
+                for (account, transfer) in chunk.drain(..) {
+                    if at.as_ref().is_none_or(|(id, _)| *id != account) {
+                        emptied.extend(emptied_placeholder(at.take()));
+                        // Not a change of the account's written form (tombstones are listed
+                        // apart, see `Changes::tombstones`), unless a placeholder left empty
+                        // and dropped.
+                        let a = accounts.get_mut_unmarked(&account).map(Arc::make_mut);
+                        at = Some((account, a));
+                    }
+                    let Some((_, Some(a))) = &mut at else {
+                        continue;
+                    };
+                    // The index may be stale (a mutant, or a tombstone rewritten): re-check
+                    // the record.
+                    if a.intents.drop_due_tombstone(&transfer, now) {
+                        dropped += 1;
+                    }
                 }
+                emptied.extend(emptied_placeholder(at));
             }
-            emptied.extend(emptied_placeholder(at));
         }
         for id in &emptied {
             self.drop_account(id);
@@ -804,6 +871,27 @@ mod tests {
         // One due among 41, 40 due among 41.
         assert_eq!(run(1, 40), (1, 41, 0, 40));
         assert_eq!(run(40, 1), (40, 2, 0, 1));
+        // Runs longer than the pruner's chunk of look-ahead, one account across chunks.
+        let long = 2 * PRUNE_CHUNK + 3;
+        assert_eq!(run(long, 5), (long, 6, 0, 5));
+        assert_eq!(run(5, long), (5, long + 1, 0, long));
+        // A placeholder's marks across chunks: emptied, the placeholder is dropped.
+        let mut shard = MemoryShard::tracking();
+        let p = AccountId::new("p").unwrap();
+        for i in 0..PRUNE_CHUNK + 7 {
+            let release = AccountOp::Release {
+                transfer: TransferId::new(&format!("t{i}")).unwrap(),
+                asset: AssetCode::new("USD", "asset").unwrap(),
+                horizon: Timestamp(10),
+            };
+            shard.apply(&Op::Account(p.clone(), release), Timestamp(2));
+        }
+        assert_eq!(shard.account(&p).unwrap().intents.len(), PRUNE_CHUNK + 7);
+        assert_eq!(shard.prune(Timestamp(1_100), 10_000), PRUNE_CHUNK + 7);
+        assert!(
+            shard.account(&p).is_none(),
+            "the emptied placeholder is gone"
+        );
         // An account's due entries taken over three calls (the limit cuts its run).
         let mut shard = MemoryShard::tracking();
         let a = create(&mut shard, "a");
