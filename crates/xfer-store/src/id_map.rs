@@ -220,6 +220,31 @@ impl<K: Ord + Hash + Clone, V: Clone + CutCopy, const ORDERED: bool> IdMap<K, V,
         Some(v)
     }
 
+    /// Removes `k` if `remove(value, marked)` says so, `marked` as [`IdMap::is_marked`]
+    /// answers it: one lookup where asking, then removing, took three.
+    pub(crate) fn remove_if(&mut self, k: &K, remove: impl FnOnce(&V, bool) -> bool) -> Option<V> {
+        let (mark, cut) = (self.mark, self.cut);
+        match self.by_id.entry(k.clone()) {
+            Entry::Occupied(e)
+                if remove(
+                    &e.get().0,
+                    e.get().1 == mark || (cut != 0 && e.get().1 == cut),
+                ) =>
+            {
+                let (k, (v, m)) = e.remove_entry();
+                if cut != 0 && m == cut {
+                    self.kept.push((k.clone(), v.clone()));
+                }
+                if ORDERED {
+                    let was_ordered = self.order.remove(&k);
+                    debug_assert!(was_ordered, "every key is in the ordered set");
+                }
+                Some(v)
+            }
+            _ => None,
+        }
+    }
+
     /// Every value, in key order.
     pub(crate) fn values(&self) -> Box<dyn Iterator<Item = &V> + '_> {
         self.values_after(None, usize::MAX)
@@ -282,9 +307,16 @@ mod tests {
         let mut reference: BTreeMap<String, u64> = BTreeMap::new();
         for step in 0..5_000u64 {
             let key = format!("k{}", rng.below(300));
-            match rng.below(3) {
+            match rng.below(4) {
                 0 | 1 => assert_eq!(ours.insert(key.clone(), step), reference.insert(key, step)),
-                _ => assert_eq!(ours.remove(&key), reference.remove(&key)),
+                2 => assert_eq!(ours.remove(&key), reference.remove(&key)),
+                _ => {
+                    let even = reference.get(&key).copied().filter(|v| v % 2 == 0);
+                    if even.is_some() {
+                        reference.remove(&key);
+                    }
+                    assert_eq!(ours.remove_if(&key, |v, _| v % 2 == 0), even);
+                }
             }
             let probe = format!("k{}", rng.below(300));
             assert_eq!(ours.get(&probe), reference.get(&probe));
@@ -349,6 +381,21 @@ mod tests {
         assert!(m.is_marked(&"c".into()));
         assert_eq!(m.values().copied().collect::<Vec<_>>(), vec![5, 2, 4]);
         assert_eq!(m.order.len(), m.by_id.len());
+        // `remove_if` is told whether the value is marked, as `is_marked` answers.
+        let mut told = Vec::new();
+        for k in ["a", "b", "c"] {
+            assert_eq!(
+                m.remove_if(&k.into(), |_, marked| {
+                    told.push(marked);
+                    false
+                }),
+                None
+            );
+        }
+        assert_eq!(told, [false, true, true]);
+        assert_eq!(m.remove_if(&"b".into(), |_, marked| marked), Some(2));
+        assert!(!m.contains_key(&"b".into()) && m.order.len() == m.by_id.len());
+        assert_eq!(m.remove_if(&"z".into(), |_, _| true), None, "absent");
     }
 
     /// A cut collected a little at a time while the map changes: every value marked when it
@@ -384,7 +431,7 @@ mod tests {
             while !to_take.is_empty() {
                 step += 1;
                 let k = key(&mut rng);
-                match rng.below(6) {
+                match rng.below(7) {
                     0 | 1 => {
                         let k = to_take.swap_remove(rng.below(to_take.len() as u64) as usize);
                         if let Some(v) = m.take_cut(&k) {
@@ -395,7 +442,8 @@ mod tests {
                     2 => drop(m.get_mut_marking(&k).map(|(v, _)| *v += 1)),
                     3 => drop(m.insert_marking(k, step)),
                     4 => drop(m.insert(k, step)),
-                    _ => drop(m.remove(&k)),
+                    5 => drop(m.remove(&k)),
+                    _ => drop(m.remove_if(&k, |_, _| true)),
                 }
             }
             for (k, v) in m.end_cut() {

@@ -497,15 +497,12 @@ impl MemoryShard {
     /// Drops a terminal transfer from memory (it was saved elsewhere and has not changed
     /// since). Answers whether it was dropped.
     pub fn evict_transfer(&mut self, id: &TransferId) -> bool {
-        let evictable = !self.transfer_changed(id)
-            && self
-                .transfers
-                .get(id)
-                .is_some_and(|r| r.state.is_terminal());
-        if evictable {
-            self.transfers.remove(id);
-        }
-        evictable
+        let tracked = self.changes.is_some();
+        self.transfers
+            .remove_if(id, |r, marked| {
+                !(tracked && marked) && r.state.is_terminal()
+            })
+            .is_some()
     }
 
     /// Drops from memory the history entries of `list`, handed out as
