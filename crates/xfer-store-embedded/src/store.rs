@@ -120,6 +120,9 @@ struct CommitState {
 /// Records evicted per hold of a shard's lock after a checkpoint.
 const EVICT_SLICE: usize = 256;
 
+/// Records dropped at a time by [`drop_records`].
+const DROP_CHUNK: usize = 64;
+
 /// Tombstones pruned per hold of a shard's lock (and per log entry).
 const PRUNE_SLICE: usize = 128;
 
@@ -871,10 +874,32 @@ impl<F: Fs> Inner<F> {
             .map(|c| c.meta.checkpoint_lsn)
             .min()
             .unwrap_or(1);
+        for cut in &mut cuts {
+            drop_records(std::mem::take(&mut cut.transfers));
+        }
         self.log.remove_before(oldest).map_err(|e| {
             StoreError::Unavailable(format!("embedded log: removing old segments: {e}"))
         })?;
         Ok(())
+    }
+}
+
+/// Drops a cut's transfers, most of them the last references to their records and specs
+/// (the shard let go of what it evicted), a chunk at a time from the end, each chunk's
+/// reference counts read first: the records are scattered over the heap, and read in a
+/// short loop of their own the misses overlap, where dropping one after the other waited
+/// for each in turn (dropping the cut was 3.5 % of `xfer bench`'s samples).
+fn drop_records(mut records: Vec<Arc<TransferRecord>>) {
+    use std::hint::black_box;
+    while !records.is_empty() {
+        let from = records.len().saturating_sub(DROP_CHUNK);
+        for r in &records[from..] {
+            black_box(Arc::strong_count(r));
+        }
+        for r in &records[from..] {
+            black_box(Arc::strong_count(&r.spec));
+        }
+        records.truncate(from);
     }
 }
 
