@@ -401,9 +401,9 @@ impl Tables {
     /// An empty checkpoint batch for a store of `shards` shards: [`Tables::add_cut`] adds
     /// each shard's cut, [`Tables::commit`] writes it.
     pub fn begin_batch(&self, shards: u16) -> CheckpointBatch {
-        // As many items as the last checkpoint's (grown from empty, fjall's list of them
-        // was copied over and over: 0.8 % of `xfer bench`'s samples).
-        let items = self.batch_items.load(Ordering::Relaxed);
+        // As many items as the last checkpoint's, and some (grown from empty, fjall's list of
+        // them was copied over and over: 0.8 % of `xfer bench`'s samples).
+        let items = xfer_store::room_for(self.batch_items.load(Ordering::Relaxed));
         let mut batch = CheckpointBatch {
             batch: OwnedWriteBatch::with_capacity(self.db.clone(), items)
                 .durability(Some(PersistMode::SyncAll)),

@@ -28,3 +28,37 @@ pub use memory::{Changes, Cut, HistoryEntry, MemoryShard, MemoryStore};
 pub use op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
 pub use prune_index::{prune_at, PruneIndex, PRUNE_BUCKET_MS};
 pub use store::{answered_durable, BoxFuture, HistoryPage, LogDomain, Store, StoreError};
+
+/// The room to give a list that starts over each checkpoint (or bucket) and last held
+/// `last` entries: that many and a quarter more. With exactly as many, a list that held
+/// a few more than the last one was copied whole into one twice its size (`Vec` growth:
+/// 3 % of `xfer bench`'s samples, with the page faults of the larger block).
+pub fn room_for(last: usize) -> usize {
+    last.saturating_add(last / 4)
+}
+
+/// The room to give the list that takes over from `last`: [`room_for`] its length, and
+/// never less than its capacity, so that a list that had to grow once (the time between
+/// two checkpoints varies: a checkpoint that waits for a flush of fjall's memtables lets
+/// twice as many entries come before the next) starts that large from then on. Room a
+/// list does not fill costs address space, not memory: pages are not touched.
+pub fn room_like<T>(last: &Vec<T>) -> usize {
+    room_for(last.len()).max(last.capacity())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{room_for, room_like};
+
+    #[test]
+    fn a_new_list_has_a_quarter_more_room_and_never_less_than_the_last_had() {
+        assert_eq!(room_for(0), 0);
+        assert_eq!(room_for(8), 10);
+        assert_eq!(room_for(usize::MAX), usize::MAX, "saturates");
+        let mut grown: Vec<u8> = Vec::with_capacity(100);
+        grown.extend([1, 2, 3]);
+        assert_eq!(room_like(&grown), 100, "the capacity it had");
+        let full: Vec<u8> = (0..=255).collect();
+        assert!(room_like(&full) >= 320, "a quarter more than its length");
+    }
+}

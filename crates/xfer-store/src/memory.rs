@@ -14,6 +14,7 @@ use crate::record::{
     apply_account_absent, apply_account_to, apply_transfer_absent, apply_transfer_to,
     get_account_shared, IndexEffect,
 };
+use crate::room_like;
 use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -91,7 +92,7 @@ impl History {
         match self {
             History::ByAccount(_) => Arc::default(),
             History::Unsaved { taken, since } => {
-                let room = Vec::with_capacity(since.len());
+                let room = Vec::with_capacity(room_like(since));
                 let list = Arc::new(std::mem::replace(since, room));
                 taken.push_back(Arc::clone(&list));
                 list
@@ -174,13 +175,13 @@ pub struct Changes {
 }
 
 impl Changes {
-    /// Empty lists with room for as many entries as `c` holds.
+    /// Empty lists with room for as many entries as `c` holds, and some ([`room_like`]).
     fn with_capacity_of(c: &Changes) -> Changes {
         Changes {
-            accounts: Vec::with_capacity(c.accounts.len()),
-            transfers: Vec::with_capacity(c.transfers.len()),
+            accounts: Vec::with_capacity(room_like(&c.accounts)),
+            transfers: Vec::with_capacity(room_like(&c.transfers)),
             history: Arc::default(),
-            tombstones: Vec::with_capacity(c.tombstones.len()),
+            tombstones: Vec::with_capacity(room_like(&c.tombstones)),
             dropped_account: false,
         }
     }

@@ -56,9 +56,9 @@ impl Bucket {
 #[derive(Debug, Default)]
 pub struct PruneIndex {
     buckets: BTreeMap<Timestamp, Bucket>,
-    /// How many entries the last bucket sorted held (at most [`ROOM_MAX`]): a new bucket
-    /// starts with room for as many, not grown from empty by doubling (copied over and
-    /// over).
+    /// How many entries the last bucket sorted held, and some ([`crate::room_for`]; at most
+    /// [`ROOM_MAX`]): a new bucket starts with room for as many, not grown from empty by
+    /// doubling (copied over and over).
     room: usize,
 }
 
@@ -81,7 +81,7 @@ impl PruneIndex {
     /// Notes how many entries a bucket held when sorted (0: it was sorted already).
     fn note_room(&mut self, sorted: usize) {
         if sorted > 0 {
-            self.room = sorted.min(ROOM_MAX);
+            self.room = crate::room_for(sorted).min(ROOM_MAX);
         }
     }
 
