@@ -74,6 +74,12 @@ impl<K, V, const ORDERED: bool> Default for IdMap<K, V, ORDERED> {
 /// The mark a new map starts with (values inserted unmarked carry 0).
 const FIRST_MARK: u64 = 1;
 
+/// Whether a value carrying mark `m` is marked in a map whose current mark is `mark` and
+/// whose cut being collected is `cut` (see [`IdMap::is_marked`]).
+fn counts_as_marked(m: u64, mark: u64, cut: u64) -> bool {
+    m == mark || (cut != 0 && m == cut)
+}
+
 impl<K: Ord + Hash + Clone, V: Clone + CutCopy, const ORDERED: bool> IdMap<K, V, ORDERED> {
     /// Builds the map from key-value pairs (bulk: the ordered set is built sorted, much
     /// faster than one insert at a time). A repeated key keeps its last value. Pairs in key
@@ -132,7 +138,12 @@ impl<K: Ord + Hash + Clone, V: Clone + CutCopy, const ORDERED: bool> IdMap<K, V,
     pub(crate) fn is_marked(&self, k: &K) -> bool {
         self.by_id
             .get(k)
-            .is_some_and(|(_, m)| *m == self.mark || (self.cut != 0 && *m == self.cut))
+            .is_some_and(|(_, m)| self.counts_as_marked(*m))
+    }
+
+    /// Whether a value carrying mark `m` is marked (see [`IdMap::is_marked`]).
+    fn counts_as_marked(&self, m: u64) -> bool {
+        m == self.mark || (self.cut != 0 && m == self.cut)
     }
 
     /// Starts a new mark: every value is unmarked.
@@ -210,13 +221,7 @@ impl<K: Ord + Hash + Clone, V: Clone + CutCopy, const ORDERED: bool> IdMap<K, V,
 
     pub(crate) fn remove(&mut self, k: &K) -> Option<V> {
         let (v, m) = self.by_id.remove(k)?;
-        if self.cut != 0 && m == self.cut {
-            self.kept.push((k.clone(), v.clone()));
-        }
-        if ORDERED {
-            let was_ordered = self.order.remove(k);
-            debug_assert!(was_ordered, "every key is in the ordered set");
-        }
+        self.removed(k, &v, m);
         Some(v)
     }
 
@@ -224,24 +229,27 @@ impl<K: Ord + Hash + Clone, V: Clone + CutCopy, const ORDERED: bool> IdMap<K, V,
     /// answers it: one lookup where asking, then removing, took three.
     pub(crate) fn remove_if(&mut self, k: &K, remove: impl FnOnce(&V, bool) -> bool) -> Option<V> {
         let (mark, cut) = (self.mark, self.cut);
-        match self.by_id.entry(k.clone()) {
-            Entry::Occupied(e)
-                if remove(
-                    &e.get().0,
-                    e.get().1 == mark || (cut != 0 && e.get().1 == cut),
-                ) =>
-            {
-                let (k, (v, m)) = e.remove_entry();
-                if cut != 0 && m == cut {
-                    self.kept.push((k.clone(), v.clone()));
-                }
-                if ORDERED {
-                    let was_ordered = self.order.remove(&k);
-                    debug_assert!(was_ordered, "every key is in the ordered set");
-                }
-                Some(v)
-            }
-            _ => None,
+        let Entry::Occupied(e) = self.by_id.entry(k.clone()) else {
+            return None;
+        };
+        let (v, m) = e.get();
+        if !remove(v, counts_as_marked(*m, mark, cut)) {
+            return None;
+        }
+        let (v, m) = e.remove();
+        self.removed(k, &v, m);
+        Some(v)
+    }
+
+    /// What removing `k` (its value `v`, carrying mark `m`) leaves to do: a value of the
+    /// cut not yet collected is kept aside as it was, and the key leaves the ordered set.
+    fn removed(&mut self, k: &K, v: &V, m: u64) {
+        if self.cut != 0 && m == self.cut {
+            self.kept.push((k.clone(), v.clone()));
+        }
+        if ORDERED {
+            let was_ordered = self.order.remove(k);
+            debug_assert!(was_ordered, "every key is in the ordered set");
         }
     }
 

@@ -128,7 +128,6 @@ const PRUNE_CHUNK: usize = 128;
 /// [`MemoryShard::warm`] for a chunk of the pruner's entries: their accounts, then their
 /// tombstones, read and thrown away, so that the lookups' cache misses overlap.
 fn warm_prune(accounts: &IdMap<AccountId, Arc<Account>>, chunk: &[(AccountId, TransferId)]) {
-    use std::hint::black_box;
     let mut last: Option<(&AccountId, Option<&Account>)> = None;
     let mut found: Vec<(&Account, &TransferId)> = Vec::with_capacity(chunk.len());
     for (account, transfer) in chunk {
@@ -139,7 +138,17 @@ fn warm_prune(accounts: &IdMap<AccountId, Arc<Account>>, chunk: &[(AccountId, Tr
             found.push((a, transfer));
         }
     }
-    for (a, transfer) in &found {
+    warm_intents(&found);
+}
+
+/// The second and third stages of [`MemoryShard::warm`]: each account's table of intents,
+/// then the intent of each transfer in it, read and thrown away.
+fn warm_intents(found: &[(&Account, &TransferId)]) {
+    use std::hint::black_box;
+    for (a, _) in found {
+        black_box(a.intents.len());
+    }
+    for (a, transfer) in found {
         black_box(a.intents.get(transfer).map(|i| i.state));
     }
 }
@@ -523,7 +532,6 @@ impl MemoryShard {
     /// `apply` then finds the lines in cache. In stages (records, then their intents), so
     /// that a stage's loop is short enough for many of its misses to overlap.
     pub fn warm(&self, ops: &[Op]) {
-        use std::hint::black_box;
         let mut accounts: Vec<(&Account, &TransferId)> = Vec::with_capacity(ops.len());
         for op in ops {
             match op {
@@ -539,16 +547,11 @@ impl MemoryShard {
                     }
                 }
                 Op::Transfer(id, _) => {
-                    black_box(self.transfers.get(id).map(|r| r.state));
+                    std::hint::black_box(self.transfers.get(id).map(|r| r.state));
                 }
             }
         }
-        for (a, _) in &accounts {
-            black_box(a.intents.len());
-        }
-        for (a, transfer) in &accounts {
-            black_box(a.intents.get(transfer).map(|i| i.state));
-        }
+        warm_intents(&accounts);
     }
 
     /// True if the transfer is in memory.
