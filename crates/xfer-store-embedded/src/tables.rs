@@ -12,7 +12,11 @@
 //! | `meta` | `shards`, `shard` ‖ n | shard count; per shard the checkpoint LSN and history sequence |
 //!
 //! A checkpoint is one atomic fjall batch, synced before it returns: the tables always hold
-//! every shard's state exactly as of that shard's checkpoint LSN, never a mix.
+//! every shard's state exactly as of that shard's checkpoint LSN, never a mix. Its finished
+//! transfers go to `done` just before, sorted, as tables of their own (fjall's ingestion:
+//! no journal, no memtable, no flush; synced): a record there ahead of the batch is one the
+//! log, synced first, reproduces on replay, and memory wins over `done` wherever both hold
+//! an id.
 //!
 //! Tombstones are written once each, in the runs of the checkpoint after they were made,
 //! not with their account: a tombstone stays on its account until its horizon (seconds),
@@ -97,6 +101,8 @@ pub struct CheckpointBatch {
     batch: OwnedWriteBatch,
     /// Key and value bytes inserted (what fjall's journal and memtables take).
     bytes: u64,
+    /// Finished transfers for `done`, key and value: ingested, sorted, before the batch.
+    done: Vec<(Vec<u8>, fjall::Slice)>,
 }
 
 impl CheckpointBatch {
@@ -111,6 +117,11 @@ impl CheckpointBatch {
     fn remove(&mut self, ks: &Keyspace, key: Vec<u8>) {
         self.bytes += key.len() as u64;
         self.batch.remove(ks, key);
+    }
+
+    fn insert_done(&mut self, key: Vec<u8>, record: &TransferRecord) {
+        let value = codec::with_encoded(record, |b| fjall::Slice::from(b));
+        self.done.push((key, value));
     }
 }
 
@@ -185,6 +196,8 @@ pub struct Tables {
     unflushed: AtomicU64,
     /// Items in the last checkpoint's batch: the next one starts with room for as many.
     batch_items: AtomicUsize,
+    /// Finished transfers in the last checkpoint: the next one starts with room for as many.
+    done_items: AtomicUsize,
     /// [`FLUSH_AFTER_BYTES`] (tests lower it).
     flush_after: u64,
 }
@@ -232,6 +245,7 @@ impl Tables {
             runs: Mutex::new(Vec::new()),
             unflushed: AtomicU64::new(0),
             batch_items: AtomicUsize::new(0),
+            done_items: AtomicUsize::new(0),
             flush_after: FLUSH_AFTER_BYTES,
             db,
         })
@@ -408,6 +422,9 @@ impl Tables {
             batch: OwnedWriteBatch::with_capacity(self.db.clone(), items)
                 .durability(Some(PersistMode::SyncAll)),
             bytes: 0,
+            done: Vec::with_capacity(xfer_store::room_for(
+                self.done_items.load(Ordering::Relaxed),
+            )),
         };
         batch.insert(&self.meta, SHARDS_KEY.to_vec(), &shards);
         batch
@@ -443,7 +460,7 @@ impl Tables {
         for r in &cut.transfers {
             let key = record_key(s, r.spec.id.as_bytes());
             if r.state.is_terminal() {
-                batch.insert(&self.done, key, &**r);
+                batch.insert_done(key, r);
             } else {
                 batch.insert(&self.live, key, &**r);
             }
@@ -492,16 +509,57 @@ impl Tables {
         }
     }
 
-    /// Writes a checkpoint's batch atomically and durably; then flushes fjall's memtables if
-    /// checkpoints have put [`FLUSH_AFTER_BYTES`] into them since the last flush.
+    /// Writes a checkpoint: its finished transfers into `done` (ingested: sorted, written as
+    /// tables of their own and synced, without fjall's journal and memtable, whose inserts
+    /// and flushes cost more than the sort), then its batch atomically and durably; then
+    /// flushes fjall's memtables if checkpoints have put [`FLUSH_AFTER_BYTES`] into them
+    /// since the last flush.
+    ///
+    /// A crash between the two leaves records in `done` that the tables' checkpoint does
+    /// not know of yet: each is a finished transfer as of a point the log was synced to
+    /// before this call, so replay makes it again in memory (which wins over `done`) and the
+    /// next checkpoint writes it again, the same.
     pub fn commit(&self, batch: CheckpointBatch) -> Result<(), StoreError> {
         self.batch_items.store(batch.batch.len(), Ordering::Relaxed);
+        self.ingest_done(batch.done)?;
         batch.batch.commit().map_err(unavailable("checkpoint"))?;
         let unflushed = self.unflushed.fetch_add(batch.bytes, Ordering::Relaxed) + batch.bytes;
         if unflushed >= self.flush_after {
             self.flush()?;
         }
         Ok(())
+    }
+
+    /// Writes finished transfers of shard `shard` into `done` as a checkpoint's commit does
+    /// first, and nothing else (tests: a crash between the two).
+    pub fn write_done(&self, shard: u16, records: &[TransferRecord]) -> Result<(), StoreError> {
+        let mut batch = self.begin_batch(1);
+        for r in records {
+            batch.insert_done(record_key(shard, r.spec.id.as_bytes()), r);
+        }
+        self.ingest_done(batch.done)
+    }
+
+    /// Writes `records` into `done` with fjall's ingestion, in key order (a key given twice
+    /// keeps its last record).
+    fn ingest_done(&self, mut records: Vec<(Vec<u8>, fjall::Slice)>) -> Result<(), StoreError> {
+        self.done_items.store(records.len(), Ordering::Relaxed);
+        if records.is_empty() {
+            return Ok(());
+        }
+        records.reverse(); // the stable sort then keeps a repeated key's last record first
+        records.sort_by(|a, b| a.0.cmp(&b.0));
+        records.dedup_by(|later, first| later.0 == first.0);
+        let mut ingestion = self
+            .done
+            .start_ingestion()
+            .map_err(unavailable("done ingestion"))?;
+        for (key, value) in records {
+            ingestion
+                .write(key, value)
+                .map_err(unavailable("done ingestion"))?;
+        }
+        ingestion.finish().map_err(unavailable("done ingestion"))
     }
 
     /// Flushes what checkpoints wrote into fjall's tables and waits (on the checkpointer's

@@ -217,3 +217,66 @@ async fn a_finished_transfer_that_left_memory_keeps_its_id_before_and_after_a_re
     start(&store, "t2").await;
     drop(store);
 }
+
+#[tokio::test]
+async fn a_crash_after_the_done_records_and_before_the_checkpoint_batch_changes_nothing() {
+    // A checkpoint writes its finished transfers into `done` first, then its batch. Killed
+    // in between, the store reopens at the checkpoint before, with `done` already holding
+    // records the log replays: each read, insert and listing must answer each transfer once,
+    // as the log says, and the checkpoints after must write them again without harm.
+    let dir = tempfile::tempdir().unwrap();
+    let open = || Embedded::open(dir.path(), cfg(1), Arc::new(SystemClock)).unwrap();
+    let (store, _) = open();
+    start(&store, "t1").await;
+    finish(&store, "t1").await;
+    start(&store, "t2").await;
+    let record = |r: Reply| match r {
+        Reply::Unchanged(r) => *r,
+        other => panic!("{other}"),
+    };
+    let t1 = record(insert(&store, "t1").await);
+    drop(store); // killed: no checkpoint, the log holds everything
+
+    let tables = xfer_store_embedded::tables::Tables::open(&dir.path().join("tables")).unwrap();
+    tables.write_done(0, std::slice::from_ref(&t1)).unwrap();
+    assert_eq!(
+        tables.shard_meta(0).unwrap().checkpoint_lsn,
+        0,
+        "no checkpoint"
+    );
+    drop(tables);
+
+    for round in 0..3 {
+        let (store, _) = open();
+        until_done_filters_complete(&store);
+        assert_eq!(
+            state(&store, "t1").await,
+            TransferState::Canceled,
+            "{round}"
+        );
+        let t2 = if round < 2 {
+            TransferState::Pending
+        } else {
+            TransferState::Canceled
+        };
+        assert_eq!(state(&store, "t2").await, t2, "{round}");
+        let again = insert(&store, "t1").await;
+        assert!(
+            matches!(&again, Reply::Unchanged(r) if **r == t1),
+            "{round}: {again}"
+        );
+        let listed: Vec<String> = store.shards()[0]
+            .transfers(None, 10)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|r| r.spec.id.to_string())
+            .collect();
+        assert_eq!(listed, ["t1", "t2"], "{round}: each once");
+        if round == 1 {
+            finish(&store, "t2").await;
+        }
+        store.checkpoint().unwrap();
+        store.close().unwrap();
+    }
+}
