@@ -14,9 +14,9 @@
 //! A checkpoint is one atomic fjall batch, synced before it returns: the tables always hold
 //! every shard's state exactly as of that shard's checkpoint LSN, never a mix. Its finished
 //! transfers go to `done` just before, sorted, as tables of their own (fjall's ingestion:
-//! no journal, no memtable, no flush; synced): a record there ahead of the batch is one the
-//! log, synced first, reproduces on replay, and memory wins over `done` wherever both hold
-//! an id.
+//! no journal, no memtable inserts; synced). A crash between the two leaves finished
+//! records in `done` ahead of the checkpoint; replay ends with the same ones (see
+//! [`Tables::commit`]).
 //!
 //! Tombstones are written once each, in the runs of the checkpoint after they were made,
 //! not with their account: a tombstone stays on its account until its horizon (seconds),
@@ -517,8 +517,11 @@ impl Tables {
     ///
     /// A crash between the two leaves records in `done` that the tables' checkpoint does
     /// not know of yet: each is a finished transfer as of a point the log was synced to
-    /// before this call, so replay makes it again in memory (which wins over `done`) and the
-    /// next checkpoint writes it again, the same.
+    /// before this call. Replay ends with the same record: one the tables held live is in
+    /// memory, which wins over `done`; any other is brought back from `done` by the first
+    /// replayed op naming it, and the ops it went through before it finished then change
+    /// nothing on it (no step moves a terminal transfer, `record.rs`). The next checkpoint
+    /// writes it again, the same (`docs/storage-format.md`).
     pub fn commit(&self, batch: CheckpointBatch) -> Result<(), StoreError> {
         self.batch_items.store(batch.batch.len(), Ordering::Relaxed);
         self.ingest_done(batch.done)?;

@@ -227,6 +227,11 @@ async fn a_crash_after_the_done_records_and_before_the_checkpoint_batch_changes_
     let dir = tempfile::tempdir().unwrap();
     let open = || Embedded::open(dir.path(), cfg(1), Arc::new(SystemClock)).unwrap();
     let (store, _) = open();
+    // t3 is in `live` at the tables' checkpoint, so memory holds it at open; t1 is not, so
+    // replay brings it back from `done` at its first op.
+    start(&store, "t3").await;
+    store.checkpoint().unwrap();
+    finish(&store, "t3").await;
     start(&store, "t1").await;
     finish(&store, "t1").await;
     start(&store, "t2").await;
@@ -235,15 +240,14 @@ async fn a_crash_after_the_done_records_and_before_the_checkpoint_batch_changes_
         other => panic!("{other}"),
     };
     let t1 = record(insert(&store, "t1").await);
-    drop(store); // killed: no checkpoint, the log holds everything
+    let t3 = record(insert(&store, "t3").await);
+    drop(store); // killed: no checkpoint since t3's, the log holds everything after
 
     let tables = xfer_store_embedded::tables::Tables::open(&dir.path().join("tables")).unwrap();
-    tables.write_done(0, std::slice::from_ref(&t1)).unwrap();
-    assert_eq!(
-        tables.shard_meta(0).unwrap().checkpoint_lsn,
-        0,
-        "no checkpoint"
-    );
+    let checkpoint = tables.shard_meta(0).unwrap().checkpoint_lsn;
+    assert!(checkpoint > 0, "t3's checkpoint");
+    tables.write_done(0, &[t1.clone(), t3.clone()]).unwrap();
+    assert_eq!(tables.shard_meta(0).unwrap().checkpoint_lsn, checkpoint);
     drop(tables);
 
     for round in 0..3 {
@@ -260,11 +264,18 @@ async fn a_crash_after_the_done_records_and_before_the_checkpoint_batch_changes_
             TransferState::Canceled
         };
         assert_eq!(state(&store, "t2").await, t2, "{round}");
-        let again = insert(&store, "t1").await;
-        assert!(
-            matches!(&again, Reply::Unchanged(r) if **r == t1),
-            "{round}: {again}"
+        assert_eq!(
+            state(&store, "t3").await,
+            TransferState::Canceled,
+            "{round}"
         );
+        for (id, want) in [("t1", &t1), ("t3", &t3)] {
+            let again = insert(&store, id).await;
+            assert!(
+                matches!(&again, Reply::Unchanged(r) if **r == *want),
+                "{round}: {again}"
+            );
+        }
         let listed: Vec<String> = store.shards()[0]
             .transfers(None, 10)
             .await
@@ -272,7 +283,7 @@ async fn a_crash_after_the_done_records_and_before_the_checkpoint_batch_changes_
             .into_iter()
             .map(|r| r.spec.id.to_string())
             .collect();
-        assert_eq!(listed, ["t1", "t2"], "{round}: each once");
+        assert_eq!(listed, ["t1", "t2", "t3"], "{round}: each once");
         if round == 1 {
             finish(&store, "t2").await;
         }
