@@ -138,12 +138,7 @@ impl<K: Ord + Hash + Clone, V: Clone + CutCopy, const ORDERED: bool> IdMap<K, V,
     pub(crate) fn is_marked(&self, k: &K) -> bool {
         self.by_id
             .get(k)
-            .is_some_and(|(_, m)| self.counts_as_marked(*m))
-    }
-
-    /// Whether a value carrying mark `m` is marked (see [`IdMap::is_marked`]).
-    fn counts_as_marked(&self, m: u64) -> bool {
-        m == self.mark || (self.cut != 0 && m == self.cut)
+            .is_some_and(|(_, m)| counts_as_marked(*m, self.mark, self.cut))
     }
 
     /// Starts a new mark: every value is unmarked.
