@@ -599,10 +599,10 @@ async fn http_submit(
         .await?;
     let unreadable = |e: serde_json::Error| format!("POST {path}: answer unreadable: {e}");
     if specs.len() == 1 {
-        let t: Stated = serde_json::from_slice(&bytes).map_err(unreadable)?;
+        let t: Stated = serde_json::from_slice(bytes).map_err(unreadable)?;
         return Ok(vec![t.state]);
     }
-    let answer: BatchAnswer = serde_json::from_slice(&bytes).map_err(unreadable)?;
+    let answer: BatchAnswer = serde_json::from_slice(bytes).map_err(unreadable)?;
     answer
         .results
         .into_iter()

@@ -7,7 +7,7 @@ use hyper::body::Bytes;
 use hyper::{Method, Request};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client as Http;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
 
 /// An answer: the status and the JSON body (`null` when the body is not JSON; the text is
@@ -197,18 +197,16 @@ impl Client {
         stream
             .set_nodelay(true)
             .map_err(|e| format!("{}: TCP_NODELAY: {e}", self.base))?;
-        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| format!("{}: HTTP/1.1 handshake: {e}", self.base))?;
-        // The connection's I/O runs in a task of its own; it ends when `send` is dropped.
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let mut head = format!("host: {authority}\r\n");
+        if let Some(token) = &self.token {
+            head.push_str(&format!("authorization: Bearer {token}\r\n"));
+        }
         Ok(Connection {
-            send,
+            stream,
             base: self.base.clone(),
-            authority,
-            token: self.token.clone(),
+            head,
+            out: Vec::with_capacity(1024),
+            input: Vec::with_capacity(4096),
         })
     }
 }
@@ -216,37 +214,120 @@ impl Client {
 /// One kept-alive HTTP/1.1 connection, one request at a time, taken from no pool: a client
 /// that owns its connection, as each of `xfer bench --via http`'s clients does (the pooled
 /// [`Client`] spent about a tenth of that benchmark's CPU checking connections out and in).
+///
+/// It writes each request itself and reads the answer with `httparse` (hyper's own
+/// parser), in the caller's task: hyper's client connection runs its I/O in a task of its
+/// own, two hand-overs per request, and took about a seventh of the benchmark's CPU, which
+/// the server it measures shares (`docs/benchmarks.md`). It speaks only what it needs: an
+/// answer must carry a `content-length` (every xfer answer does).
 pub struct Connection {
-    send: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    stream: tokio::net::TcpStream,
     base: String,
-    authority: String,
-    token: Option<String>,
+    /// The header lines every request carries: host, and the token if any.
+    head: String,
+    /// The request being written, kept for its room.
+    out: Vec<u8>,
+    /// What was read of the answer, kept for its room.
+    input: Vec<u8>,
 }
+
+/// The most header lines an answer may have.
+const ANSWER_HEADERS_MAX: usize = 32;
+
+/// The most bytes an answer's head may take.
+const ANSWER_HEAD_MAX: usize = 64 * 1024;
 
 impl Connection {
     /// `POST path` with a JSON body already encoded: the body of a 2xx answer, for the
     /// caller to decode into what it expects; else an error as [`Answer::ok`] makes it.
-    pub async fn post_json(&mut self, path: &str, body: Vec<u8>) -> Result<Bytes, String> {
-        let what = || format!("POST {}{path}", self.base);
-        self.send
-            .ready()
+    pub async fn post_json(&mut self, path: &str, body: Vec<u8>) -> Result<&[u8], String> {
+        use std::io::Write as _;
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let what = |base: &str| format!("POST {base}{path}");
+        self.out.clear();
+        write!(
+            self.out,
+            "POST {path} HTTP/1.1\r\n{}content-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            self.head,
+            body.len()
+        )
+        .expect("writing to a vector cannot fail");
+        self.out.extend_from_slice(&body);
+        self.stream
+            .write_all(&self.out)
             .await
-            .map_err(|e| format!("{}: the connection closed: {e}", what()))?;
-        let req = Request::builder()
-            .method(Method::POST)
-            .uri(path)
-            .header(hyper::header::HOST, &self.authority);
-        let req = request(req, Some("application/json"), self.token.as_deref(), body)?;
-        let resp = self
-            .send
-            .send_request(req)
-            .await
-            .map_err(|e| format!("{}: {e}", what()))?;
-        match read(resp, what).await? {
-            (200..=299, bytes) => Ok(bytes),
-            (status, bytes) => Err(Answer::parse(status, &bytes).refusal()),
+            .map_err(|e| format!("{}: sending: {e}", what(&self.base)))?;
+        self.input.clear();
+        let (status, start, len) = loop {
+            let read = self
+                .stream
+                .read_buf(&mut self.input)
+                .await
+                .map_err(|e| format!("{}: reading the answer: {e}", what(&self.base)))?;
+            if read == 0 {
+                return Err(format!("{}: the connection closed", what(&self.base)));
+            }
+            if let Some(head) =
+                parse_head(&self.input).map_err(|e| format!("{}: {e}", what(&self.base)))?
+            {
+                break head;
+            }
+        };
+        while self.input.len() < start + len {
+            self.input.reserve(start + len - self.input.len());
+            let read = self
+                .stream
+                .read_buf(&mut self.input)
+                .await
+                .map_err(|e| format!("{}: reading the answer: {e}", what(&self.base)))?;
+            if read == 0 {
+                return Err(format!(
+                    "{}: the connection closed within the answer",
+                    what(&self.base)
+                ));
+            }
+        }
+        if self.input.len() > start + len {
+            return Err(format!(
+                "{}: {} bytes past the answer's content-length",
+                what(&self.base),
+                self.input.len() - start - len
+            ));
+        }
+        let bytes = &self.input[start..];
+        match status {
+            200..=299 => Ok(bytes),
+            _ => Err(Answer::parse(status, &Bytes::copy_from_slice(bytes)).refusal()),
         }
     }
+}
+
+/// An answer's status, where its body starts and how long it is, once `input` holds its
+/// whole head (`None` until then).
+fn parse_head(input: &[u8]) -> Result<Option<(u16, usize, usize)>, String> {
+    let mut headers = [httparse::EMPTY_HEADER; ANSWER_HEADERS_MAX];
+    let mut answer = httparse::Response::new(&mut headers);
+    let start = match answer.parse(input) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) if input.len() > ANSWER_HEAD_MAX => {
+            return Err(format!(
+                "an answer's head longer than {ANSWER_HEAD_MAX} bytes"
+            ))
+        }
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(format!("unreadable answer: {e}")),
+    };
+    let status = answer.code.ok_or("an answer without a status")?;
+    let len = answer
+        .headers
+        .iter()
+        .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+        .ok_or("an answer without a content-length")?;
+    let len = std::str::from_utf8(len.value)
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .ok_or_else(|| format!("content-length {:?}", String::from_utf8_lossy(len.value)))?;
+    Ok(Some((status, start, len)))
 }
 
 /// Percent-encodes an id for a URL path segment.
@@ -260,4 +341,143 @@ pub fn segment(id: &str) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpListener;
+
+    #[test]
+    fn an_answers_head_is_read_once_whole() {
+        let answer =
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}";
+        for cut in 0..answer.len() - 2 {
+            let head = parse_head(&answer[..cut]).expect("a prefix is no error");
+            assert_eq!(head, None, "cut at {cut}");
+        }
+        assert_eq!(
+            parse_head(&answer[..]),
+            Ok(Some((200, answer.len() - 2, 2)))
+        );
+        assert_eq!(
+            parse_head(b"HTTP/1.1 204 No Content\r\n\r\n"),
+            Err("an answer without a content-length".into())
+        );
+        assert!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n")
+            .unwrap_err()
+            .contains("content-length \"x\""));
+        assert!(parse_head(b"HTTZ/1.1 200 OK\r\n\r\n")
+            .unwrap_err()
+            .contains("unreadable answer"));
+        let endless = [b"HTTP/1.1 200 OK\r\nx: ".as_slice(), &[b'y'; 70_000]].concat();
+        assert!(parse_head(&endless).unwrap_err().contains("longer than"));
+    }
+
+    /// A server that reads one request per entry of `answers` and writes its answer in
+    /// pieces of `piece` bytes; it answers what each request was.
+    async fn server(
+        answers: Vec<Vec<u8>>,
+        piece: usize,
+    ) -> (String, tokio::task::JoinHandle<Vec<String>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let task = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.expect("accept");
+            let mut seen = Vec::new();
+            for answer in answers {
+                let mut req = Vec::new();
+                let mut buf = [0u8; 4096];
+                // The test requests' bodies are `{}`: the request ends with them.
+                while !req.ends_with(b"\r\n\r\n{}") {
+                    let n = s.read(&mut buf).await.expect("read");
+                    assert!(n > 0, "the client closed");
+                    req.extend_from_slice(&buf[..n]);
+                }
+                seen.push(String::from_utf8(req).expect("text"));
+                for chunk in answer.chunks(piece) {
+                    s.write_all(chunk).await.expect("write");
+                    s.flush().await.expect("flush");
+                    tokio::task::yield_now().await;
+                }
+            }
+            seen
+        });
+        (url, task)
+    }
+
+    #[tokio::test]
+    async fn a_connection_sends_requests_and_reads_answers_in_pieces() {
+        let answer = |status: &str, body: &str| {
+            format!(
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes()
+        };
+        let ok = answer("200 OK", r#"{"state":"done"}"#);
+        let refused = answer(
+            "422 Unprocessable Entity",
+            r#"{"code":"insufficient_funds","field":"amount","message":"short"}"#,
+        );
+        for piece in [1, 7, 4096] {
+            let (url, task) = server(vec![ok.clone(), refused.clone(), ok.clone()], piece).await;
+            let client = Client::new(&url, Some("tok".into())).expect("client");
+            let mut conn = client.connect().await.expect("connect");
+            let body = conn.post_json("/v1/transfers", b"{}".to_vec()).await;
+            assert_eq!(body, Ok(&b"{\"state\":\"done\"}"[..]), "piece {piece}");
+            let err = conn
+                .post_json("/v1/transfers", b"{}".to_vec())
+                .await
+                .unwrap_err();
+            assert_eq!(
+                err, "422 insufficient_funds (amount): short",
+                "piece {piece}"
+            );
+            let body = conn.post_json("/v1/x", b"{}".to_vec()).await;
+            assert_eq!(body, Ok(&b"{\"state\":\"done\"}"[..]), "piece {piece}");
+            let seen = task.await.expect("server");
+            let host = url.trim_start_matches("http://");
+            assert_eq!(
+                seen[2],
+                format!("POST /v1/x HTTP/1.1\r\nhost: {host}\r\nauthorization: Bearer tok\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{{}}")
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_connection_refuses_answers_it_cannot_read_whole() {
+        let cases: [(&[u8], &str); 3] = [
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\n{}",
+                "the connection closed within the answer",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n{}",
+                "1 bytes past the answer's content-length",
+            ),
+            (
+                b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+                "an answer without a content-length",
+            ),
+        ];
+        for (answer, why) in cases {
+            let (url, task) = server(vec![answer.to_vec()], 4096).await;
+            let mut conn = Client::new(&url, None)
+                .expect("client")
+                .connect()
+                .await
+                .expect("connect");
+            let read = conn.post_json("/v1/transfers", b"{}".to_vec()).await;
+            let seen = task.await.expect("server");
+            let err = read.unwrap_err();
+            assert!(
+                err.starts_with(&format!("POST {url}/v1/transfers: ")),
+                "{err}"
+            );
+            assert!(err.ends_with(why), "{err}");
+            assert!(!seen[0].contains("authorization"), "{}", seen[0]);
+        }
+    }
 }
