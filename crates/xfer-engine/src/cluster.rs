@@ -97,6 +97,15 @@ impl Cluster {
         }
     }
 
+    /// As [`Cluster::wait_durable`], syncing in the calling thread (blocking it) where the
+    /// shards can ([`Store::sync_durable`]); `None` where they cannot.
+    pub fn sync_durable(&self, point: u64) -> Option<Result<(), StoreError>> {
+        match self.shards.first() {
+            Some(s) if point > 0 => s.sync_durable(point),
+            _ => Some(Ok(())),
+        }
+    }
+
     /// True if the shards' log is durable up to `point` now.
     pub fn is_durable(&self, point: u64) -> bool {
         point == 0 || self.shards.first().is_some_and(|s| s.is_durable(point))

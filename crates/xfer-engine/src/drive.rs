@@ -66,15 +66,48 @@ impl Unreported {
         }
     }
 
-    /// Reports every round whose point is durable (all of them if `all`).
-    fn report(&mut self, cluster: &Cluster, all: bool, to: &dyn Decisions) {
+    /// Reports every round whose point is durable (all of them if `cluster` is `None`: the
+    /// caller waited for the last).
+    fn report(&mut self, cluster: Option<&Cluster>, to: &dyn Decisions) {
         while let Some((point, _)) = self.rounds.front() {
-            if !all && !cluster.is_durable(*point) {
+            if cluster.is_some_and(|c| !c.is_durable(*point)) {
                 return;
             }
             let (_, ids) = self.rounds.pop_front().expect("front exists");
             ids.iter().for_each(|id| to.decided(id));
         }
+    }
+}
+
+/// Machines driven through all their rounds, on answers that may not be durable yet: the
+/// outcomes, once the log is durable up to [`Rounds::point`] ([`Rounds::settle`]).
+pub(crate) struct Rounds {
+    flights: Vec<Flight>,
+    unreported: Unreported,
+}
+
+impl Rounds {
+    /// The log point every answer the machines took rests on (0: none waits).
+    pub(crate) fn point(&self) -> u64 {
+        self.flights.iter().map(|f| f.point).max().unwrap_or(0)
+    }
+
+    /// The outcomes, in the order the machines came, given the wait for [`Rounds::point`]:
+    /// if it failed, every outcome that rests on an answer is `Indeterminate`.
+    pub(crate) fn settle(
+        mut self,
+        synced: Result<(), StoreError>,
+        decisions: Option<&dyn Decisions>,
+    ) -> Vec<Result<Outcome, ExecError>> {
+        match synced {
+            Ok(()) => {
+                if let Some(d) = decisions {
+                    self.unreported.report(None, d);
+                }
+            }
+            Err(e) => self.flights.iter_mut().for_each(|f| f.unsynced(&e)),
+        }
+        self.flights.into_iter().map(Flight::finish).collect()
     }
 }
 
@@ -86,6 +119,19 @@ pub(crate) async fn drive(
     starts: Vec<(Machine, Vec<Request>)>,
     decisions: Option<&dyn Decisions>,
 ) -> Vec<Result<Outcome, ExecError>> {
+    let driven = rounds(cluster, clock, retry, starts, decisions).await;
+    let synced = cluster.wait_durable(driven.point()).await;
+    driven.settle(synced, decisions)
+}
+
+/// Runs `starts` through all their rounds, without waiting for the log at the end.
+pub(crate) async fn rounds(
+    cluster: &Cluster,
+    clock: &dyn Clock,
+    retry: &Retry,
+    starts: Vec<(Machine, Vec<Request>)>,
+    decisions: Option<&dyn Decisions>,
+) -> Rounds {
     let mut flights: Vec<Flight> = starts.into_iter().map(Flight::new).collect();
     let mut unreported = Unreported::default();
     // A round sends about as many requests as the one before: the lists start that long
@@ -131,7 +177,7 @@ pub(crate) async fn drive(
         }
         if let Some(d) = decisions {
             unreported.push(point, decided);
-            unreported.report(cluster, false, d);
+            unreported.report(Some(cluster), d);
         }
         let worst = flights
             .iter_mut()
@@ -141,16 +187,10 @@ pub(crate) async fn drive(
             retry.pause(failures).await;
         }
     }
-    let point = flights.iter().map(|f| f.point).max().unwrap_or(0);
-    match cluster.wait_durable(point).await {
-        Ok(()) => {
-            if let Some(d) = decisions {
-                unreported.report(cluster, true, d);
-            }
-        }
-        Err(e) => flights.iter_mut().for_each(|f| f.unsynced(&e)),
+    Rounds {
+        flights,
+        unreported,
     }
-    flights.into_iter().map(Flight::finish).collect()
 }
 
 /// What a stopped machine means to a caller: rejections, a missing transfer and broken

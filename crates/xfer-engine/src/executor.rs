@@ -14,7 +14,7 @@
 //! transfer and broken invariants come back as `Err`.
 
 use crate::cluster::Cluster;
-use crate::drive::{drive, gave_up};
+use crate::drive::{drive, gave_up, rounds, Rounds};
 use crate::error::ExecError;
 use crate::machine::{Config, Machine, Outcome, Request};
 use crate::retry::Retry;
@@ -118,20 +118,39 @@ impl Executor {
         specs: Vec<TransferSpec>,
         decisions: Option<&dyn Decisions>,
     ) -> Vec<Result<Outcome, ExecError>> {
-        let mut results = Vec::with_capacity(specs.len());
+        let ahead = self.submit_rounds(specs, decisions).await;
+        let synced = self.cluster.wait_durable(ahead.point()).await;
+        ahead.settle(synced, decisions)
+    }
+
+    /// [`Executor::submit_many`] up to the wait for the log: every round is driven, but on
+    /// stores whose answers come before they are durable (one shared log) the outcomes
+    /// wait for the log to be durable up to [`Ahead::point`]. The caller waits for it
+    /// ([`Executor::wait_durable`]) and hands the result to [`Ahead::outcomes`]; meanwhile
+    /// it may drive more, whose entries the same sync may cover.
+    pub async fn submit_many_ahead(&self, specs: Vec<TransferSpec>) -> Ahead {
+        self.submit_rounds(specs, None).await
+    }
+
+    async fn submit_rounds(
+        &self,
+        specs: Vec<TransferSpec>,
+        decisions: Option<&dyn Decisions>,
+    ) -> Ahead {
+        let mut windows = Vec::with_capacity(specs.len().div_ceil(FLIGHTS_MAX));
         let mut specs = specs.into_iter().peekable();
         while specs.peek().is_some() {
             let window: Vec<TransferSpec> = specs.by_ref().take(FLIGHTS_MAX).collect();
-            results.extend(self.submit_window(window, decisions).await);
+            windows.push(self.submit_window(window, decisions).await);
         }
-        results
+        Ahead { windows }
     }
 
     async fn submit_window(
         &self,
         specs: Vec<TransferSpec>,
         decisions: Option<&dyn Decisions>,
-    ) -> Vec<Result<Outcome, ExecError>> {
+    ) -> Window {
         let now = self.clock.now();
         let mut results: Vec<Option<Result<Outcome, ExecError>>> = vec![None; specs.len()];
         let (mut slots, mut starts) = (Vec::new(), Vec::new());
@@ -144,20 +163,19 @@ impl Executor {
                 Err(r) => results[i] = Some(Err(ExecError::Rejected(r))),
             }
         }
-        let driven = drive(
+        let rounds = rounds(
             &self.cluster,
             self.clock.as_ref(),
             &self.retry,
             starts,
             decisions,
-        );
-        for (i, r) in slots.into_iter().zip(driven.await) {
-            results[i] = Some(r);
+        )
+        .await;
+        Window {
+            results,
+            slots,
+            rounds,
         }
-        results
-            .into_iter()
-            .map(|r| r.expect("every spec has a result"))
-            .collect()
     }
 
     /// Captures the hold `id` and posts it: `done`, or rejected with `hold_expired` or
@@ -332,6 +350,62 @@ impl Executor {
     async fn drive_one(&self, start: (Machine, Vec<Request>)) -> Result<Outcome, ExecError> {
         let mut results = self.drive(vec![start]).await;
         results.pop().expect("one result per machine")
+    }
+}
+
+/// Transfers driven through all their rounds by [`Executor::submit_many_ahead`], whose
+/// outcomes wait for the log to be durable up to [`Ahead::point`].
+pub struct Ahead {
+    windows: Vec<Window>,
+}
+
+/// One window of at most [`FLIGHTS_MAX`] transfers: those refused before they started, and
+/// the rounds of the others (at `slots`).
+struct Window {
+    results: Vec<Option<Result<Outcome, ExecError>>>,
+    slots: Vec<usize>,
+    rounds: Rounds,
+}
+
+impl Ahead {
+    /// The log point the outcomes rest on (0: nothing to wait for).
+    pub fn point(&self) -> u64 {
+        self.windows
+            .iter()
+            .map(|w| w.rounds.point())
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The outcomes, in the order of the specs, given the result of waiting for
+    /// [`Ahead::point`] ([`Executor::wait_durable`]): if the wait failed, every outcome
+    /// that rests on an answer is `Indeterminate`.
+    pub fn outcomes(self, synced: Result<(), StoreError>) -> Vec<Result<Outcome, ExecError>> {
+        self.settle(synced, None)
+    }
+
+    fn settle(
+        self,
+        synced: Result<(), StoreError>,
+        decisions: Option<&dyn Decisions>,
+    ) -> Vec<Result<Outcome, ExecError>> {
+        let mut out = Vec::new();
+        for w in self.windows {
+            let mut results = w.results;
+            for (i, r) in w
+                .slots
+                .into_iter()
+                .zip(w.rounds.settle(synced.clone(), decisions))
+            {
+                results[i] = Some(r);
+            }
+            out.extend(
+                results
+                    .into_iter()
+                    .map(|r| r.expect("every spec has a result")),
+            );
+        }
+        out
     }
 }
 

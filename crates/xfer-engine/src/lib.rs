@@ -22,7 +22,7 @@ pub use audit::{audit, AuditReport};
 pub use cluster::Cluster;
 pub use drive::ROUNDS_MAX;
 pub use error::ExecError;
-pub use executor::{Decisions, Executor};
+pub use executor::{Ahead, Decisions, Executor};
 pub use machine::{Config, Machine, Outcome, Request};
 pub use retry::{ManualSleeper, Retry, RetryPolicy, Sleeper, TokioSleeper};
 pub use router::{Match, RouteError, Router, Rule};

@@ -1095,3 +1095,35 @@ async fn shards_on_different_logs_wait_for_every_step() {
     assert_eq!(finished(r).state, TransferState::Done);
     assert_eq!(gate.next.load(Relaxed), 0, "no pending call was made");
 }
+
+/// `submit_many_ahead` drives every round and leaves the wait for the log to its caller:
+/// its point is not durable when it returns, the outcomes given a successful wait are the
+/// transfers' own, and given a failed one each is `Indeterminate`.
+#[tokio::test(flavor = "current_thread")]
+async fn ahead_leaves_the_wait_to_the_caller_and_a_failed_wait_leaves_outcomes_unknown() {
+    let (w, gate) = pipelined_world(false);
+    w.bank().await;
+    gate.close();
+    let specs = || {
+        vec![
+            spec("t1", vec![posting("alice", "bob", "USD", 30)]),
+            spec("t2", vec![posting("alice", "bob", "USD", 500)]), // canceled: not enough
+        ]
+    };
+    let ahead = w.exec.submit_many_ahead(specs()).await;
+    assert!(ahead.point() > 0);
+    assert!(!w.cluster().is_durable(ahead.point()));
+    let failed = StoreError::Indeterminate("the sync failed".into());
+    for r in ahead.outcomes(Err(failed)) {
+        assert!(matches!(r, Err(ExecError::Indeterminate(_))), "{r:?}");
+    }
+    let ahead = w.exec.submit_many_ahead(specs()).await;
+    gate.open_all();
+    let synced = w.cluster().wait_durable(ahead.point()).await;
+    let states: Vec<TransferState> = ahead
+        .outcomes(synced)
+        .into_iter()
+        .map(|r| finished(r).state)
+        .collect();
+    assert_eq!(states, [TransferState::Done, TransferState::Canceled]);
+}

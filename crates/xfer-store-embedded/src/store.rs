@@ -667,6 +667,18 @@ impl<F: Fs> Inner<F> {
         }
     }
 
+    /// Makes `lsn` durable in the calling thread: leads the log's next group commit, or
+    /// waits for the one under way (the committer's, or another caller's) and then leads.
+    fn sync_here(&self, lsn: u64) -> Result<(), StoreError> {
+        if lsn < self.log.durable_lsn() {
+            return Ok(());
+        }
+        self.log.sync(lsn).map_err(|e| {
+            self.fail(e.to_string());
+            StoreError::Indeterminate(format!("embedded log: {e}"))
+        })
+    }
+
     /// The committer: syncs the log up to the highest LSN anyone waits for, then answers
     /// every waiter it covered. Waiters arriving during a sync share the next one.
     ///
@@ -974,6 +986,10 @@ impl<F: Fs> Store for EmbeddedShard<F> {
 
     fn is_durable(&self, point: u64) -> bool {
         point < self.inner.log.durable_lsn()
+    }
+
+    fn sync_durable(&self, point: u64) -> Option<Result<(), StoreError>> {
+        Some(self.inner.sync_here(point))
     }
 
     fn scan_due(

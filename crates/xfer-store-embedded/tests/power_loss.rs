@@ -249,9 +249,10 @@ fn reference_two(ops: &[Op]) -> Vec<(State, State)> {
 }
 
 /// Runs `ops` over two shards of one log, answered ahead of the sync (`execute_pending`),
-/// acknowledging them five at a time once `wait_durable` covers the last one's point (the
-/// way the engine waits once for many steps), until the first failure; answers how many
-/// were acknowledged.
+/// acknowledging them five at a time once the log is durable up to the last one's point
+/// (the way the engine waits once for many steps), by turns through the committer
+/// (`wait_durable`) and in the caller's thread (`sync_durable`, as the HTTP combiner's lane
+/// does), until the first failure; answers how many were acknowledged.
 async fn run_pending(disk: &SimFs, tables: &std::path::Path, ops: &[Op]) -> usize {
     let clock = Arc::new(ManualClock::at(NOW));
     let Ok((store, _)) = Embedded::open_with(disk.clone(), tables, config_two(), clock) else {
@@ -267,7 +268,15 @@ async fn run_pending(disk: &SimFs, tables: &std::path::Path, ops: &[Op]) -> usiz
         };
         if i % 5 == 4 || i + 1 == ops.len() {
             // Either shard waits for the one log.
-            if shards[1 - s].wait_durable(point).await.is_err() {
+            let other = &shards[1 - s];
+            let synced = if i % 10 == 4 {
+                other.wait_durable(point).await
+            } else {
+                other
+                    .sync_durable(point)
+                    .expect("syncs in the caller's thread")
+            };
+            if synced.is_err() {
                 break;
             }
             assert!(shard.is_durable(point));
@@ -361,11 +370,29 @@ async fn pending_answers_are_synced_only_when_waited_for_and_one_wait_covers_bot
     shards[1 - s].wait_durable(last).await.unwrap();
     assert_eq!(disk.syncs() - before, 1, "one wait, one sync");
     assert!(points.iter().all(|&(s, p)| shards[s].is_durable(p)));
+    // The same in the caller's thread: one sync covers both shards, and a point already
+    // durable costs none.
+    let more = crate::ops(6);
+    let mut later = Vec::new();
+    for op in &more {
+        let s = shard_of(op);
+        later.push((
+            s,
+            shards[s].execute_pending(vec![op.clone()]).await.unwrap().1,
+        ));
+    }
+    assert!(later.iter().all(|&(s, p)| !shards[s].is_durable(p)));
+    let (s, last) = *later.last().unwrap();
+    shards[1 - s].sync_durable(last).unwrap().unwrap();
+    assert_eq!(disk.syncs() - before, 2, "one sync in the caller's thread");
+    assert!(later.iter().all(|&(s, p)| shards[s].is_durable(p)));
+    shards[s].sync_durable(last).unwrap().unwrap();
+    assert_eq!(disk.syncs() - before, 2, "nothing to sync");
     drop(shards);
     store.close().unwrap();
     let (a, b) = recovered_two(disk.after_power_loss(Torn::DropUnsynced), tables.path()).await;
     assert!(
-        reference_two(&ops).last() == Some(&(a, b)),
+        reference_two(&[ops, more].concat()).last() == Some(&(a, b)),
         "everything waited for is there after a power loss"
     );
 }

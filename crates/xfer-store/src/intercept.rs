@@ -78,5 +78,9 @@ impl<S: Store> Store for Intercept<S> {
         self.inner.is_durable(point)
     }
 
+    fn sync_durable(&self, point: u64) -> Option<Result<(), StoreError>> {
+        self.inner.sync_durable(point)
+    }
+
     crate::store::forward_to_inner!(inner: scan_due, history, prune, accounts, transfers);
 }

@@ -168,6 +168,15 @@ pub trait Store: Send + Sync {
         point == 0
     }
 
+    /// As [`Store::wait_durable`], but syncing in the calling thread, which it blocks, where
+    /// the store can; `None` where it cannot (then wait with `wait_durable`). For a caller
+    /// whose wait is the critical path of many others (the HTTP combiner's lane): a wait
+    /// handed to another thread costs that thread's wake-up and then the caller's.
+    fn sync_durable(&self, point: u64) -> Option<Result<(), StoreError>> {
+        let _ = point;
+        None
+    }
+
     /// Non-terminal transfers whose wake time ([`TransferRecord::wake_at`]) is at or before
     /// `now`, earliest first, at most `limit`.
     fn scan_due(
@@ -226,6 +235,9 @@ macro_rules! forward_to_inner {
         }
         fn is_durable(&self, point: u64) -> bool {
             self.$inner.is_durable(point)
+        }
+        fn sync_durable(&self, point: u64) -> Option<Result<(), crate::store::StoreError>> {
+            self.$inner.sync_durable(point)
         }
     };
     (@ $inner:ident scan_due) => {
@@ -296,6 +308,10 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
 
     fn is_durable(&self, point: u64) -> bool {
         (**self).is_durable(point)
+    }
+
+    fn sync_durable(&self, point: u64) -> Option<Result<(), StoreError>> {
+        (**self).sync_durable(point)
     }
 
     fn scan_due(

@@ -95,6 +95,96 @@ struct Submitter {
     background: Arc<Background>,
 }
 
+/// A submit pre-checked and driven through every round ([`Submitter::start`]), its
+/// answers waiting for the log: the pre-check's reads and the rounds' answers may rest on
+/// entries not yet durable, so nothing is answered before the log is durable up to both.
+struct Pending {
+    submitter: Submitter,
+    watch: Stopwatch,
+    /// Answers known before any write: refusals of the pre-check (or its failure).
+    results: Vec<Option<Result<Answer, ApiError>>>,
+    /// Where the driven transfers' answers go in `results`.
+    slots: Vec<usize>,
+    refused: usize,
+    /// The pre-check's log point.
+    point: u64,
+    go: Go,
+}
+
+/// What happened to the transfers that passed the pre-check.
+enum Go {
+    /// Driven through every round ([`Executor::submit_many_ahead`]); so many in flight.
+    Ahead(xfer_engine::Ahead, i64),
+    /// Answered already (inserted for the background, durably).
+    Answered(Vec<Result<Answer, ApiError>>),
+}
+
+impl Pending {
+    /// Waits for the log to be durable up to everything the answers rest on, then answers
+    /// each transfer in the order submitted. If the wait fails, every answer is that error.
+    ///
+    /// `inline`: sync in this thread where the store can ([`Cluster::sync_durable`]),
+    /// blocking it for one sync, instead of handing the wait to the store's committer
+    /// thread and being woken by it. Only the combiner's one lane does: its wait is the
+    /// critical path of every combined request, and the hand-over cost each batch two
+    /// thread wake-ups, in time and in CPU (`xfer bench --via http --in-flight 64 --batch
+    /// 1`: about a fifth more transfers/s, `docs/benchmarks.md`). At most one runtime
+    /// thread is blocked so, for one sync at a time; the others run the connections.
+    async fn answer(self, inline: bool) -> Vec<Result<Answer, ApiError>> {
+        let Pending {
+            submitter: s,
+            watch,
+            mut results,
+            slots,
+            refused,
+            point,
+            go,
+        } = self;
+        let point = match &go {
+            Go::Ahead(ahead, _) => point.max(ahead.point()),
+            Go::Answered(_) => point,
+        };
+        let cluster = s.executor.cluster();
+        let synced = match inline.then(|| cluster.sync_durable(point)).flatten() {
+            Some(synced) => synced,
+            None => cluster.wait_durable(point).await,
+        };
+        let mut answers: Vec<Result<Answer, ApiError>> = match go {
+            Go::Ahead(ahead, flying) => {
+                s.metrics.in_flight(-flying);
+                let outcomes = ahead.outcomes(synced.clone());
+                outcomes.into_iter().map(answer).collect()
+            }
+            Go::Answered(a) => a,
+        };
+        match synced {
+            Ok(()) => (0..refused).for_each(|_| s.metrics.transfer("rejected", 0.0)),
+            Err(e) => {
+                let e = ApiError::from(ExecError::Indeterminate(format!(
+                    "the log could not be synced: {e}"
+                )));
+                answers = vec![Err(e.clone()); answers.len()];
+                results = vec![Some(Err(e)); results.len()];
+                (0..refused).for_each(|_| s.metrics.transfer("failed", 0.0));
+            }
+        }
+        for (i, answer) in slots.into_iter().zip(answers) {
+            let outcome = match &answer {
+                Ok(Answer::Accepted(_)) => "accepted",
+                Ok(a) => a.record().state.as_str(),
+                Err(e) if e.status().is_client_error() => "rejected",
+                Err(_) => "failed",
+            };
+            s.metrics.transfer(outcome, watch.seconds());
+            results[i] = Some(answer);
+        }
+        results
+            .into_iter()
+            .map(|r| r.expect("every transfer answered"))
+            .collect()
+    }
+}
+
 impl Service {
     /// A service over `executor` (API requests) and `sweeper` (its own executor).
     pub fn new(
@@ -111,7 +201,7 @@ impl Service {
         let lane = submitter.clone();
         let run: Run = Arc::new(move |specs| {
             let lane = lane.clone();
-            Box::pin(async move { lane.submit(specs, true).await })
+            Box::pin(async move { lane.start(specs, true).await.answer(true).await })
         });
         Service {
             sweeper,
@@ -310,12 +400,29 @@ impl Service {
 impl Submitter {
     /// [`Service::submit`], each call driven on its own.
     async fn submit(&self, specs: Vec<TransferSpec>, wait: bool) -> Vec<Result<Answer, ApiError>> {
+        self.start(specs, wait).await.answer(false).await
+    }
+
+    /// Pre-checks `specs`, then drives the good ones through every round (`wait`) or
+    /// inserts them for the background: all but the wait for the log, which
+    /// [`Pending::answer`] does.
+    async fn start(&self, specs: Vec<TransferSpec>, wait: bool) -> Pending {
         let watch = Stopwatch::start();
         let n = specs.len();
         let mut results: Vec<Option<Result<Answer, ApiError>>> = vec![None; n];
         let (checks, point) = match self.precheck(&specs).await {
             Ok(c) => c,
-            Err(e) => return vec![Err(ApiError::from(e)); n],
+            Err(e) => {
+                return Pending {
+                    submitter: self.clone(),
+                    watch,
+                    results: vec![Some(Err(ApiError::from(e))); n],
+                    slots: Vec::new(),
+                    refused: 0,
+                    point: 0,
+                    go: Go::Answered(Vec::new()),
+                }
+            }
         };
         let mut go = Vec::new();
         let mut slots = Vec::new();
@@ -332,48 +439,29 @@ impl Submitter {
                 }
             }
         }
-        let mut answers = if wait {
-            self.drive(go).await
-        } else {
-            self.accept(go).await
-        };
-        // The pre-check's reads may have seen writes not yet durable: answer nothing that
-        // rests on them before they are (usually already true: the drive waited for more).
-        match self.executor.wait_durable(point).await {
-            Ok(()) => (0..refused).for_each(|_| self.metrics.transfer("rejected", 0.0)),
-            Err(e) => {
-                let e = ApiError::from(e);
-                answers = vec![Err(e.clone()); answers.len()];
-                results = vec![Some(Err(e)); n];
-                (0..refused).for_each(|_| self.metrics.transfer("failed", 0.0));
-            }
-        }
-        for (i, answer) in slots.into_iter().zip(answers) {
-            let outcome = match &answer {
-                Ok(Answer::Accepted(_)) => "accepted",
-                Ok(a) => a.record().state.as_str(),
-                Err(e) if e.status().is_client_error() => "rejected",
-                Err(_) => "failed",
+        let go = if wait {
+            let n = go.len() as i64;
+            let span = match go.as_slice() {
+                [one] => tracing::info_span!("transfer", transfer_id = %one.id),
+                _ => tracing::info_span!("transfers", count = go.len()),
             };
-            self.metrics.transfer(outcome, watch.seconds());
-            results[i] = Some(answer);
-        }
-        results
-            .into_iter()
-            .map(|r| r.expect("every transfer answered"))
-            .collect()
-    }
-
-    async fn drive(&self, specs: Vec<TransferSpec>) -> Vec<Result<Answer, ApiError>> {
-        let n = specs.len() as i64;
-        let span = match specs.as_slice() {
-            [one] => tracing::info_span!("transfer", transfer_id = %one.id),
-            _ => tracing::info_span!("transfers", count = specs.len()),
+            self.metrics.in_flight(n);
+            Go::Ahead(
+                self.executor.submit_many_ahead(go).instrument(span).await,
+                n,
+            )
+        } else {
+            Go::Answered(self.accept(go).await)
         };
-        self.metrics.in_flight(n);
-        let outcomes = self.executor.submit_many(specs).instrument(span).await;
-        self.metrics.in_flight(-n);
-        outcomes.into_iter().map(answer).collect()
+        Pending {
+            submitter: self.clone(),
+            watch,
+            results,
+            slots,
+            refused,
+            point,
+            go,
+        }
     }
 
     /// Inserts each transfer (durably) and drives the accepted ones in a background task.
