@@ -119,6 +119,10 @@ impl Combiner {
                 // A request that went away needs no answer.
                 let _ = tx.send(answers.by_ref().take(n).collect());
             }
+            // A batch may be driven without the lane ever waiting (the embedded store
+            // answers at once and the lane syncs in its own thread): let the thread's
+            // other tasks, timers and I/O run between batches.
+            tokio::task::yield_now().await;
         }
     }
 
@@ -268,6 +272,7 @@ mod tests {
             10,
             "the five queued requests in one batch"
         );
+        settle().await;
         assert_eq!(
             c.lock().running,
             0,
@@ -302,6 +307,45 @@ mod tests {
                 vec!["a", "c"],
                 vec!["d", "e", "f", "g"]
             ]
+        );
+    }
+
+    /// A lane whose batches never wait (the embedded store answers at once, and the lane
+    /// syncs in its own thread) still lets the thread's other tasks run between batches:
+    /// each batch starts a task, which has run by the time the next batch is driven.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_lane_lets_other_tasks_run_between_batches() {
+        let ran = Arc::new(AtomicUsize::new(0));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (r, s) = (Arc::clone(&ran), Arc::clone(&seen));
+        let run: Run = Arc::new(move |specs: Vec<TransferSpec>| {
+            s.lock().unwrap().push(r.swap(0, Ordering::SeqCst));
+            let r = Arc::clone(&r);
+            tokio::spawn(async move { r.store(1, Ordering::SeqCst) });
+            let answers = specs
+                .into_iter()
+                .map(|s| {
+                    let rec = TransferRecord::accept(s, xfer_core::Timestamp::ZERO, 0);
+                    Ok(Answer::Record(Box::new(rec)))
+                })
+                .collect();
+            Box::pin(std::future::ready(answers))
+        });
+        let c = Combiner::new(run, 1, 1); // one transfer per batch
+        let requests: Vec<_> = (0..3)
+            .map(|i| {
+                let c = Arc::clone(&c);
+                tokio::spawn(async move { c.submit(vec![spec(&format!("t{i}"), 1)]).await })
+            })
+            .collect();
+        for r in requests {
+            r.await.unwrap();
+        }
+        let seen = seen.lock().unwrap().clone();
+        assert_eq!(
+            seen,
+            [0, 1, 1],
+            "the task a batch started ran before the next"
         );
     }
 
