@@ -129,7 +129,8 @@ impl Pending {
     /// critical path of every combined request, and the hand-over cost each batch two
     /// thread wake-ups, in time and in CPU (`xfer bench --via http --in-flight 64 --batch
     /// 1`: about a fifth more transfers/s, `docs/benchmarks.md`). At most one runtime
-    /// thread is blocked so, for one sync at a time; the others run the connections.
+    /// thread is blocked so, for one sync at a time; the others run the connections (the
+    /// lane does so only when the runtime has another thread).
     async fn answer(self, inline: bool) -> Vec<Result<Answer, ApiError>> {
         let Pending {
             submitter: s,
@@ -201,7 +202,11 @@ impl Service {
         let lane = submitter.clone();
         let run: Run = Arc::new(move |specs| {
             let lane = lane.clone();
-            Box::pin(async move { lane.start(specs, true).await.answer(true).await })
+            Box::pin(async move {
+                // With one runtime thread, a sync in it would stop every connection.
+                let inline = tokio::runtime::Handle::current().metrics().num_workers() > 1;
+                lane.start(specs, true).await.answer(inline).await
+            })
         });
         Service {
             sweeper,
