@@ -242,7 +242,7 @@ impl Connection {
     /// caller to decode into what it expects; else an error as [`Answer::ok`] makes it.
     pub async fn post_json(&mut self, path: &str, body: Vec<u8>) -> Result<&[u8], String> {
         use std::io::Write as _;
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        use tokio::io::AsyncWriteExt;
         let what = |base: &str| format!("POST {base}{path}");
         self.out.clear();
         write!(
@@ -259,14 +259,7 @@ impl Connection {
             .map_err(|e| format!("{}: sending: {e}", what(&self.base)))?;
         self.input.clear();
         let (status, start, len) = loop {
-            let read = self
-                .stream
-                .read_buf(&mut self.input)
-                .await
-                .map_err(|e| format!("{}: reading the answer: {e}", what(&self.base)))?;
-            if read == 0 {
-                return Err(format!("{}: the connection closed", what(&self.base)));
-            }
+            self.read_more(path, "the connection closed").await?;
             if let Some(head) =
                 parse_head(&self.input).map_err(|e| format!("{}: {e}", what(&self.base)))?
             {
@@ -275,17 +268,8 @@ impl Connection {
         };
         while self.input.len() < start + len {
             self.input.reserve(start + len - self.input.len());
-            let read = self
-                .stream
-                .read_buf(&mut self.input)
-                .await
-                .map_err(|e| format!("{}: reading the answer: {e}", what(&self.base)))?;
-            if read == 0 {
-                return Err(format!(
-                    "{}: the connection closed within the answer",
-                    what(&self.base)
-                ));
-            }
+            self.read_more(path, "the connection closed within the answer")
+                .await?;
         }
         if self.input.len() > start + len {
             return Err(format!(
@@ -298,6 +282,17 @@ impl Connection {
         match status {
             200..=299 => Ok(bytes),
             _ => Err(Answer::parse(status, &Bytes::copy_from_slice(bytes)).refusal()),
+        }
+    }
+
+    /// Reads what the server sent next onto `input`; an error naming the request (`POST
+    /// path`) if that fails or the connection closed (`closed`).
+    async fn read_more(&mut self, path: &str, closed: &str) -> Result<(), String> {
+        use tokio::io::AsyncReadExt;
+        match self.stream.read_buf(&mut self.input).await {
+            Ok(0) => Err(format!("POST {}{path}: {closed}", self.base)),
+            Ok(_) => Ok(()),
+            Err(e) => Err(format!("POST {}{path}: reading the answer: {e}", self.base)),
         }
     }
 }
