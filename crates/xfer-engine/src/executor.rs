@@ -118,9 +118,19 @@ impl Executor {
         specs: Vec<TransferSpec>,
         decisions: Option<&dyn Decisions>,
     ) -> Vec<Result<Outcome, ExecError>> {
-        let ahead = self.submit_rounds(specs, decisions).await;
-        let synced = self.cluster.wait_durable(ahead.point()).await;
-        ahead.settle(synced, decisions)
+        // Window by window, each waiting for the log before the next starts: its decisions
+        // are told as they become durable, in the order they were taken.
+        let mut results = Vec::with_capacity(specs.len());
+        let mut specs = specs.into_iter().peekable();
+        while specs.peek().is_some() {
+            let window: Vec<TransferSpec> = specs.by_ref().take(FLIGHTS_MAX).collect();
+            let ahead = Ahead {
+                windows: vec![self.submit_window(window, decisions).await],
+            };
+            let synced = self.cluster.wait_durable(ahead.point()).await;
+            results.extend(ahead.settle(synced, decisions));
+        }
+        results
     }
 
     /// [`Executor::submit_many`] up to the wait for the log: every round is driven, but on
@@ -129,19 +139,11 @@ impl Executor {
     /// ([`Executor::wait_durable`]) and hands the result to [`Ahead::outcomes`]; meanwhile
     /// it may drive more, whose entries the same sync may cover.
     pub async fn submit_many_ahead(&self, specs: Vec<TransferSpec>) -> Ahead {
-        self.submit_rounds(specs, None).await
-    }
-
-    async fn submit_rounds(
-        &self,
-        specs: Vec<TransferSpec>,
-        decisions: Option<&dyn Decisions>,
-    ) -> Ahead {
         let mut windows = Vec::with_capacity(specs.len().div_ceil(FLIGHTS_MAX));
         let mut specs = specs.into_iter().peekable();
         while specs.peek().is_some() {
             let window: Vec<TransferSpec> = specs.by_ref().take(FLIGHTS_MAX).collect();
-            windows.push(self.submit_window(window, decisions).await);
+            windows.push(self.submit_window(window, None).await);
         }
         Ahead { windows }
     }
@@ -378,8 +380,9 @@ impl Ahead {
     }
 
     /// The outcomes, in the order of the specs, given the result of waiting for
-    /// [`Ahead::point`] ([`Executor::wait_durable`]): if the wait failed, every outcome
-    /// that rests on an answer is `Indeterminate`.
+    /// [`Ahead::point`] (`Cluster::wait_durable` or `Cluster::sync_durable`): if the wait
+    /// failed, every outcome that rests on an answer is `Indeterminate`. Pass only what
+    /// such a wait answered: an `Ok` without it would answer what a crash can still undo.
     pub fn outcomes(self, synced: Result<(), StoreError>) -> Vec<Result<Outcome, ExecError>> {
         self.settle(synced, None)
     }

@@ -237,6 +237,10 @@ const ANSWER_HEADERS_MAX: usize = 32;
 /// The most bytes an answer's head may take.
 const ANSWER_HEAD_MAX: usize = 64 * 1024;
 
+/// The most bytes an answer's body may take (a batch of 8,192 transfers answers a few
+/// MiB).
+const ANSWER_BODY_MAX: usize = 64 * 1024 * 1024;
+
 impl Connection {
     /// `POST path` with a JSON body already encoded: the body of a 2xx answer, for the
     /// caller to decode into what it expects; else an error as [`Answer::ok`] makes it.
@@ -318,10 +322,16 @@ fn parse_head(input: &[u8]) -> Result<Option<(u16, usize, usize)>, String> {
         .iter()
         .find(|h| h.name.eq_ignore_ascii_case("content-length"))
         .ok_or("an answer without a content-length")?;
-    let len = std::str::from_utf8(len.value)
+    let bad = || format!("content-length {:?}", String::from_utf8_lossy(len.value));
+    let digits = len.value.trim_ascii();
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return Err(bad());
+    }
+    let len = std::str::from_utf8(digits)
         .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .ok_or_else(|| format!("content-length {:?}", String::from_utf8_lossy(len.value)))?;
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|&n| n <= ANSWER_BODY_MAX)
+        .ok_or_else(|| format!("{} (at most {ANSWER_BODY_MAX} bytes)", bad()))?;
     Ok(Some((status, start, len)))
 }
 
@@ -360,9 +370,18 @@ mod tests {
             parse_head(b"HTTP/1.1 204 No Content\r\n\r\n"),
             Err("an answer without a content-length".into())
         );
-        assert!(parse_head(b"HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n")
+        for bad in ["x", "+5", "-1", "", "99999999999999999999999"] {
+            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {bad}\r\n\r\n");
+            let err = parse_head(head.as_bytes()).unwrap_err();
+            assert!(err.contains(&format!("content-length {bad:?}")), "{err}");
+        }
+        let too_long = format!(
+            "HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n",
+            ANSWER_BODY_MAX + 1
+        );
+        assert!(parse_head(too_long.as_bytes())
             .unwrap_err()
-            .contains("content-length \"x\""));
+            .contains("at most"));
         assert!(parse_head(b"HTTZ/1.1 200 OK\r\n\r\n")
             .unwrap_err()
             .contains("unreadable answer"));
