@@ -13,6 +13,7 @@
 use crate::router::RouteError;
 use std::fmt;
 use xfer_core::{Code, Rejection};
+use xfer_store::StoreError;
 
 /// Why an executor call failed. See the module docs.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -33,6 +34,12 @@ pub enum ExecError {
 }
 
 impl ExecError {
+    /// The log could not be made durable up to what the answers rest on (`e`): whether
+    /// they survive a crash is not known.
+    pub fn unsynced(e: &StoreError) -> ExecError {
+        ExecError::Indeterminate(format!("the log could not be synced: {e}"))
+    }
+
     /// True when calling again (with the same id) may succeed: the stores were unreachable,
     /// the outcome is unknown, or an account was busy with transfers in flight.
     pub fn is_retryable(&self) -> bool {

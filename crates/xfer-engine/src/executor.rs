@@ -121,14 +121,10 @@ impl Executor {
         // Window by window, each waiting for the log before the next starts: its decisions
         // are told as they become durable, in the order they were taken.
         let mut results = Vec::with_capacity(specs.len());
-        let mut specs = specs.into_iter().peekable();
-        while specs.peek().is_some() {
-            let window: Vec<TransferSpec> = specs.by_ref().take(FLIGHTS_MAX).collect();
-            let ahead = Ahead {
-                windows: vec![self.submit_window(window, decisions).await],
-            };
-            let synced = self.cluster.wait_durable(ahead.point()).await;
-            results.extend(ahead.settle(synced, decisions));
+        for window in windows(specs) {
+            let window = self.submit_window(window, decisions).await;
+            let synced = self.cluster.wait_durable(window.rounds.point()).await;
+            results.extend(window.settle(synced, decisions));
         }
         results
     }
@@ -136,16 +132,14 @@ impl Executor {
     /// [`Executor::submit_many`] up to the wait for the log: every round is driven, but on
     /// stores whose answers come before they are durable (one shared log) the outcomes
     /// wait for the log to be durable up to [`Ahead::point`]. The caller waits for it
-    /// ([`Executor::wait_durable`]) and hands the result to [`Ahead::outcomes`]; meanwhile
-    /// it may drive more, whose entries the same sync may cover.
+    /// ([`Cluster::wait_durable`] or [`Cluster::sync_durable`]) and hands the result to
+    /// [`Ahead::outcomes`].
     pub async fn submit_many_ahead(&self, specs: Vec<TransferSpec>) -> Ahead {
-        let mut windows = Vec::with_capacity(specs.len().div_ceil(FLIGHTS_MAX));
-        let mut specs = specs.into_iter().peekable();
-        while specs.peek().is_some() {
-            let window: Vec<TransferSpec> = specs.by_ref().take(FLIGHTS_MAX).collect();
-            windows.push(self.submit_window(window, None).await);
+        let mut driven = Vec::with_capacity(specs.len().div_ceil(FLIGHTS_MAX));
+        for window in windows(specs) {
+            driven.push(self.submit_window(window, None).await);
         }
-        Ahead { windows }
+        Ahead { windows: driven }
     }
 
     async fn submit_window(
@@ -282,7 +276,7 @@ impl Executor {
         self.cluster
             .wait_durable(point)
             .await
-            .map_err(|e| ExecError::Indeterminate(format!("the log could not be synced: {e}")))
+            .map_err(|e| ExecError::unsynced(&e))
     }
 
     async fn send_ops(&self, ops: Vec<Op>, pending: bool) -> Result<(Vec<Reply>, u64), ExecError> {
@@ -384,32 +378,44 @@ impl Ahead {
     /// failed, every outcome that rests on an answer is `Indeterminate`. Pass only what
     /// such a wait answered: an `Ok` without it would answer what a crash can still undo.
     pub fn outcomes(self, synced: Result<(), StoreError>) -> Vec<Result<Outcome, ExecError>> {
-        self.settle(synced, None)
+        self.windows
+            .into_iter()
+            .flat_map(|w| w.settle(synced.clone(), None))
+            .collect()
     }
+}
 
+impl Window {
+    /// Its outcomes in the order of its specs, given the wait for its rounds' point.
     fn settle(
         self,
         synced: Result<(), StoreError>,
         decisions: Option<&dyn Decisions>,
     ) -> Vec<Result<Outcome, ExecError>> {
-        let mut out = Vec::new();
-        for w in self.windows {
-            let mut results = w.results;
-            for (i, r) in w
-                .slots
-                .into_iter()
-                .zip(w.rounds.settle(synced.clone(), decisions))
-            {
-                results[i] = Some(r);
-            }
-            out.extend(
-                results
-                    .into_iter()
-                    .map(|r| r.expect("every spec has a result")),
-            );
+        let mut results = self.results;
+        for (i, r) in self
+            .slots
+            .into_iter()
+            .zip(self.rounds.settle(synced, decisions))
+        {
+            results[i] = Some(r);
         }
-        out
+        results
+            .into_iter()
+            .map(|r| r.expect("every spec has a result"))
+            .collect()
     }
+}
+
+/// `specs` in windows of at most [`FLIGHTS_MAX`], in order.
+fn windows(specs: Vec<TransferSpec>) -> impl Iterator<Item = Vec<TransferSpec>> {
+    let mut specs = specs.into_iter().peekable();
+    std::iter::from_fn(move || {
+        specs
+            .peek()
+            .is_some()
+            .then(|| specs.by_ref().take(FLIGHTS_MAX).collect())
+    })
 }
 
 impl std::fmt::Debug for Executor {

@@ -285,7 +285,7 @@ impl Connection {
         let bytes = &self.input[start..];
         match status {
             200..=299 => Ok(bytes),
-            _ => Err(Answer::parse(status, &Bytes::copy_from_slice(bytes)).refusal()),
+            _ => Err(Answer::parse(status, bytes).refusal()),
         }
     }
 

@@ -113,8 +113,8 @@ struct Pending {
 
 /// What happened to the transfers that passed the pre-check.
 enum Go {
-    /// Driven through every round ([`Executor::submit_many_ahead`]); so many in flight.
-    Ahead(xfer_engine::Ahead, i64),
+    /// Driven through every round ([`Executor::submit_many_ahead`]), one per slot.
+    Ahead(xfer_engine::Ahead),
     /// Answered already (inserted for the background, durably).
     Answered(Vec<Result<Answer, ApiError>>),
 }
@@ -142,7 +142,7 @@ impl Pending {
             go,
         } = self;
         let point = match &go {
-            Go::Ahead(ahead, _) => point.max(ahead.point()),
+            Go::Ahead(ahead) => point.max(ahead.point()),
             Go::Answered(_) => point,
         };
         let cluster = s.executor.cluster();
@@ -151,8 +151,8 @@ impl Pending {
             None => cluster.wait_durable(point).await,
         };
         let mut answers: Vec<Result<Answer, ApiError>> = match go {
-            Go::Ahead(ahead, flying) => {
-                s.metrics.in_flight(-flying);
+            Go::Ahead(ahead) => {
+                s.metrics.in_flight(-(slots.len() as i64));
                 let outcomes = ahead.outcomes(synced.clone());
                 outcomes.into_iter().map(answer).collect()
             }
@@ -161,9 +161,7 @@ impl Pending {
         match synced {
             Ok(()) => (0..refused).for_each(|_| s.metrics.transfer("rejected", 0.0)),
             Err(e) => {
-                let e = ApiError::from(ExecError::Indeterminate(format!(
-                    "the log could not be synced: {e}"
-                )));
+                let e = ApiError::from(ExecError::unsynced(&e));
                 answers = vec![Err(e.clone()); answers.len()];
                 results = vec![Some(Err(e)); results.len()];
                 (0..refused).for_each(|_| s.metrics.transfer("failed", 0.0));
@@ -445,16 +443,12 @@ impl Submitter {
             }
         }
         let go = if wait {
-            let n = go.len() as i64;
             let span = match go.as_slice() {
                 [one] => tracing::info_span!("transfer", transfer_id = %one.id),
                 _ => tracing::info_span!("transfers", count = go.len()),
             };
-            self.metrics.in_flight(n);
-            Go::Ahead(
-                self.executor.submit_many_ahead(go).instrument(span).await,
-                n,
-            )
+            self.metrics.in_flight(go.len() as i64);
+            Go::Ahead(self.executor.submit_many_ahead(go).instrument(span).await)
         } else {
             Go::Answered(self.accept(go).await)
         };
