@@ -32,7 +32,7 @@ use crate::codec::{self, Entry, EntryRef};
 use crate::done_filter::DoneFilter;
 use crate::fs::{lock_dir, Fs, RealFs};
 use crate::log::{Log, LogConfig, LogError};
-use crate::tables::{ShardCut, ShardMeta, Tables};
+use crate::tables::{warm_records, ShardCut, ShardMeta, Tables, WARM_CHUNK};
 use futures_channel::oneshot;
 use std::fmt;
 use std::path::Path;
@@ -119,9 +119,6 @@ struct CommitState {
 
 /// Records evicted per hold of a shard's lock after a checkpoint.
 const EVICT_SLICE: usize = 256;
-
-/// Records dropped at a time by [`drop_records`].
-const DROP_CHUNK: usize = 64;
 
 /// Tombstones pruned per hold of a shard's lock (and per log entry).
 const PRUNE_SLICE: usize = 128;
@@ -818,12 +815,15 @@ impl<F: Fs> Inner<F> {
             cut.accounts = records.accounts;
             cut.transfers = records.transfers;
             let in_live = &mut in_live[usize::from(s)];
-            for r in &cut.transfers {
-                let id = &r.spec.id;
-                if !r.state.is_terminal() {
-                    in_live.insert(id.clone());
-                } else if in_live.remove(id) {
-                    cut.left_live.push(id.clone());
+            for chunk in cut.transfers.chunks(WARM_CHUNK) {
+                warm_records(chunk);
+                for r in chunk {
+                    let id = &r.spec.id;
+                    if !r.state.is_terminal() {
+                        in_live.insert(id.clone());
+                    } else if in_live.remove(id) {
+                        cut.left_live.push(id.clone());
+                    }
                 }
             }
             // The rest (accounts handed over by `end_cut`, transfers, history, tombstones)
@@ -865,10 +865,11 @@ impl<F: Fs> Inner<F> {
                 .collect();
             for slice in evict.chunks(EVICT_SLICE) {
                 let mut shard = self.shard(cut.shard);
+                // In the filter before they leave memory: a call that no longer finds one
+                // there must be sent to the table (`done_filter.rs`).
+                shard.done.insert_all(slice);
+                shard.mem.warm_evictions(slice);
                 for id in slice {
-                    // In the filter before it leaves memory: a call that no longer finds
-                    // it there must be sent to the table (`done_filter.rs`).
-                    shard.done.insert(id);
                     shard.mem.evict_transfer(id);
                 }
                 shard.unlock_fair();
@@ -897,20 +898,13 @@ impl<F: Fs> Inner<F> {
 }
 
 /// Drops a cut's transfers, most of them the last references to their records and specs
-/// (the shard let go of what it evicted), a chunk at a time from the end, each chunk's
-/// reference counts read first: the records are scattered over the heap, and read in a
-/// short loop of their own the misses overlap, where dropping one after the other waited
-/// for each in turn (dropping the cut was 3.5 % of `xfer bench`'s samples).
+/// (the shard let go of what it evicted), a chunk at a time from the end, each chunk read
+/// first ([`warm_records`]): dropping one after the other waited for each record's misses
+/// in turn (dropping the cut was 3.5 % of `xfer bench`'s samples).
 fn drop_records(mut records: Vec<Arc<TransferRecord>>) {
-    use std::hint::black_box;
     while !records.is_empty() {
-        let from = records.len().saturating_sub(DROP_CHUNK);
-        for r in &records[from..] {
-            black_box(Arc::strong_count(r));
-        }
-        for r in &records[from..] {
-            black_box(Arc::strong_count(&r.spec));
-        }
+        let from = records.len().saturating_sub(WARM_CHUNK);
+        warm_records(&records[from..]);
         records.truncate(from);
     }
 }

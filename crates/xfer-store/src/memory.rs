@@ -515,6 +515,17 @@ impl MemoryShard {
             .is_some()
     }
 
+    /// Reads, and throws away, what [`MemoryShard::evict_transfer`] of each of `ids` reads
+    /// first (the record's slot and its state), in a short loop of its own so that their
+    /// cache misses overlap, as [`MemoryShard::warm`] does for a batch's steps: the records
+    /// a checkpoint evicts were last touched long before, and looked up one after the
+    /// other inside the eviction each miss was waited for in turn.
+    pub fn warm_evictions(&self, ids: &[&TransferId]) {
+        for id in ids {
+            std::hint::black_box(self.transfers.get(id).map(|r| r.state));
+        }
+    }
+
     /// Drops from memory the history entries of `list`, handed out as
     /// [`Changes::history`] and now saved elsewhere.
     pub fn history_saved(&mut self, list: &Arc<Vec<HistoryEntry>>) {
