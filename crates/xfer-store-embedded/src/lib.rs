@@ -25,5 +25,5 @@ pub mod store;
 pub mod tables;
 
 pub use fs::{Fs, LogFile, RealFs, SimFs};
-pub use log::{Log, LogConfig, LogError, Recovered};
+pub use log::{Log, LogConfig, LogError, Recovered, SyncCount};
 pub use store::{Embedded, EmbeddedConfig, EmbeddedShard, OpenError, OpenReport};

@@ -31,7 +31,8 @@
 use crate::frame::{self, Bad};
 use crate::fs::{Fs, LogFile};
 use std::fmt;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// The first bytes of every segment.
 pub const SEGMENT_MAGIC: &[u8; 8] = b"XFERWAL1";
@@ -153,6 +154,19 @@ pub struct Log<F: Fs> {
     cfg: LogConfig,
     state: Mutex<State<F>>,
     synced: Condvar,
+    syncs: SyncCount,
+}
+
+/// How many times a [`Log`] has written and synced its buffer (one group commit each),
+/// shared: readable after the log has moved, for `xfer bench`'s syncs per second.
+#[derive(Clone, Debug, Default)]
+pub struct SyncCount(Arc<AtomicU64>);
+
+impl SyncCount {
+    /// Group commits so far.
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }
 
 fn segment_name(first_lsn: u64) -> String {
@@ -260,6 +274,7 @@ impl<F: Fs> Log<F> {
             cfg,
             state: Mutex::new(state),
             synced: Condvar::new(),
+            syncs: SyncCount::default(),
         };
         Ok((log, recovered))
     }
@@ -283,6 +298,11 @@ impl<F: Fs> Log<F> {
         st.appended += (st.buffer.len() - before) as u64;
         st.next_lsn += 1;
         Ok(lsn)
+    }
+
+    /// Its count of group commits (each a write and an `fdatasync`).
+    pub fn sync_count(&self) -> SyncCount {
+        self.syncs.clone()
     }
 
     /// Returns once every record up to and including `lsn` is durable. Concurrent callers
@@ -333,6 +353,9 @@ impl<F: Fs> Log<F> {
             .write_all(&buffer)
             .and_then(|()| file.sync_data())
             .map_err(io(&name, "write+sync"));
+        if result.is_ok() {
+            self.syncs.0.fetch_add(1, Ordering::Relaxed);
+        }
         if result.is_ok() && rotate && over_spare {
             // An earlier segment must hold only records: cut the spare's old bytes off.
             result = self

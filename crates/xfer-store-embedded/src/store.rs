@@ -31,7 +31,7 @@
 use crate::codec::{self, Entry, EntryRef};
 use crate::done_filter::DoneFilter;
 use crate::fs::{lock_dir, Fs, RealFs};
-use crate::log::{Log, LogConfig, LogError};
+use crate::log::{Log, LogConfig, LogError, SyncCount};
 use crate::tables::{warm_records, ShardCut, ShardMeta, Tables, WARM_CHUNK};
 use futures_channel::oneshot;
 use std::fmt;
@@ -447,6 +447,11 @@ impl<F: Fs> Embedded<F> {
     /// background scan; until then new ids are looked up in the table).
     pub fn done_filters_complete(&self) -> bool {
         (0..self.inner.cfg.shards).all(|s| self.inner.shard(s).done.is_complete())
+    }
+
+    /// The log's count of group commits (`xfer bench` reports them per second).
+    pub fn log_syncs(&self) -> SyncCount {
+        self.inner.log.sync_count()
     }
 
     /// Writes a checkpoint now (also done in the background every `checkpoint_bytes`).

@@ -498,3 +498,27 @@ fn power_loss_at_every_sync_with_spares_keeps_a_prefix_with_everything_acknowled
         }
     }
 }
+
+/// The log counts its group commits: one per sync that had something to write, none for
+/// a record already durable, and none for a sync that failed.
+#[test]
+fn the_log_counts_its_group_commits() {
+    let fs = SimFs::new();
+    let (log, _) = Log::open(fs.clone(), LogConfig::default()).unwrap();
+    let count = log.sync_count();
+    assert_eq!(count.get(), 0);
+    let first = log.append(&payload(1)).unwrap();
+    let second = log.append(&payload(2)).unwrap();
+    log.sync(second).unwrap();
+    assert_eq!(count.get(), 1, "two records, one group commit");
+    log.sync(first).unwrap();
+    assert_eq!(count.get(), 1, "an already durable record costs no sync");
+    for i in 3..=5 {
+        log.append_sync(&payload(i)).unwrap();
+    }
+    assert_eq!(count.get(), 4);
+    fs.fail_from_sync(fs.syncs() + 1);
+    let lsn = log.append(&payload(6)).unwrap();
+    assert!(log.sync(lsn).is_err());
+    assert_eq!(count.get(), 4, "a failed sync is not counted");
+}

@@ -217,6 +217,15 @@ pub struct BenchReport {
     /// CPU of the whole machine (every process: xfer, the database server, the load) per
     /// transfer, µs.
     pub machine_cpu_us_per_transfer: f64,
+    /// The whole machine's idle share of the window (idle and waiting for I/O), percent.
+    pub machine_idle_percent: f64,
+    /// The embedded store's log syncs (group commits, each a write and an `fdatasync`) per
+    /// second; `None` on other stores.
+    pub log_syncs_per_second: Option<f64>,
+    /// Bytes this process wrote to storage (`write_bytes` of `/proc/self/io`: the log and
+    /// the checkpoint tables, fjall's compactions included) per transfer; only on the
+    /// embedded store (elsewhere the database server writes).
+    pub written_bytes_per_transfer: Option<f64>,
     /// Peak resident memory, MiB.
     pub peak_rss_mib: f64,
 }
@@ -616,8 +625,9 @@ async fn http_submit(
         .collect()
 }
 
-/// The whole machine's busy CPU seconds (all cores, every process), from /proc/stat.
-fn machine_cpu() -> f64 {
+/// The whole machine's busy and idle CPU seconds (all cores, every process; idle counts
+/// waiting for I/O), from /proc/stat.
+fn machine_times() -> (f64, f64) {
     std::fs::read_to_string("/proc/stat")
         .ok()
         .and_then(|s| {
@@ -628,11 +638,20 @@ fn machine_cpu() -> f64 {
                 .skip(1)
                 .filter_map(|v| v.parse().ok())
                 .collect();
-            // user nice system idle iowait irq softirq steal: all but idle and iowait.
-            let busy = f.iter().take(8).sum::<f64>() - f.get(3)? - f.get(4)?;
-            Some(busy / 100.0)
+            // user nice system idle iowait irq softirq steal.
+            let idle = f.get(3)? + f.get(4)?;
+            let busy = f.iter().take(8).sum::<f64>() - idle;
+            Some((busy / 100.0, idle / 100.0))
         })
-        .unwrap_or(0.0)
+        .unwrap_or((0.0, 0.0))
+}
+
+/// Bytes this process has caused to be written to storage, from /proc/self/io (`None`
+/// where the kernel does not say).
+fn written_bytes() -> Option<u64> {
+    let io = std::fs::read_to_string("/proc/self/io").ok()?;
+    let line = io.lines().find(|l| l.starts_with("write_bytes:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// This process's CPU seconds (user + system) and peak resident MiB, from /proc.
@@ -746,7 +765,10 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
         Via::Http => Target::Http(client.clone()),
     };
     let result = match setup(a, &server).await {
-        Ok(()) => measure(a, target, &name(a.via), &name(a.store)).await,
+        Ok(()) => {
+            let syncs = || server.log_syncs();
+            measure(a, target, &name(a.via), &name(a.store), &syncs).await
+        }
         Err(e) => Err(e),
     };
     match Arc::try_unwrap(server) {
@@ -779,14 +801,18 @@ async fn run_native(a: &BenchArgs, url: &str) -> Result<BenchReport, String> {
         in_flight: a.baseline_clients,
         ..a.clone()
     };
-    measure(&b, Target::Native(native), "postgres-native", "-").await
+    measure(&b, Target::Native(native), "postgres-native", "-", &|| None).await
 }
 
+/// Runs the workload on `target` for the window and reports it. `log_syncs` counts the
+/// embedded store's log syncs (`None` for any other store): then the bytes this process
+/// wrote are the store's, and are reported too.
 async fn measure(
     a: &BenchArgs,
     target: Target,
     via: &str,
     store: &str,
+    log_syncs: &(dyn Fn() -> Option<u64> + Sync),
 ) -> Result<BenchReport, String> {
     let clients = a.in_flight / a.batch;
     println!(
@@ -862,7 +888,8 @@ async fn measure(
         });
     }
     let (cpu0, _) = usage();
-    let machine0 = machine_cpu();
+    let machine0 = machine_times();
+    let (syncs0, written0) = (log_syncs(), written_bytes());
     let watch = Stopwatch::start();
     let mut last = 0;
     for s in 1..=a.duration {
@@ -878,7 +905,12 @@ async fn measure(
     stop.store(true, Ordering::Relaxed);
     let seconds = watch.seconds();
     let (cpu1, rss) = usage();
-    let machine = machine_cpu() - machine0;
+    let machine1 = machine_times();
+    let (machine, machine_idle) = (machine1.0 - machine0.0, machine1.1 - machine0.1);
+    let syncs = log_syncs().zip(syncs0).map(|(b, a)| b - a);
+    let written = written_bytes()
+        .zip(written0)
+        .map(|(b, a)| b.saturating_sub(a));
     let (mut latencies, mut decided) = (Latencies::new(), Latencies::new());
     while let Some(r) = tasks.join_next().await {
         let (l, d) = r.map_err(|e| e.to_string())??;
@@ -902,6 +934,12 @@ async fn measure(
         cpu_seconds: cpu,
         cpu_us_per_transfer: cpu * 1e6 / transfers.max(1) as f64,
         machine_cpu_us_per_transfer: machine * 1e6 / transfers.max(1) as f64,
+        machine_idle_percent: 100.0 * machine_idle
+            / (machine + machine_idle).max(f64::MIN_POSITIVE),
+        log_syncs_per_second: syncs.map(|n| n as f64 / seconds),
+        written_bytes_per_transfer: syncs
+            .and(written)
+            .map(|w| w as f64 / transfers.max(1) as f64),
         peak_rss_mib: rss,
     })
 }
@@ -983,11 +1021,15 @@ pub fn print(run: &BenchRun) {
         println!(
             "result: workload={} via={} store={} transfers={} per_second={:.0} done={} canceled={} errors={} \
              latency_ms p50={:.2} p99={:.2} p999={:.2} decided_ms {} cpu_s={:.1} cpu_us_per_transfer={:.1} \
-             machine_cpu_us_per_transfer={:.1} peak_rss_mib={:.0}",
+             machine_cpu_us_per_transfer={:.1} machine_idle_pct={:.1} log_syncs_per_s={} \
+             written_bytes_per_transfer={} peak_rss_mib={:.0}",
             r.workload, r.via, r.store, r.transfers, r.per_second, r.done, r.canceled, r.errors,
             r.latency_ms[0], r.latency_ms[1], r.latency_ms[2],
             r.decided_ms.map_or("-".to_string(), |d| format!("p50={:.2} p99={:.2} p999={:.2}", d[0], d[1], d[2])),
-            r.cpu_seconds, r.cpu_us_per_transfer, r.machine_cpu_us_per_transfer, r.peak_rss_mib
+            r.cpu_seconds, r.cpu_us_per_transfer, r.machine_cpu_us_per_transfer, r.machine_idle_percent,
+            r.log_syncs_per_second.map_or("-".to_string(), |v| format!("{v:.0}")),
+            r.written_bytes_per_transfer.map_or("-".to_string(), |v| format!("{v:.0}")),
+            r.peak_rss_mib
         );
     }
     if let Some(b) = &run.baseline {
@@ -1073,6 +1115,40 @@ mod tests {
             assert_eq!((r.errors, r.canceled), (0, 0), "{what}");
             assert_eq!(r.done, r.transfers, "{what}");
         }
+    }
+
+    /// On the embedded store a run counts the log's syncs and the bytes written in its
+    /// window; the machine's idle share is a share.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_on_the_embedded_store_reports_its_syncs_and_bytes_written() {
+        // In the crate's directory, not the temporary one, which may be a tmpfs (whose
+        // writes the kernel does not count as storage writes).
+        let a = BenchArgs {
+            dir: Some(env!("CARGO_MANIFEST_DIR").into()),
+            ..args(Workload::Uniform, Via::Library, 64, 16)
+        };
+        let r = run(a).await.expect("the bench runs").xfer;
+        assert!(r.transfers > 0, "{r:?}");
+        // Every drive waits for a sync before it answers.
+        let syncs = r
+            .log_syncs_per_second
+            .expect("the embedded store counts its syncs");
+        assert!(syncs >= 1.0, "{r:?}");
+        assert!(
+            syncs * r.seconds <= r.transfers as f64,
+            "no more syncs than transfers: {r:?}"
+        );
+        match written_bytes() {
+            Some(_) => {
+                // At the least each transfer's log entries.
+                let w = r
+                    .written_bytes_per_transfer
+                    .expect("bytes written are read");
+                assert!(w.is_finite() && w > 0.0, "{r:?}");
+            }
+            None => assert_eq!(r.written_bytes_per_transfer, None, "{r:?}"),
+        }
+        assert!((0.0..=100.0).contains(&r.machine_idle_percent), "{r:?}");
     }
 
     /// Scattered ids are unique (the mix is a bijection) and do not sort in the order they

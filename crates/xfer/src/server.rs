@@ -31,6 +31,7 @@ use xfer_store::{Coalesce, Intercept, Store};
 pub struct Server {
     addr: SocketAddr,
     app: Arc<App>,
+    log_syncs: Option<xfer_store_embedded::SyncCount>,
     stop: watch::Sender<bool>,
     task: JoinHandle<Result<(), String>>,
 }
@@ -41,6 +42,7 @@ impl Server {
     pub async fn start(cfg: ServeConfig) -> Result<Server, String> {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let store = stores::open(&cfg, clock.clone()).await?;
+        let log_syncs = store.log_syncs();
 
         let metrics = Arc::new(Metrics::new());
         let svc = assemble(&cfg, &store, metrics, clock, "serve")?;
@@ -91,6 +93,7 @@ impl Server {
         Ok(Server {
             addr,
             app,
+            log_syncs,
             stop,
             task,
         })
@@ -104,6 +107,11 @@ impl Server {
     /// The service behind the API (in-process callers: `xfer bench --via library`).
     pub fn service(&self) -> &Service {
         &self.app.svc
+    }
+
+    /// The embedded store's log syncs (group commits) so far; `None` on other stores.
+    pub fn log_syncs(&self) -> Option<u64> {
+        self.log_syncs.as_ref().map(|c| c.get())
     }
 
     /// Stops gracefully (see the module docs) and waits until the store is closed.

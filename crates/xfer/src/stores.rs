@@ -25,6 +25,14 @@ enum Closer {
 }
 
 impl Opened {
+    /// The embedded store's count of log syncs, if there is one.
+    pub fn log_syncs(&self) -> Option<xfer_store_embedded::SyncCount> {
+        match &self.closer {
+            Closer::Embedded(store) => Some(store.log_syncs()),
+            Closer::Nothing => None,
+        }
+    }
+
     /// Closes what needs closing (the embedded store writes a last checkpoint); blocking.
     pub fn close(self) -> Result<(), String> {
         drop(self.shards);
