@@ -647,10 +647,7 @@ impl<F: Fs> Inner<F> {
             let mut st = self.lock_commit();
             if st.stopped {
                 drop(st);
-                return self.log.sync(lsn).map_err(|e| {
-                    self.fail(e.to_string());
-                    StoreError::Indeterminate(format!("embedded log: {e}"))
-                });
+                return self.sync_here(lsn);
             }
             let (tx, rx) = oneshot::channel();
             st.waiters.push((lsn, tx));
