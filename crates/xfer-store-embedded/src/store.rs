@@ -38,6 +38,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::Poll;
 use std::thread::JoinHandle;
 use std::time::Duration;
 use xfer_core::{Account, AccountId, AccountStatus, Clock, Timestamp, TransferId, TransferRecord};
@@ -155,6 +156,9 @@ struct ShardLock {
     poisoned: AtomicBool,
 }
 
+/// What an `execute_pending` call answers: the replies and the log point they rest on.
+type Pending = Result<(Vec<Reply>, u64), StoreError>;
+
 /// A held [`ShardLock`].
 struct ShardGuard<'a> {
     // Declared first, so dropped first: the shard is marked before it is unlocked.
@@ -182,7 +186,15 @@ impl ShardLock {
     }
 
     fn lock(&self) -> ShardGuard<'_> {
-        let guard = self.state.lock();
+        self.held(self.state.lock())
+    }
+
+    /// The lock if no one holds it, without waiting.
+    fn try_lock(&self) -> Option<ShardGuard<'_>> {
+        self.state.try_lock().map(|guard| self.held(guard))
+    }
+
+    fn held<'a>(&'a self, guard: parking_lot::MutexGuard<'a, ShardState>) -> ShardGuard<'a> {
         // A panic while applying leaves a record half-written: refuse to go on.
         assert!(
             !self.poisoned.load(Ordering::SeqCst),
@@ -214,6 +226,10 @@ impl std::ops::DerefMut for ShardGuard<'_> {
         &mut self.guard
     }
 }
+
+/// How many times [`EmbeddedShard::execute_pending`] puts a busy shard off before it waits
+/// for its lock.
+const BUSY_DEFERRALS: u32 = 1;
 
 struct Inner<F: Fs> {
     log: Log<F>,
@@ -912,12 +928,16 @@ fn drop_records(mut records: Vec<Arc<TransferRecord>>) {
 }
 
 impl<F: Fs> EmbeddedShard<F> {
-    fn execute_now(&self, ops: &[Op]) -> Result<(Vec<Reply>, u64), StoreError> {
+    fn execute_now(&self, ops: &[Op]) -> Pending {
         self.inner.check_open()?;
+        self.execute_locked(&mut self.inner.shard(self.index), ops)
+    }
+
+    /// Applies `ops` to the shard `shard`, locked, and appends them to the log.
+    fn execute_locked(&self, shard: &mut ShardState, ops: &[Op]) -> Pending {
         let now = self.inner.clock.now();
-        let mut shard = self.inner.shard(self.index);
         shard.mem.warm(ops);
-        fetch_finished(&self.inner.tables, self.index, &mut shard, ops)?;
+        fetch_finished(&self.inner.tables, self.index, shard, ops)?;
         let replies = ops.iter().map(|op| shard.mem.apply(op, now)).collect();
         let writes: Vec<&Op> = ops.iter().filter(|op| !is_read(op)).collect();
         if !writes.is_empty() {
@@ -969,11 +989,27 @@ impl<F: Fs> Store for EmbeddedShard<F> {
         Some(LogDomain::of(&self.inner))
     }
 
-    fn execute_pending(
-        &self,
-        ops: Vec<Op>,
-    ) -> BoxFuture<'_, Result<(Vec<Reply>, u64), StoreError>> {
-        Box::pin(std::future::ready(self.execute_now(&ops)))
+    /// Runs when first polled. A shard whose lock is held (by the other runtime thread's
+    /// batch, the checkpointer's slice, the pruner) is put off: the call wakes its task and
+    /// answers "not yet" [`BUSY_DEFERRALS`] times, so that the task's calls to the other
+    /// shards go first (`join_all` polls them all) and the runtime runs other tasks
+    /// meanwhile, instead of its thread spinning and sleeping on the lock; then it waits.
+    fn execute_pending(&self, ops: Vec<Op>) -> BoxFuture<'_, Pending> {
+        let mut deferred = 0;
+        Box::pin(std::future::poll_fn(move |cx| {
+            self.inner.check_open()?;
+            let lock = &self.inner.shards[usize::from(self.index)];
+            let mut shard = match lock.try_lock() {
+                Some(shard) => shard,
+                None if deferred < BUSY_DEFERRALS => {
+                    deferred += 1;
+                    cx.waker().wake_by_ref();
+                    return Poll::Pending;
+                }
+                None => lock.lock(),
+            };
+            Poll::Ready(self.execute_locked(&mut shard, &ops))
+        }))
     }
 
     fn wait_durable(&self, point: u64) -> BoxFuture<'_, Result<(), StoreError>> {
@@ -1120,6 +1156,80 @@ mod tests {
             why.downcast_ref::<&str>(),
             Some(&"shard poisoned by a panic")
         );
+    }
+
+    /// A waker that counts its wakes.
+    struct Wakes(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for Wakes {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// `execute_pending` on a shard someone holds: the first poll applies nothing, wakes its
+    /// task and answers "not yet" (the task's other calls go first); the next waits for the
+    /// lock, and applies once it is let go.
+    #[test]
+    fn a_call_to_a_held_shard_is_put_off_once_then_waits_for_it() {
+        use std::future::Future;
+        use xfer_core::{AssetCode, LowerBound, SystemClock};
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = EmbeddedConfig {
+            shards: 1,
+            background_checkpoints: false,
+            ..EmbeddedConfig::default()
+        };
+        let (store, _) = Embedded::open(dir.path(), cfg, Arc::new(SystemClock)).unwrap();
+        let shard = store.shards().remove(0);
+        let id = AccountId::new("a").unwrap();
+        let create = Op::Account(
+            id.clone(),
+            xfer_store::AccountOp::Create {
+                asset: AssetCode::new("USD", "asset").unwrap(),
+                lower_bound: LowerBound::Bounded(0),
+            },
+        );
+        let wakes = Arc::new(Wakes(Default::default()));
+        let waker = std::task::Waker::from(Arc::clone(&wakes));
+        let mut cx = std::task::Context::from_waker(&waker);
+        let (holding, held) = mpsc::channel();
+        let (letting_go, let_go) = mpsc::channel::<()>();
+        let holder = {
+            let inner = Arc::clone(&shard.inner);
+            std::thread::spawn(move || {
+                let guard = inner.shard(0);
+                holding.send(()).unwrap();
+                let_go.recv().unwrap();
+                drop(guard);
+            })
+        };
+        held.recv().unwrap();
+        // Let go a little later: a first poll that waited for the lock would answer then.
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            letting_go.send(()).unwrap();
+        });
+        let mut call = shard.execute_pending(vec![create]);
+        assert!(call.as_mut().poll(&mut cx).is_pending());
+        assert_eq!(
+            wakes.0.load(Ordering::SeqCst),
+            1,
+            "it asks to be polled again"
+        );
+        assert!(
+            shard.inner.shards[0].try_lock().is_none(),
+            "still held by the other thread"
+        );
+        let Poll::Ready(answer) = call.as_mut().poll(&mut cx) else {
+            panic!("the second poll must wait for the lock and apply");
+        };
+        let (replies, point) = answer.unwrap();
+        assert!(matches!(replies[..], [Reply::Account(_)]), "{replies:?}");
+        assert!(point > 0, "answered ahead of the sync, with its log point");
+        holder.join().unwrap();
+        release.join().unwrap();
+        assert!(shard.inner.shard(0).mem.account(&id).is_some());
     }
 
     /// The checkpointer's slice loop: unlock, then take the lock again at once. A call that
