@@ -5,7 +5,6 @@
 
 use crate::rejection::{Code, Rejection};
 use std::fmt;
-use std::sync::Arc;
 
 /// The largest amount one posting may move: `i64::MAX`, so that any single amount fits a
 /// signed balance and the SQL `bigint` of the PostgreSQL backend.
@@ -93,8 +92,13 @@ impl fmt::Display for Amount {
 /// An asset's code: 1..=16 bytes of `[A-Z0-9_-]`, e.g. `USD`, `POINTS`, `SKU-42`. Its scale
 /// (decimal places of the minor unit) belongs to the asset registry of the service; the
 /// protocol only needs codes to match.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct AssetCode(Arc<str>);
+///
+/// Held inline, its bytes zero-padded (a code has no zero byte): cloning one touches no
+/// shared reference count. As an `Arc<str>` every op, leg and intent of every transfer
+/// cloned and dropped the same few counts from both runtime threads and the checkpointer,
+/// a cache line bounced between the cores on each (`docs/benchmarks.md`).
+#[derive(Clone, PartialEq, Eq)]
+pub struct AssetCode([u8; ASSET_CODE_LEN_MAX]);
 
 impl AssetCode {
     /// Validates `code`; the rejection names `field`.
@@ -111,28 +115,54 @@ impl AssetCode {
                 format!("{code:?}: use 1 to {ASSET_CODE_LEN_MAX} of A-Z 0-9 - _"),
             ));
         }
-        Ok(AssetCode(Arc::from(code)))
+        let mut bytes = [0; ASSET_CODE_LEN_MAX];
+        bytes[..code.len()].copy_from_slice(code.as_bytes());
+        Ok(AssetCode(bytes))
     }
 
     /// The code as text.
     pub fn as_str(&self) -> &str {
-        &self.0
+        // ASCII, copied whole from a `&str` in `new` and never changed.
+        std::str::from_utf8(self.as_bytes()).expect("an asset code is the bytes of a str")
+    }
+
+    /// The code's bytes, without the padding.
+    fn as_bytes(&self) -> &[u8] {
+        let len = self.0.iter().position(|&b| b == 0).unwrap_or(self.0.len());
+        &self.0[..len]
     }
 }
 
-crate::id::serde_as_validated_str!(AssetCode, |s| AssetCode::new(s, "asset"), |a| a
-    .as_str()
-    .as_bytes());
+// Ordered and hashed as its text.
+impl PartialOrd for AssetCode {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for AssetCode {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.as_bytes().cmp(other.as_bytes())
+    }
+}
+
+impl std::hash::Hash for AssetCode {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.as_str().hash(h);
+    }
+}
+
+crate::id::serde_as_validated_str!(AssetCode, |s| AssetCode::new(s, "asset"), |a| a.as_bytes());
 
 impl fmt::Display for AssetCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl fmt::Debug for AssetCode {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", &*self.0)
+        write!(f, "{}", self.as_str())
     }
 }
 
@@ -319,5 +349,41 @@ mod tests {
         );
         assert!(AssetCode::new("", "asset").is_err());
         assert!(AssetCode::new(&"A".repeat(17), "asset").is_err());
+    }
+
+    /// Held inline and zero-padded, a code is still its text: in JSON, in a binary format,
+    /// in order, in equality and in hash.
+    #[test]
+    fn asset_codes_are_their_text_in_every_form_and_order() {
+        fn hash<T: std::hash::Hash + ?Sized>(v: &T) -> u64 {
+            use std::hash::Hasher;
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            v.hash(&mut h);
+            h.finish()
+        }
+        let texts = [
+            "A",
+            "AB",
+            "ABC",
+            "B",
+            "USD",
+            "USD2",
+            "X_1-Z",
+            &"Z".repeat(16),
+        ];
+        for a in texts {
+            let code = AssetCode::new(a, "asset").unwrap();
+            assert_eq!(code.as_str(), a);
+            assert_eq!(code.to_string(), a);
+            assert_eq!(hash(&code), hash(a));
+            assert_eq!(serde_json::to_string(&code).unwrap(), format!("\"{a}\""));
+            let back: AssetCode = serde_json::from_str(&format!("\"{a}\"")).unwrap();
+            assert_eq!(back, code);
+            for b in texts {
+                let other = AssetCode::new(b, "asset").unwrap();
+                assert_eq!(code.cmp(&other), a.cmp(b), "{a} against {b}");
+                assert_eq!(code == other, a == b);
+            }
+        }
     }
 }

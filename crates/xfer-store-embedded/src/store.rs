@@ -1172,7 +1172,6 @@ mod tests {
     /// lock, and applies once it is let go.
     #[test]
     fn a_call_to_a_held_shard_is_put_off_once_then_waits_for_it() {
-        use std::future::Future;
         use xfer_core::{AssetCode, LowerBound, SystemClock};
         let dir = tempfile::tempdir().unwrap();
         let cfg = EmbeddedConfig {
