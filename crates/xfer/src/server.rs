@@ -159,8 +159,8 @@ pub fn assemble(
         skew_ms: cfg.skew_ms,
         claim_grace_ms: cfg.lease_ms,
     };
-    let incarnation = format!("{}-{}", std::process::id(), clock.now().as_ms());
-    let owner = |r: &str| OwnerId::new(&format!("{r}-{incarnation}")).map_err(|e| e.to_string());
+    let (pid, started_ms) = (std::process::id(), clock.now().as_ms());
+    let owner = |r: &str| owner_id(r, pid, started_ms);
     let executor = Executor::new(
         cluster.clone(),
         owner(role)?,
@@ -226,6 +226,30 @@ async fn sweep_loop(app: Arc<App>, mut stopped: watch::Receiver<bool>, interval_
     }
 }
 
+/// The owner id of this process's `role` (`serve`, `worker`, their `.sweep`): unique per
+/// process incarnation, by its pid and its start in ms, both in base 36 so that
+/// `serve-<pid>-<ms>` and `worker-…` fit the 22 bytes an id holds inline
+/// ([`xfer_core::id::ID_INLINE_MAX`]). Longer (`serve-4677-1764110431234` in decimal), every
+/// transfer record shared one `Arc` for it, whose count both runtime threads changed at each
+/// copy of a record or op: 2 % of `xfer bench`'s throughput (`docs/benchmarks.md`).
+fn owner_id(role: &str, pid: u32, started_ms: u64) -> Result<OwnerId, String> {
+    let id = format!("{role}-{}-{}", base36(u64::from(pid)), base36(started_ms));
+    OwnerId::new(&id).map_err(|e| e.to_string())
+}
+
+/// `n` in base 36, lower case.
+fn base36(mut n: u64) -> String {
+    let mut digits = Vec::new();
+    loop {
+        digits.push(char::from_digit((n % 36) as u32, 36).expect("a digit below 36"));
+        n /= 36;
+        if n == 0 {
+            break;
+        }
+    }
+    digits.iter().rev().collect()
+}
+
 /// Sends log lines to stderr in `format`, filtered by `filter` (`info`, `warn,xfer=debug`).
 pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), String> {
     use tracing_subscriber::layer::SubscriberExt;
@@ -242,4 +266,31 @@ pub fn init_logging(format: LogFormat, filter: &str) -> Result<(), String> {
             .try_init(),
     };
     result.map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_ids_of_the_busy_roles_fit_inline_and_tell_incarnations_apart() {
+        assert_eq!(
+            [0, 35, 36, 1_295, 1_296].map(base36),
+            ["0", "z", "10", "zz", "100"]
+        );
+        // Linux pids reach 2^22; 4102444800000 ms is the year 2100.
+        for (pid, ms) in [(1, 0), (4_194_304, 4_102_444_800_000)] {
+            for role in ["serve", "worker"] {
+                let id = owner_id(role, pid, ms).unwrap();
+                assert!(
+                    id.as_str().len() <= xfer_core::id::ID_INLINE_MAX,
+                    "{id} is not held inline"
+                );
+            }
+        }
+        let a = owner_id("serve", 12, 1_764_110_431_234).unwrap();
+        assert_eq!(a.as_str(), "serve-c-mif5swea");
+        assert_ne!(a, owner_id("serve", 12, 1_764_110_431_235).unwrap());
+        assert_ne!(a, owner_id("serve", 13, 1_764_110_431_234).unwrap());
+    }
 }
