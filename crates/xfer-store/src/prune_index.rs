@@ -38,75 +38,15 @@ struct Bucket {
     sorted: bool,
 }
 
-/// An id's first 16 bytes as one number, most significant first, zero-padded: ids hold no
-/// zero byte, so these compare as the ids do, except that ids longer than 16 bytes may tie.
-fn prefix(id: &[u8]) -> u128 {
-    let mut b = [0u8; 16];
-    let n = id.len().min(16);
-    b[..n].copy_from_slice(&id[..n]);
-    u128::from_be_bytes(b)
-}
-
-/// An entry's place in its bucket's sort ([`Bucket::sort`]).
-struct SortKey {
-    account: u128,
-    transfer: u128,
-    /// The account's id, the transfer's id is longer than its prefix.
-    long: (bool, bool),
-    index: u32,
-}
-
 impl Bucket {
     /// Sorts the entries if they are not yet; answers how many it sorted (0 if none).
-    ///
-    /// In the order of `(account, transfer)`, each id compared by its first 16 bytes as one
-    /// number and whole only where those tie and it is longer: comparing the ids byte by
-    /// byte was most of the sort, and the sort a third of the pruner's samples
-    /// (`docs/benchmarks.md`).
     fn sort(&mut self) -> usize {
         if self.sorted {
             return 0;
         }
         let n = self.entries.len();
-        let entries = &self.entries;
-        let mut keys: Vec<SortKey> = entries
-            .iter()
-            .enumerate()
-            .map(|(i, (a, t))| SortKey {
-                account: prefix(a.as_bytes()),
-                transfer: prefix(t.as_bytes()),
-                long: (a.as_bytes().len() > 16, t.as_bytes().len() > 16),
-                index: u32::try_from(i).expect("a bucket holds fewer than 2^32 entries"),
-            })
-            .collect();
-        let whole =
-            |x: &SortKey, y: &SortKey| (&entries[x.index as usize], &entries[y.index as usize]);
-        // Descending: the first entry last, to pop.
-        keys.sort_unstable_by(|y, x| {
-            x.account
-                .cmp(&y.account)
-                .then_with(|| match x.long.0 || y.long.0 {
-                    true => {
-                        let (x, y) = whole(x, y);
-                        x.0.cmp(&y.0)
-                    }
-                    false => std::cmp::Ordering::Equal,
-                })
-                .then_with(|| x.transfer.cmp(&y.transfer))
-                .then_with(|| match x.long.1 || y.long.1 {
-                    true => {
-                        let (x, y) = whole(x, y);
-                        x.1.cmp(&y.1)
-                    }
-                    false => std::cmp::Ordering::Equal,
-                })
-        });
-        let mut sorted: Vec<(AccountId, TransferId)> = keys
-            .iter()
-            .map(|k| self.entries[k.index as usize].clone())
-            .collect();
-        sorted.dedup();
-        self.entries = sorted;
+        self.entries.sort_unstable_by(|x, y| y.cmp(x));
+        self.entries.dedup();
         self.sorted = true;
         n
     }
@@ -200,44 +140,6 @@ mod tests {
         assert_eq!(prune_at(Timestamp(b)), Timestamp(b));
         assert_eq!(prune_at(Timestamp(b + 1)), Timestamp(2 * b));
         assert_eq!(prune_at(Timestamp::NEVER), Timestamp::NEVER);
-    }
-
-    /// A bucket's sort against the plain one of the same entries: ids that share their
-    /// first 16 bytes, are 16 or 17 bytes long, prefixes of each other, and repeat.
-    #[test]
-    fn a_bucket_sorts_as_its_entries_do_whole() {
-        let mut rng = Rng::new(11);
-        let stems = [
-            "",
-            "a",
-            "0123456789abcdef",
-            "0123456789abcde",
-            "0123456789abcdefg",
-        ];
-        let id = |rng: &mut Rng| {
-            let stem = stems[rng.below(stems.len() as u64) as usize];
-            format!("{stem}{}", ["", "0", "1", "00", "x"][rng.below(5) as usize])
-        };
-        for round in 0..300 {
-            let n = 1 + rng.below(200) as usize;
-            let entries: Vec<(AccountId, TransferId)> = (0..n)
-                .map(|_| {
-                    let (a, t) = (id(&mut rng), id(&mut rng));
-                    let a = if a.is_empty() { "z".to_string() } else { a };
-                    let t = if t.is_empty() { "z".to_string() } else { t };
-                    (AccountId::new(&a).unwrap(), TransferId::new(&t).unwrap())
-                })
-                .collect();
-            let mut want = entries.clone();
-            want.sort_unstable_by(|x, y| y.cmp(x));
-            want.dedup();
-            let mut bucket = Bucket {
-                entries,
-                sorted: false,
-            };
-            assert_eq!(bucket.sort(), n);
-            assert_eq!(bucket.entries, want, "round {round}");
-        }
     }
 
     #[test]
