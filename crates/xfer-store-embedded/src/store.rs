@@ -991,7 +991,7 @@ impl<F: Fs> Store for EmbeddedShard<F> {
 
     /// Runs when first polled. A shard whose lock is held (by the other runtime thread's
     /// batch, the checkpointer's slice, the pruner) is put off: the call wakes its task and
-    /// answers "not yet" [`BUSY_DEFERRALS`] times, so that the task's calls to the other
+    /// answers "not yet" `BUSY_DEFERRALS` times, so that the task's calls to the other
     /// shards go first (`join_all` polls them all) and the runtime runs other tasks
     /// meanwhile, instead of its thread spinning and sleeping on the lock; then it waits.
     fn execute_pending(&self, ops: Vec<Op>) -> BoxFuture<'_, Pending> {
