@@ -156,8 +156,8 @@ struct ShardLock {
     poisoned: AtomicBool,
 }
 
-/// What an `execute_pending` call answers: the replies and the log point they rest on.
-type Pending = Result<(Vec<Reply>, u64), StoreError>;
+/// A batch applied: its replies and the log point they rest on (not yet durable).
+type Applied = Result<(Vec<Reply>, u64), StoreError>;
 
 /// A held [`ShardLock`].
 struct ShardGuard<'a> {
@@ -928,13 +928,13 @@ fn drop_records(mut records: Vec<Arc<TransferRecord>>) {
 }
 
 impl<F: Fs> EmbeddedShard<F> {
-    fn execute_now(&self, ops: &[Op]) -> Pending {
+    fn execute_now(&self, ops: &[Op]) -> Applied {
         self.inner.check_open()?;
         self.execute_locked(&mut self.inner.shard(self.index), ops)
     }
 
     /// Applies `ops` to the shard `shard`, locked, and appends them to the log.
-    fn execute_locked(&self, shard: &mut ShardState, ops: &[Op]) -> Pending {
+    fn execute_locked(&self, shard: &mut ShardState, ops: &[Op]) -> Applied {
         let now = self.inner.clock.now();
         shard.mem.warm(ops);
         fetch_finished(&self.inner.tables, self.index, shard, ops)?;
@@ -994,7 +994,7 @@ impl<F: Fs> Store for EmbeddedShard<F> {
     /// answers "not yet" `BUSY_DEFERRALS` times, so that the task's calls to the other
     /// shards go first (`join_all` polls them all) and the runtime runs other tasks
     /// meanwhile, instead of its thread spinning and sleeping on the lock; then it waits.
-    fn execute_pending(&self, ops: Vec<Op>) -> BoxFuture<'_, Pending> {
+    fn execute_pending(&self, ops: Vec<Op>) -> BoxFuture<'_, Applied> {
         let mut deferred = 0;
         Box::pin(std::future::poll_fn(move |cx| {
             self.inner.check_open()?;
