@@ -9,10 +9,14 @@
 //!
 //! Held as a vector per bucket, appended to and sorted only when the bucket's first entry
 //! is asked for: a B-tree of the whole order put every new tombstone at a random place in
-//! the newest bucket, which cost what the pruner saved.
+//! the newest bucket, which cost what the pruner saved. The sort counts: a bucket names a
+//! few thousand accounts, so each entry is placed once by its account's rank and only
+//! each account's run is sorted by transfer (`sort_descending`). Sorting the pairs whole
+//! was 7–8 % of `xfer bench`'s samples, under the shard lock or in the checkpointer
+//! (`docs/benchmarks.md`).
 
 use std::collections::BTreeMap;
-use xfer_core::{AccountId, Timestamp, TransferId};
+use xfer_core::{AccountId, FastMap, Timestamp, TransferId};
 
 /// The width of a bucket of horizons, in milliseconds.
 pub const PRUNE_BUCKET_MS: u64 = 1024;
@@ -45,11 +49,74 @@ impl Bucket {
             return 0;
         }
         let n = self.entries.len();
-        self.entries.sort_unstable_by(|x, y| y.cmp(x));
+        sort_descending(&mut self.entries);
         self.entries.dedup();
         self.sorted = true;
         n
     }
+}
+
+/// Sorts `entries` in descending order: by account (a counting sort on each account's
+/// rank among the few distinct ones), then each account's run by transfer. Sorting the
+/// pairs whole compared and moved 48-byte pairs about 17 times each; this moves each once
+/// (a permutation applied by swaps) and compares only within an account's run.
+fn sort_descending(entries: &mut [(AccountId, TransferId)]) {
+    // Each entry's account as a dense index, the distinct accounts in first-seen order.
+    let mut dense: FastMap<&AccountId, u32> = FastMap::default();
+    let mut accounts: Vec<&AccountId> = Vec::new();
+    let of: Vec<u32> = entries
+        .iter()
+        .map(|(a, _)| {
+            *dense.entry(a).or_insert_with(|| {
+                accounts.push(a);
+                u32::try_from(accounts.len() - 1).expect("fewer accounts than 2^32")
+            })
+        })
+        .collect();
+    drop(dense);
+    // Each dense index's rank in descending account order, and where its run starts.
+    let mut by_rank: Vec<u32> = (0..of_len(&accounts)).collect();
+    by_rank.sort_unstable_by(|&x, &y| accounts[y as usize].cmp(accounts[x as usize]));
+    let mut rank = vec![0u32; accounts.len()];
+    for (r, &d) in (0..).zip(&by_rank) {
+        rank[d as usize] = r;
+    }
+    drop(by_rank);
+    let mut next = vec![0usize; accounts.len() + 1];
+    for &d in &of {
+        next[rank[d as usize] as usize + 1] += 1;
+    }
+    for r in 0..accounts.len() {
+        next[r + 1] += next[r];
+    }
+    let runs = next.clone();
+    // Where each entry goes, then every entry put there (each cycle of the permutation
+    // followed by swaps).
+    let mut to: Vec<usize> = of
+        .iter()
+        .map(|&d| {
+            let slot = &mut next[rank[d as usize] as usize];
+            *slot += 1;
+            *slot - 1
+        })
+        .collect();
+    drop(of);
+    drop(accounts);
+    for i in 0..entries.len() {
+        while to[i] != i {
+            let j = to[i];
+            entries.swap(i, j);
+            to.swap(i, j);
+        }
+    }
+    for run in runs.windows(2) {
+        entries[run[0]..run[1]].sort_unstable_by(|x, y| y.1.cmp(&x.1));
+    }
+}
+
+/// `accounts.len()` as a `u32` (fewer than 2^32: each came from an entry numbered so).
+fn of_len(accounts: &[&AccountId]) -> u32 {
+    u32::try_from(accounts.len()).expect("fewer accounts than 2^32")
 }
 
 /// See the module docs. Every bucket held is non-empty.
@@ -140,6 +207,26 @@ mod tests {
         assert_eq!(prune_at(Timestamp(b)), Timestamp(b));
         assert_eq!(prune_at(Timestamp(b + 1)), Timestamp(2 * b));
         assert_eq!(prune_at(Timestamp::NEVER), Timestamp::NEVER);
+    }
+
+    #[test]
+    fn the_counting_sort_sorts_as_a_comparison_sort_does() {
+        // Few and many accounts, short and long runs, repeats: the same order as sorting
+        // the pairs whole.
+        let mut rng = Rng::new(11);
+        for (accounts, n) in [(1, 500), (3, 1), (40, 3_000), (2_000, 5_000), (0, 0)] {
+            let mut entries: Vec<(AccountId, TransferId)> = (0..n)
+                .map(|_| {
+                    let a = format!("acct-{}", rng.below(accounts));
+                    let t = format!("b{}-{}", rng.below(8), rng.below(400));
+                    (AccountId::new(&a).unwrap(), TransferId::new(&t).unwrap())
+                })
+                .collect();
+            let mut want = entries.clone();
+            want.sort_unstable_by(|x, y| y.cmp(x));
+            sort_descending(&mut entries);
+            assert_eq!(entries, want, "{accounts} accounts, {n} entries");
+        }
     }
 
     #[test]
