@@ -494,13 +494,15 @@ impl MemoryShard {
     /// Restores a transfer saved elsewhere, with its index entry. Not a change.
     pub fn restore_transfer(&mut self, record: TransferRecord) {
         let id = record.spec.id.clone();
-        if let Some(w) = record.wake_at() {
-            self.wake.insert((w, id.clone()));
-        }
+        let wake = record.wake_at();
+        // The old entry out before the new one in: the two may be the same.
         if let Some(old) = self.transfers.insert(id.clone(), Arc::new(record)) {
             if let Some(w) = old.wake_at() {
-                self.wake.remove(&(w, id));
+                self.wake.remove(&(w, id.clone()));
             }
+        }
+        if let Some(w) = wake {
+            self.wake.insert((w, id));
         }
     }
 
@@ -854,6 +856,36 @@ mod tests {
                 asset: usd(),
             });
         }
+    }
+
+    /// The sweeper's index follows each record: restored over itself (the same wake time)
+    /// or over an older copy (another), a transfer is due once, at its record's wake time.
+    #[test]
+    fn a_restored_transfer_is_due_once_at_its_wake_time() {
+        let mut shard = MemoryShard::default();
+        let (a, b) = (AccountId::new("a").unwrap(), AccountId::new("b").unwrap());
+        let t = |s: &str| TransferId::new(s).unwrap();
+        // Accepted at 0 (claimable after 5,000) and at 3,000 (after 8,000): wake times in
+        // different buckets of the index.
+        let first = TransferRecord::accept(spec(t("x"), &a, &b, 5), Timestamp(0), 5_000);
+        let later = TransferRecord::accept(spec(t("y"), &a, &b, 5), Timestamp(3_000), 5_000);
+        shard.restore_transfer(later.clone());
+        shard.restore_transfer(first.clone());
+        shard.restore_transfer(first.clone());
+        let due = |shard: &MemoryShard, now: u64| -> Vec<String> {
+            let due = shard.scan_due(Timestamp(now), 10);
+            due.iter().map(|r| r.id().to_string()).collect()
+        };
+        assert_eq!(due(&shard, 4_999), Vec::<String>::new());
+        assert_eq!(due(&shard, 5_000), ["x"], "restored twice, due once");
+        assert_eq!(due(&shard, 20_000), ["x", "y"], "earliest first");
+        // A newer copy of `x` moves it.
+        let mut moved = first;
+        moved.lease_until = Timestamp(9_000);
+        shard.restore_transfer(moved);
+        assert_eq!(due(&shard, 8_999), ["y"]);
+        assert_eq!(due(&shard, 9_000), ["y", "x"]);
+        assert_eq!(shard.scan_due(Timestamp(9_000), 1).len(), 1, "limit");
     }
 
     /// The pruner drops exactly an account's due tombstones, few or most of its intents:
