@@ -865,8 +865,7 @@ mod tests {
         let mut shard = MemoryShard::default();
         let (a, b) = (AccountId::new("a").unwrap(), AccountId::new("b").unwrap());
         let t = |s: &str| TransferId::new(s).unwrap();
-        // Accepted at 0 (claimable after 5,000) and at 3,000 (after 8,000): wake times in
-        // different buckets of the index.
+        // Accepted at 0 (claimable after 5,000) and at 3,000 (after 8,000).
         let first = TransferRecord::accept(spec(t("x"), &a, &b, 5), Timestamp(0), 5_000);
         let later = TransferRecord::accept(spec(t("y"), &a, &b, 5), Timestamp(3_000), 5_000);
         shard.restore_transfer(later.clone());

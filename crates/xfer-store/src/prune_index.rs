@@ -9,11 +9,11 @@
 //!
 //! Held as a vector per bucket, appended to and sorted only when the bucket's first entry
 //! is asked for: a B-tree of the whole order put every new tombstone at a random place in
-//! the newest bucket, which cost what the pruner saved. The sort counts: a bucket names a
-//! few thousand accounts, so each entry is placed once by its account's rank and only
-//! each account's run is sorted by transfer (`sort_descending`). Sorting the pairs whole
-//! was 7–8 % of `xfer bench`'s samples, under the shard lock or in the checkpointer
-//! (`docs/benchmarks.md`).
+//! the newest bucket, which cost what the pruner saved. When a bucket's entries name a few
+//! accounts each, the sort counts: each entry is placed once by its account's rank and
+//! only each account's run is sorted by transfer (`sort_descending`). Sorting the pairs
+//! whole was 7–8 % of `xfer bench`'s samples, under the shard lock or in the
+//! checkpointer (`docs/benchmarks.md`).
 
 use std::collections::BTreeMap;
 use xfer_core::{AccountId, FastMap, Timestamp, TransferId};
@@ -56,52 +56,37 @@ impl Bucket {
     }
 }
 
-/// Sorts `entries` in descending order: by account (a counting sort on each account's
-/// rank among the few distinct ones), then each account's run by transfer. Sorting the
-/// pairs whole compared and moved 48-byte pairs about 17 times each; this moves each once
-/// (a permutation applied by swaps) and compares only within an account's run.
+/// Sorts `entries` in descending order: by account, then by transfer. Sorting the pairs
+/// whole compares and moves 48-byte pairs about 17 times each. When the entries name a
+/// few accounts each (`xfer bench`'s buckets: about 100,000 entries over 2,500 accounts
+/// per shard), a counting sort on each account's rank places each entry once (a
+/// permutation applied by swaps) and compares transfers only within an account's run:
+/// less than half the time of sorting them whole. With about one entry per account it
+/// costs more than it saves, so once a third as many accounts as entries have turned up,
+/// the entries are sorted whole after all (`docs/benchmarks.md`).
 fn sort_descending(entries: &mut [(AccountId, TransferId)]) {
-    // Each entry's account as a dense index, the distinct accounts in first-seen order.
-    let mut dense: FastMap<&AccountId, u32> = FastMap::default();
-    let mut accounts: Vec<&AccountId> = Vec::new();
-    let of: Vec<u32> = entries
-        .iter()
-        .map(|(a, _)| {
-            *dense.entry(a).or_insert_with(|| {
-                accounts.push(a);
-                u32::try_from(accounts.len() - 1).expect("fewer accounts than 2^32")
-            })
-        })
-        .collect();
-    drop(dense);
-    // Each dense index's rank in descending account order, and where its run starts.
-    let mut by_rank: Vec<u32> = (0..of_len(&accounts)).collect();
-    by_rank.sort_unstable_by(|&x, &y| accounts[y as usize].cmp(accounts[x as usize]));
-    let mut rank = vec![0u32; accounts.len()];
-    for (r, &d) in (0..).zip(&by_rank) {
-        rank[d as usize] = r;
+    let Some((rank, accounts)) = account_ranks(entries) else {
+        entries.sort_unstable_by(|x, y| y.cmp(x));
+        return;
+    };
+    // Where each account's run starts, then where each entry goes.
+    let mut next = vec![0usize; accounts + 1];
+    for &r in &rank {
+        next[r as usize + 1] += 1;
     }
-    drop(by_rank);
-    let mut next = vec![0usize; accounts.len() + 1];
-    for &d in &of {
-        next[rank[d as usize] as usize + 1] += 1;
-    }
-    for r in 0..accounts.len() {
+    for r in 0..accounts {
         next[r + 1] += next[r];
     }
-    let runs = next.clone();
-    // Where each entry goes, then every entry put there (each cycle of the permutation
-    // followed by swaps).
-    let mut to: Vec<usize> = of
+    let mut to: Vec<usize> = rank
         .iter()
-        .map(|&d| {
-            let slot = &mut next[rank[d as usize] as usize];
+        .map(|&r| {
+            let slot = &mut next[r as usize];
             *slot += 1;
             *slot - 1
         })
         .collect();
-    drop(of);
-    drop(accounts);
+    drop(rank);
+    // Every entry put in its place, each cycle of the permutation followed by swaps.
     for i in 0..entries.len() {
         while to[i] != i {
             let j = to[i];
@@ -109,14 +94,49 @@ fn sort_descending(entries: &mut [(AccountId, TransferId)]) {
             to.swap(i, j);
         }
     }
-    for run in runs.windows(2) {
-        entries[run[0]..run[1]].sort_unstable_by(|x, y| y.1.cmp(&x.1));
+    // `next[r]` is now where run `r` ends.
+    let mut start = 0;
+    for &end in &next[..accounts] {
+        entries[start..end].sort_unstable_by(|x, y| y.1.cmp(&x.1));
+        start = end;
     }
 }
 
-/// `accounts.len()` as a `u32` (fewer than 2^32: each came from an entry numbered so).
-fn of_len(accounts: &[&AccountId]) -> u32 {
-    u32::try_from(accounts.len()).expect("fewer accounts than 2^32")
+/// Each entry's account's rank in descending account order, and how many accounts there
+/// are; `None` if the entries name too many accounts for a counting sort to pay (more
+/// than a third as many as there are entries).
+fn account_ranks(entries: &[(AccountId, TransferId)]) -> Option<(Vec<u32>, usize)> {
+    let most = entries.len() / 3;
+    // Each entry's account as a dense index, the accounts in the order first seen.
+    let mut dense: FastMap<&AccountId, u32> = FastMap::default();
+    let mut accounts: Vec<&AccountId> = Vec::new();
+    let mut of: Vec<u32> = Vec::with_capacity(entries.len());
+    for (a, _) in entries {
+        let d = match dense.entry(a) {
+            std::collections::hash_map::Entry::Occupied(d) => *d.get(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                if accounts.len() == most {
+                    return None;
+                }
+                let d = u32::try_from(accounts.len()).ok()?;
+                v.insert(d);
+                accounts.push(a);
+                d
+            }
+        };
+        of.push(d);
+    }
+    drop(dense);
+    let mut by_rank: Vec<u32> = (0..u32::try_from(accounts.len()).ok()?).collect();
+    by_rank.sort_unstable_by(|&x, &y| accounts[y as usize].cmp(accounts[x as usize]));
+    let mut rank_of = vec![0u32; accounts.len()];
+    for (r, &d) in (0..).zip(&by_rank) {
+        rank_of[d as usize] = r;
+    }
+    for d in &mut of {
+        *d = rank_of[*d as usize];
+    }
+    Some((of, accounts.len()))
 }
 
 /// See the module docs. Every bucket held is non-empty.
@@ -212,9 +232,17 @@ mod tests {
     #[test]
     fn the_counting_sort_sorts_as_a_comparison_sort_does() {
         // Few and many accounts, short and long runs, repeats: the same order as sorting
-        // the pairs whole.
+        // the pairs whole, counted or not.
         let mut rng = Rng::new(11);
-        for (accounts, n) in [(1, 500), (3, 1), (40, 3_000), (2_000, 5_000), (0, 0)] {
+        // (The last two: runs too short to count, found at the start or part way.)
+        for (accounts, n) in [
+            (1, 500),
+            (40, 3_000),
+            (1_500, 5_000),
+            (0, 0),
+            (3, 1),
+            (2_000, 5_000),
+        ] {
             let mut entries: Vec<(AccountId, TransferId)> = (0..n)
                 .map(|_| {
                     let a = format!("acct-{}", rng.below(accounts));
