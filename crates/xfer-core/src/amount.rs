@@ -97,7 +97,10 @@ impl fmt::Display for Amount {
 /// shared reference count. As an `Arc<str>` every op, leg and intent of every transfer
 /// cloned and dropped the same few counts from both runtime threads and the checkpointer,
 /// a cache line bounced between the cores on each (`docs/benchmarks.md`).
-#[derive(Clone, PartialEq, Eq)]
+///
+/// Its order is its text's: a code has no zero byte, so where one code ends and the other
+/// goes on, the padding's zero sorts the shorter first, as text does.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct AssetCode([u8; ASSET_CODE_LEN_MAX]);
 
 impl AssetCode {
@@ -133,19 +136,7 @@ impl AssetCode {
     }
 }
 
-// Ordered and hashed as its text.
-impl PartialOrd for AssetCode {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for AssetCode {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.as_bytes().cmp(other.as_bytes())
-    }
-}
-
+// Hashed as its text.
 impl std::hash::Hash for AssetCode {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
         self.as_str().hash(h);

@@ -112,18 +112,14 @@ fn account_ranks(entries: &[(AccountId, TransferId)]) -> Option<(Vec<u32>, usize
     let mut accounts: Vec<&AccountId> = Vec::new();
     let mut of: Vec<u32> = Vec::with_capacity(entries.len());
     for (a, _) in entries {
-        let d = match dense.entry(a) {
-            std::collections::hash_map::Entry::Occupied(d) => *d.get(),
-            std::collections::hash_map::Entry::Vacant(v) => {
-                if accounts.len() == most {
-                    return None;
-                }
-                let d = u32::try_from(accounts.len()).ok()?;
-                v.insert(d);
-                accounts.push(a);
-                d
+        let fresh = u32::try_from(accounts.len()).ok()?;
+        let d = *dense.entry(a).or_insert(fresh);
+        if d == fresh {
+            if accounts.len() == most {
+                return None;
             }
-        };
+            accounts.push(a);
+        }
         of.push(d);
     }
     drop(dense);
