@@ -124,6 +124,11 @@ const EVICT_SLICE: usize = 256;
 /// Tombstones pruned per hold of a shard's lock (and per log entry).
 const PRUNE_SLICE: usize = 128;
 
+/// A due bucket of the pruner's index with at least this many entries is sorted without
+/// the shard's lock (`EmbeddedShard::sort_due_tombstones`); a smaller one sorts in well
+/// under a millisecond when first taken from.
+const SORT_APART_MIN: usize = 2_048;
+
 /// The most records a checkpoint's cut hands over per hold of a shard's lock.
 const CUT_SLICE: usize = 512;
 
@@ -928,6 +933,29 @@ fn drop_records(mut records: Vec<Arc<TransferRecord>>) {
 }
 
 impl<F: Fs> EmbeddedShard<F> {
+    /// Sorts the pruner's due bucket, if it holds at least `at_least` entries, without
+    /// the shard's lock: its entries are taken out under the lock, sorted, and put back
+    /// under it. A bucket of 100,000 entries took 20–40 ms to sort on a slow host, every
+    /// step on the shard waiting (`docs/benchmarks.md`). Meanwhile the pruner takes
+    /// nothing from the shard (a prune would log a slice that changed nothing, which replay
+    /// would apply to the whole bucket), and a checkpoint still finds the bucket's least
+    /// entry. The sort is of the bucket's entries as a set, so the order, and what each
+    /// logged slice takes, is the one replay finds.
+    fn sort_due_tombstones(&self, now: xfer_core::Timestamp, at_least: usize) {
+        let taken = self
+            .inner
+            .shard(self.index)
+            .mem
+            .tombstones_to_sort(now, at_least);
+        if let Some((at, mut entries)) = taken {
+            xfer_store::sort_bucket(&mut entries);
+            self.inner
+                .shard(self.index)
+                .mem
+                .sorted_tombstones(at, entries);
+        }
+    }
+
     fn execute_now(&self, ops: &[Op]) -> Applied {
         self.inner.check_open()?;
         self.execute_locked(&mut self.inner.shard(self.index), ops)
@@ -1063,6 +1091,7 @@ impl<F: Fs> Store for EmbeddedShard<F> {
             let mut left = limit;
             while left > 0 {
                 let slice = left.min(PRUNE_SLICE);
+                self.sort_due_tombstones(now, SORT_APART_MIN);
                 let mut shard = self.inner.shard(self.index);
                 if !shard.mem.tombstones_due(now) {
                     break;

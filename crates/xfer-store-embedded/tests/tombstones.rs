@@ -232,3 +232,66 @@ async fn a_run_pruned_in_part_restores_only_what_the_shard_still_held() {
     );
     store.close().unwrap();
 }
+
+/// A bucket of the pruner's index big enough to be sorted without the shard's lock
+/// (`SORT_APART_MIN` in `store.rs`: 2,048 entries), pruned part way in slices: what the
+/// pruner took is what the Memory store's pruner takes (the same order), and stays taken
+/// both when the next open restores a checkpoint and when it replays the log.
+#[tokio::test]
+async fn a_big_bucket_sorted_apart_is_pruned_in_order_across_checkpoints_and_replay() {
+    let mut ops = ops();
+    for n in 0..1_200 {
+        let t = format!("big-{n:04}");
+        // Most in the first bucket; every tenth a bucket later.
+        let horizon = NOW.0 + if n % 10 == 0 { 5_000 } else { 2_000 };
+        ops.push(Op::Account(account("a0"), prepare(&t, 1, 0, horizon)));
+        ops.push(Op::Account(account("a1"), prepare(&t, 0, 1, horizon)));
+        ops.push(Op::Account(account("a0"), post(&t)));
+        ops.push(Op::Account(account("a1"), post(&t)));
+    }
+    let later = Timestamp(NOW.0 + 3_000);
+    for checkpointed in [true, false] {
+        let disk = Disk::new();
+        let store = disk.open();
+        let mut reference = MemoryShard::new();
+        for chunk in ops.chunks(500) {
+            store.shards()[0].execute(chunk.to_vec()).await.unwrap();
+            for op in chunk {
+                reference.apply(op, NOW);
+            }
+        }
+        disk.clock.set(later);
+        // 2,163 tombstones due (two per transfer of the first bucket, t1's two and t3's),
+        // 1,000 taken: a part of the bucket, in slices (a0's, in transfer order).
+        assert_eq!(store.shards()[0].prune(1_000).await.unwrap(), 1_000);
+        assert_eq!(reference.prune(later, 1_000), 1_000);
+        let held = accounts(&store).await;
+        assert_eq!(held, listed(&reference));
+        if checkpointed {
+            disk.checkpoint_and_close(store);
+        } else {
+            drop(store); // no checkpoint: the next open replays the prunes from the log
+        }
+        let store = disk.open();
+        assert_eq!(
+            accounts(&store).await,
+            held,
+            "checkpointed: {checkpointed}: the same tombstones held, none taken come back"
+        );
+        // The rest of what is due goes the same way too.
+        let rest = store.shards()[0].prune(10_000).await.unwrap();
+        assert_eq!(rest, reference.prune(later, 10_000));
+        assert_eq!(rest, 1_163);
+        assert_eq!(accounts(&store).await, listed(&reference));
+        store.close().unwrap();
+    }
+}
+
+/// The accounts a listing shows, of a Memory shard (placeholders are not listed).
+fn listed(shard: &MemoryShard) -> Vec<Account> {
+    shard
+        .accounts()
+        .filter(|a| a.status != xfer_core::AccountStatus::Unopened)
+        .cloned()
+        .collect()
+}

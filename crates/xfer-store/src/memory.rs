@@ -580,8 +580,26 @@ impl MemoryShard {
     /// The first entry of the pruner's index, `(prune_at(horizon), account, transfer)`, if
     /// the shard holds any tombstone: the pruner takes entries from the front, so a
     /// tombstone saved elsewhere whose entry sorts before this one is not held any more.
-    pub fn first_tombstone(&mut self) -> Option<(Timestamp, AccountId, TransferId)> {
+    pub fn first_tombstone(&self) -> Option<(Timestamp, AccountId, TransferId)> {
         self.tombstones.first()
+    }
+
+    /// The entries of the pruner's first bucket, if it is due at `now`, unsorted and holds
+    /// at least `at_least`: for a caller to sort ([`crate::prune_index::sort_bucket`])
+    /// without holding the shard, then hand back with [`MemoryShard::sorted_tombstones`].
+    /// Until then [`MemoryShard::prune`] takes nothing (see
+    /// [`PruneIndex::take_to_sort`]).
+    pub fn tombstones_to_sort(
+        &mut self,
+        now: Timestamp,
+        at_least: usize,
+    ) -> Option<(Timestamp, Vec<(AccountId, TransferId)>)> {
+        self.tombstones.take_to_sort(now, at_least)
+    }
+
+    /// Hands back, sorted, the entries [`MemoryShard::tombstones_to_sort`] answered.
+    pub fn sorted_tombstones(&mut self, at: Timestamp, sorted: Vec<(AccountId, TransferId)>) {
+        self.tombstones.put_sorted(at, sorted);
     }
 
     /// See [`Store::prune`]: drops tombstones with horizon `<= now`.

@@ -7,13 +7,16 @@
 //! was 7–11 % of `xfer bench`'s CPU, `docs/benchmarks.md`). A tombstone stays up to one
 //! bucket past its horizon; none goes before it.
 //!
-//! Held as a vector per bucket, appended to and sorted only when the bucket's first entry
-//! is asked for: a B-tree of the whole order put every new tombstone at a random place in
-//! the newest bucket, which cost what the pruner saved. When a bucket's entries name a few
+//! Held as a vector per bucket, appended to and sorted only when the bucket is first taken
+//! from: a B-tree of the whole order put every new tombstone at a random place in the
+//! newest bucket, which cost what the pruner saved. When a bucket's entries name a few
 //! accounts each, the sort counts: each entry is placed once by its account's rank and
 //! only each account's run is sorted by transfer (`sort_descending`). Sorting the pairs
-//! whole was 7–8 % of `xfer bench`'s samples, under the shard lock or in the
-//! checkpointer (`docs/benchmarks.md`).
+//! whole was 7–8 % of `xfer bench`'s samples (`docs/benchmarks.md`). The first entry,
+//! which a checkpoint records, is found without sorting; and a caller may take a due
+//! bucket's entries out to sort them without holding the shard
+//! ([`PruneIndex::take_to_sort`]): a big bucket's sort took milliseconds, every step on
+//! the shard waiting behind it.
 
 use std::collections::BTreeMap;
 use xfer_core::{AccountId, FastMap, Timestamp, TransferId};
@@ -40,6 +43,9 @@ const ROOM_MAX: usize = 1 << 16;
 struct Bucket {
     entries: Vec<(AccountId, TransferId)>,
     sorted: bool,
+    /// While the bucket's entries are out being sorted ([`PruneIndex::take_to_sort`]):
+    /// the least of them. `entries` holds only those added since.
+    out: Option<(AccountId, TransferId)>,
 }
 
 impl Bucket {
@@ -49,11 +55,29 @@ impl Bucket {
             return 0;
         }
         let n = self.entries.len();
-        sort_descending(&mut self.entries);
-        self.entries.dedup();
+        sort_bucket(&mut self.entries);
         self.sorted = true;
         n
     }
+
+    /// The least entry, without sorting.
+    fn least(&self) -> Option<&(AccountId, TransferId)> {
+        let held = if self.sorted {
+            self.entries.last()
+        } else {
+            self.entries.iter().min()
+        };
+        match (held, &self.out) {
+            (Some(h), Some(o)) => Some(h.min(o)),
+            (h, o) => h.or(o.as_ref()),
+        }
+    }
+}
+
+/// Sorts a bucket's entries as the index pops them: in descending order, each once.
+pub fn sort_bucket(entries: &mut Vec<(AccountId, TransferId)>) {
+    sort_descending(entries);
+    entries.dedup();
 }
 
 /// Sorts `entries` in descending order: by account, then by transfer. Sorting the pairs
@@ -135,7 +159,7 @@ fn account_ranks(entries: &[(AccountId, TransferId)]) -> Option<(Vec<u32>, usize
     Some((of, accounts.len()))
 }
 
-/// See the module docs. Every bucket held is non-empty.
+/// See the module docs. Every bucket held is non-empty, or has its entries out.
 #[derive(Debug, Default)]
 pub struct PruneIndex {
     buckets: BTreeMap<Timestamp, Bucket>,
@@ -156,6 +180,7 @@ impl PruneIndex {
             .or_insert_with(|| Bucket {
                 entries: Vec::with_capacity(room),
                 sorted: false,
+                out: None,
             });
         bucket.entries.push((account, transfer));
         bucket.sorted = false;
@@ -168,29 +193,28 @@ impl PruneIndex {
         }
     }
 
-    /// True if the first entry is due at `now`.
+    /// True if the first entry is due at `now` and can be taken (its bucket's entries are
+    /// not out being sorted).
     pub fn is_due(&self, now: Timestamp) -> bool {
         self.buckets
             .first_key_value()
-            .is_some_and(|(at, _)| *at <= now)
+            .is_some_and(|(at, b)| *at <= now && b.out.is_none())
     }
 
-    /// The first entry, `(prune_at(horizon), account, transfer)`.
-    pub fn first(&mut self) -> Option<(Timestamp, AccountId, TransferId)> {
-        let mut first = self.buckets.first_entry()?;
-        let at = *first.key();
-        let bucket = first.get_mut();
-        let sorted = bucket.sort();
-        let (account, transfer) = bucket.entries.last().expect("buckets are never empty");
-        let entry = (at, account.clone(), transfer.clone());
-        self.note_room(sorted);
-        Some(entry)
+    /// The first entry, `(prune_at(horizon), account, transfer)`, found without sorting
+    /// (the checkpointer asks under the shard's lock), even while its bucket's entries are
+    /// out being sorted.
+    pub fn first(&self) -> Option<(Timestamp, AccountId, TransferId)> {
+        let (at, bucket) = self.buckets.first_key_value()?;
+        let (account, transfer) = bucket.least().expect("buckets are never empty");
+        Some((*at, account.clone(), transfer.clone()))
     }
 
-    /// Takes the first entry if it is due at `now`: `(account, transfer)`.
+    /// Takes the first entry if it is due at `now`: `(account, transfer)`. `None` too while
+    /// the first bucket's entries are out being sorted.
     pub fn pop_due(&mut self, now: Timestamp) -> Option<(AccountId, TransferId)> {
         let mut first = self.buckets.first_entry()?;
-        if *first.key() > now {
+        if *first.key() > now || first.get().out.is_some() {
             return None;
         }
         let bucket = first.get_mut();
@@ -206,6 +230,44 @@ impl PruneIndex {
     /// No entries.
     pub fn is_empty(&self) -> bool {
         self.buckets.is_empty()
+    }
+
+    /// Takes out the entries of the first bucket, if it is due at `now`, not sorted yet and
+    /// holds at least `at_least` entries, to be sorted ([`sort_bucket`]) by a caller that
+    /// does not hold what guards the index (sorting a big bucket takes milliseconds: under
+    /// the shard's lock it stalled every step on the shard). Answers the bucket and its
+    /// entries; until they are put back ([`PruneIndex::put_sorted`]) nothing is taken from
+    /// it, [`PruneIndex::first`] still answers its least entry, and new entries wait apart.
+    pub fn take_to_sort(
+        &mut self,
+        now: Timestamp,
+        at_least: usize,
+    ) -> Option<(Timestamp, Vec<(AccountId, TransferId)>)> {
+        let mut first = self.buckets.first_entry()?;
+        let at = *first.key();
+        let bucket = first.get_mut();
+        if at > now || bucket.sorted || bucket.out.is_some() || bucket.entries.len() < at_least {
+            return None;
+        }
+        bucket.out = bucket.entries.iter().min().cloned();
+        Some((at, std::mem::take(&mut bucket.entries)))
+    }
+
+    /// Puts back the entries of bucket `at` that [`PruneIndex::take_to_sort`] took out,
+    /// sorted by [`sort_bucket`]. Entries added meanwhile join them (the bucket is sorted
+    /// again when next popped: they are rare, since an entry lands in a due bucket only if
+    /// its horizon had passed when it was written).
+    pub fn put_sorted(&mut self, at: Timestamp, sorted: Vec<(AccountId, TransferId)>) {
+        let Some(bucket) = self.buckets.get_mut(&at).filter(|b| b.out.is_some()) else {
+            debug_assert!(false, "bucket {at:?} was not taken out");
+            return;
+        };
+        let n = sorted.len();
+        let added = std::mem::replace(&mut bucket.entries, sorted);
+        bucket.out = None;
+        bucket.sorted = added.is_empty();
+        bucket.entries.extend(added);
+        self.note_room(n);
     }
 }
 
@@ -271,6 +333,25 @@ mod tests {
                     model.insert((prune_at(horizon), a, t));
                 }
                 6 => assert_eq!(index.first(), model.first().cloned(), "step {step}"),
+                // The first bucket's entries out to be sorted, with entries added and the
+                // index asked meanwhile: nothing is taken, the first entry is still known,
+                // and once put back the order is the model's.
+                7 if rng.below(4) == 0 => {
+                    let due = Timestamp(now + rng.below(2_000));
+                    if let Some((at, mut entries)) = index.take_to_sort(due, 0) {
+                        assert!(!index.is_due(due) && index.pop_due(due).is_none());
+                        for _ in 0..rng.below(3) {
+                            let horizon = Timestamp(at.0 - rng.below(PRUNE_BUCKET_MS));
+                            let a = AccountId::new(&format!("a{}", rng.below(30))).unwrap();
+                            let t = TransferId::new(&format!("t{}", rng.below(2_000))).unwrap();
+                            index.insert(horizon, a.clone(), t.clone());
+                            model.insert((prune_at(horizon), a, t));
+                        }
+                        assert_eq!(index.first(), model.first().cloned(), "step {step}");
+                        sort_bucket(&mut entries);
+                        index.put_sorted(at, entries);
+                    }
+                }
                 _ => {
                     now += rng.below(300);
                     let want = model.first().filter(|(at, _, _)| at.0 <= now).cloned();
