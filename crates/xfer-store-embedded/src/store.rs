@@ -1089,18 +1089,24 @@ impl<F: Fs> Store for EmbeddedShard<F> {
             // A slice with nothing due is not applied (nor logged: it would change nothing).
             let mut dropped = 0;
             let mut left = limit;
+            // A slice stays within the first due bucket, and is logged as the entries it
+            // took: it never runs on into a bucket whose entries another call has out being
+            // sorted (which replay would find in place), nor sorts the next bucket under
+            // the lock.
             while left > 0 {
-                let slice = left.min(PRUNE_SLICE);
                 self.sort_due_tombstones(now, SORT_APART_MIN);
                 let mut shard = self.inner.shard(self.index);
-                if !shard.mem.tombstones_due(now) {
+                let slice = left
+                    .min(PRUNE_SLICE)
+                    .min(shard.mem.first_due_tombstones(now));
+                if slice == 0 {
                     break;
                 }
-                let n = shard.mem.prune(now, slice);
+                let (n, taken) = shard.mem.prune_counted(now, slice);
                 self.inner.append(&EntryRef::Prune {
                     shard: self.index,
                     now,
-                    limit: u32::try_from(slice).unwrap_or(u32::MAX),
+                    limit: u32::try_from(taken).unwrap_or(u32::MAX),
                 })?;
                 drop(shard);
                 dropped += n;

@@ -602,10 +602,24 @@ impl MemoryShard {
         self.tombstones.put_sorted(at, sorted);
     }
 
+    /// How many entries the pruner's first bucket holds, if it is due at `now` and none of
+    /// its entries are out being sorted (else 0): a [`MemoryShard::prune`] of at most
+    /// that many takes from that bucket alone.
+    pub fn first_due_tombstones(&self, now: Timestamp) -> usize {
+        self.tombstones.first_due_len(now)
+    }
+
     /// See [`Store::prune`]: drops tombstones with horizon `<= now`.
     pub fn prune(&mut self, now: Timestamp, limit: usize) -> usize {
+        self.prune_counted(now, limit).0
+    }
+
+    /// [`MemoryShard::prune`], answering how many tombstones it dropped and how many
+    /// entries of the pruner's index it took (at most `limit`): a `prune(now, taken)` on
+    /// the same shard takes the same entries, which is what a log of prunes must replay.
+    pub fn prune_counted(&mut self, now: Timestamp, limit: usize) -> (usize, usize) {
         if mutant::is(Mutant::TombstonesNeverPruned) {
-            return 0;
+            return (0, 0);
         }
         let now = if mutant::is(Mutant::PruneIgnoresHorizon) {
             Timestamp::NEVER
@@ -614,13 +628,13 @@ impl MemoryShard {
         };
         let mut dropped = 0;
         let mut emptied = Vec::new();
+        let mut left = limit;
         {
             let (accounts, index) = (&mut self.accounts, &mut self.tombstones);
             // Due entries are the first ones: take them off the front (no key comparisons,
             // where looking each one up again to remove it compared ids all the way down),
             // a chunk at a time, whose tombstones are looked up once ahead (`warm_prune`).
             let mut chunk = Vec::with_capacity(limit.min(PRUNE_CHUNK));
-            let mut left = limit;
             while left > 0 {
                 chunk.extend(std::iter::from_fn(|| index.pop_due(now)).take(left.min(PRUNE_CHUNK)));
                 if chunk.is_empty() {
@@ -656,7 +670,7 @@ impl MemoryShard {
         for id in &emptied {
             self.drop_account(id);
         }
-        dropped
+        (dropped, limit - left)
     }
 
     /// Drops an account from memory, as a change.

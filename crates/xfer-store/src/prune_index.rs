@@ -227,6 +227,17 @@ impl PruneIndex {
         Some(entry)
     }
 
+    /// How many entries the first bucket holds if it is due at `now` and can be taken from
+    /// (its entries are not out), else 0: what [`PruneIndex::pop_due`] takes at most before
+    /// it reaches the next bucket (exactly that many once the bucket is sorted, which
+    /// drops repeats).
+    pub fn first_due_len(&self, now: Timestamp) -> usize {
+        match self.buckets.first_key_value() {
+            Some((at, b)) if *at <= now && b.out.is_none() => b.entries.len(),
+            _ => 0,
+        }
+    }
+
     /// No entries.
     pub fn is_empty(&self) -> bool {
         self.buckets.is_empty()
@@ -340,14 +351,37 @@ mod tests {
                     let due = Timestamp(now + rng.below(2_000));
                     if let Some((at, mut entries)) = index.take_to_sort(due, 0) {
                         assert!(!index.is_due(due) && index.pop_due(due).is_none());
-                        for _ in 0..rng.below(3) {
-                            let horizon = Timestamp(at.0 - rng.below(PRUNE_BUCKET_MS));
+                        // Into the bucket that is out, or into an earlier one.
+                        for _ in 0..rng.below(4) {
+                            let back = rng.below(3 * PRUNE_BUCKET_MS).min(at.0);
+                            let horizon = Timestamp(at.0 - back);
                             let a = AccountId::new(&format!("a{}", rng.below(30))).unwrap();
                             let t = TransferId::new(&format!("t{}", rng.below(2_000))).unwrap();
                             index.insert(horizon, a.clone(), t.clone());
                             model.insert((prune_at(horizon), a, t));
                         }
                         assert_eq!(index.first(), model.first().cloned(), "step {step}");
+                        // What is due before the bucket that is out can be taken; nothing
+                        // from it or after it.
+                        loop {
+                            let want = model
+                                .first()
+                                .filter(|(b, _, _)| *b <= due && *b < at)
+                                .cloned();
+                            let first_len = index.first_due_len(due);
+                            let got = index.pop_due(due);
+                            assert_eq!(got.is_some(), first_len > 0, "step {step}");
+                            match want {
+                                Some((_, a, t)) => {
+                                    model.pop_first();
+                                    assert_eq!(got, Some((a, t)), "step {step}");
+                                }
+                                None => {
+                                    assert_eq!(got, None, "step {step}");
+                                    break;
+                                }
+                            }
+                        }
                         sort_bucket(&mut entries);
                         index.put_sorted(at, entries);
                     }
