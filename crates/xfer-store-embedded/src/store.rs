@@ -936,9 +936,8 @@ impl<F: Fs> EmbeddedShard<F> {
     /// Sorts the pruner's due bucket, if it holds at least `at_least` entries, without
     /// the shard's lock: its entries are taken out under the lock, sorted, and put back
     /// under it. A bucket of 100,000 entries took 20–40 ms to sort on a slow host, every
-    /// step on the shard waiting (`docs/benchmarks.md`). Meanwhile the pruner takes
-    /// nothing from the shard (a prune would log a slice that changed nothing, which replay
-    /// would apply to the whole bucket), and a checkpoint still finds the bucket's least
+    /// step on the shard waiting (`docs/benchmarks.md`). Meanwhile no prune slice takes
+    /// from the bucket (see `prune`), and a checkpoint still finds the bucket's least
     /// entry. The sort is of the bucket's entries as a set, so the order, and what each
     /// logged slice takes, is the one replay finds.
     fn sort_due_tombstones(&self, now: xfer_core::Timestamp, at_least: usize) {
