@@ -128,11 +128,11 @@ const PRUNE_CHUNK: usize = 128;
 /// [`MemoryShard::warm`] for a chunk of the pruner's entries: their accounts, then their
 /// tombstones, read and thrown away, so that the lookups' cache misses overlap.
 fn warm_prune(accounts: &IdMap<AccountId, Arc<Account>>, chunk: &[(AccountId, TransferId)]) {
-    let mut last: Option<(&AccountId, Option<&Account>)> = None;
-    let mut found: Vec<(&Account, &TransferId)> = Vec::with_capacity(chunk.len());
+    let mut last: Option<(&AccountId, Option<&Arc<Account>>)> = None;
+    let mut found: Vec<(&Arc<Account>, &TransferId)> = Vec::with_capacity(chunk.len());
     for (account, transfer) in chunk {
         if last.is_none_or(|(id, _)| id != account) {
-            last = Some((account, accounts.get(account).map(|a| &**a)));
+            last = Some((account, accounts.get(account)));
         }
         if let Some((_, Some(a))) = last {
             found.push((a, transfer));
@@ -141,12 +141,22 @@ fn warm_prune(accounts: &IdMap<AccountId, Arc<Account>>, chunk: &[(AccountId, Tr
     warm_intents(&found);
 }
 
-/// The second and third stages of [`MemoryShard::warm`]: each account's table of intents,
-/// then the intent of each transfer in it, read and thrown away.
-fn warm_intents(found: &[(&Account, &TransferId)]) {
+/// The second and third stages of [`MemoryShard::warm`]: each account (a field on every
+/// cache line of it, its shared count first, which the write's `Arc::make_mut` reads:
+/// reading only its table of intents left that line a miss in `apply`, 2.3 % of `xfer
+/// bench`'s samples, `docs/benchmarks.md`), then the intent of each transfer in it, read
+/// and thrown away. (The fields are at most 48 bytes apart in the layout rustc 1.95
+/// gives, `offset_of!`; another layout only warms less.)
+fn warm_intents(found: &[(&Arc<Account>, &TransferId)]) {
     use std::hint::black_box;
     for (a, _) in found {
-        black_box(a.intents.len());
+        black_box((
+            Arc::strong_count(a),
+            a.id.as_bytes().len(),
+            a.intents.len(),
+            a.balance,
+            a.status,
+        ));
     }
     for (a, transfer) in found {
         black_box(a.intents.get(transfer).map(|i| i.state));
@@ -545,7 +555,7 @@ impl MemoryShard {
     /// `apply` then finds the lines in cache. In stages (records, then their intents), so
     /// that a stage's loop is short enough for many of its misses to overlap.
     pub fn warm(&self, ops: &[Op]) {
-        let mut accounts: Vec<(&Account, &TransferId)> = Vec::with_capacity(ops.len());
+        let mut accounts: Vec<(&Arc<Account>, &TransferId)> = Vec::with_capacity(ops.len());
         for op in ops {
             match op {
                 Op::Account(id, op) => {
@@ -560,7 +570,17 @@ impl MemoryShard {
                     }
                 }
                 Op::Transfer(id, _) => {
-                    std::hint::black_box(self.transfers.get(id).map(|r| r.state));
+                    // A field on every cache line of the record, its shared count first
+                    // (`Arc::make_mut`), as for accounts in `warm_intents`.
+                    std::hint::black_box(self.transfers.get(id).map(|r| {
+                        (
+                            Arc::strong_count(r),
+                            r.owner.is_some(),
+                            r.reason.is_some(),
+                            r.deadline,
+                            r.state,
+                        )
+                    }));
                 }
             }
         }
