@@ -161,8 +161,8 @@ pub(crate) const WARM_CHUNK: usize = 64;
 /// live ones noted, encoding, dropping) missed on every line in turn. (Reading only each
 /// allocation's first line left the spec's id on another: a miss per record, 2.4 % of
 /// `xfer bench`'s samples in `Tables::add_cut`, `docs/benchmarks.md`.) The fields read are
-/// at most 48 bytes apart in the layouts rustc 1.95 gives (`offset_of!`); another layout
-/// only warms less.
+/// less than a cache line apart in the layouts rustc 1.95 gives (`offset_of!`); another
+/// layout only warms less.
 pub(crate) fn warm_records(records: &[Arc<TransferRecord>]) {
     use std::hint::black_box;
     for r in records {

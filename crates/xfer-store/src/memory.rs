@@ -143,10 +143,11 @@ fn warm_prune(accounts: &IdMap<AccountId, Arc<Account>>, chunk: &[(AccountId, Tr
 
 /// The second and third stages of [`MemoryShard::warm`]: each account (a field on every
 /// cache line of it, its shared count first, which the write's `Arc::make_mut` reads:
-/// reading only its table of intents left that line a miss in `apply`, 2.3 % of `xfer
-/// bench`'s samples, `docs/benchmarks.md`), then the intent of each transfer in it, read
-/// and thrown away. (The fields are at most 48 bytes apart in the layout rustc 1.95
-/// gives, `offset_of!`; another layout only warms less.)
+/// reading only an account's table of intents and a transfer's state left that line a
+/// miss in `apply`, whose `make_mut` loads held 2.3 % of `xfer bench`'s samples,
+/// `docs/benchmarks.md`), then the intent of each transfer in it, read and thrown away. (The fields read, here and for a transfer in `warm`, are less than a
+/// cache line apart in the layouts rustc 1.95 gives, `offset_of!`; another layout only
+/// warms less.)
 fn warm_intents(found: &[(&Arc<Account>, &TransferId)]) {
     use std::hint::black_box;
     for (a, _) in found {
