@@ -125,8 +125,8 @@ const EVICT_SLICE: usize = 256;
 const PRUNE_SLICE: usize = 128;
 
 /// A due bucket of the pruner's index with at least this many entries is sorted without
-/// the shard's lock (`EmbeddedShard::sort_due_tombstones`); a smaller one sorts in well
-/// under a millisecond when first taken from.
+/// the shard's lock (`EmbeddedShard::prune`); a smaller one sorts in well under a
+/// millisecond when first taken from.
 const SORT_APART_MIN: usize = 2_048;
 
 /// The most records a checkpoint's cut hands over per hold of a shard's lock.
@@ -933,28 +933,6 @@ fn drop_records(mut records: Vec<Arc<TransferRecord>>) {
 }
 
 impl<F: Fs> EmbeddedShard<F> {
-    /// Sorts the pruner's due bucket, if it holds at least `at_least` entries, without
-    /// the shard's lock: its entries are taken out under the lock, sorted, and put back
-    /// under it. A bucket of 100,000 entries took 20–40 ms to sort on a slow host, every
-    /// step on the shard waiting (`docs/benchmarks.md`). Meanwhile no prune slice takes
-    /// from the bucket (see `prune`), and a checkpoint still finds the bucket's least
-    /// entry. The sort is of the bucket's entries as a set, so the order, and what each
-    /// logged slice takes, is the one replay finds.
-    fn sort_due_tombstones(&self, now: xfer_core::Timestamp, at_least: usize) {
-        let taken = self
-            .inner
-            .shard(self.index)
-            .mem
-            .tombstones_to_sort(now, at_least);
-        if let Some((at, mut entries)) = taken {
-            xfer_store::sort_bucket(&mut entries);
-            self.inner
-                .shard(self.index)
-                .mem
-                .sorted_tombstones(at, entries);
-        }
-    }
-
     fn execute_now(&self, ops: &[Op]) -> Applied {
         self.inner.check_open()?;
         self.execute_locked(&mut self.inner.shard(self.index), ops)
@@ -1093,8 +1071,23 @@ impl<F: Fs> Store for EmbeddedShard<F> {
             // sorted (which replay would find in place), nor sorts the next bucket under
             // the lock.
             while left > 0 {
-                self.sort_due_tombstones(now, SORT_APART_MIN);
                 let mut shard = self.inner.shard(self.index);
+                // A due bucket of the index not sorted yet, if big, is sorted without the
+                // lock: its entries taken out under it, sorted, and put back under it. A
+                // bucket of 100,000 entries took 20–40 ms to sort on a slow host, every
+                // step on the shard waiting (`docs/benchmarks.md`). Meanwhile no slice
+                // takes from the bucket, and a checkpoint still finds its least entry. The
+                // sort is of the bucket's entries as a set, so the order, and what each
+                // logged slice takes, is the one replay finds.
+                if let Some((at, mut entries)) = shard.mem.tombstones_to_sort(now, SORT_APART_MIN) {
+                    drop(shard);
+                    xfer_store::sort_bucket(&mut entries);
+                    self.inner
+                        .shard(self.index)
+                        .mem
+                        .sorted_tombstones(at, entries);
+                    continue;
+                }
                 let slice = left
                     .min(PRUNE_SLICE)
                     .min(shard.mem.first_due_tombstones(now));

@@ -160,20 +160,14 @@ pub(crate) const WARM_CHUNK: usize = 64;
 /// touched by the shard's steps, are scattered over the heap, and each pass over them (the
 /// live ones noted, encoding, dropping) missed on every line in turn. (Reading only each
 /// allocation's first line left the spec's id on another: a miss per record, 2.4 % of
-/// `xfer bench`'s samples in `Tables::add_cut`, `docs/benchmarks.md`.) The fields read are
-/// less than a cache line apart in the layouts rustc 1.95 gives (`offset_of!`); another
-/// layout only warms less.
+/// `xfer bench`'s samples in `Tables::add_cut`, `docs/benchmarks.md`.) The record's
+/// fields are [`xfer_store::transfer_lines`]; the spec's and postings' are less than a
+/// cache line apart in the layouts rustc 1.95 gives (`offset_of!`); another layout only
+/// warms less.
 pub(crate) fn warm_records(records: &[Arc<TransferRecord>]) {
     use std::hint::black_box;
     for r in records {
-        black_box((
-            Arc::strong_count(r),
-            r.owner.is_some(),
-            r.refunded_by.is_some(),
-            r.reason.is_some(),
-            r.deadline,
-            r.state,
-        ));
+        black_box(xfer_store::transfer_lines(r));
     }
     for r in records {
         let s = &r.spec;

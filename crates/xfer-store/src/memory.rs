@@ -145,9 +145,9 @@ fn warm_prune(accounts: &IdMap<AccountId, Arc<Account>>, chunk: &[(AccountId, Tr
 /// cache line of it, its shared count first, which the write's `Arc::make_mut` reads:
 /// reading only an account's table of intents and a transfer's state left that line a
 /// miss in `apply`, whose `make_mut` loads held 2.3 % of `xfer bench`'s samples,
-/// `docs/benchmarks.md`), then the intent of each transfer in it, read and thrown away. (The fields read, here and for a transfer in `warm`, are less than a
-/// cache line apart in the layouts rustc 1.95 gives, `offset_of!`; another layout only
-/// warms less.)
+/// `docs/benchmarks.md`), then the intent of each transfer in it, read and thrown away.
+/// (The fields read are less than a cache line apart in the layout rustc 1.95 gives,
+/// `offset_of!`; another layout only warms less.)
 fn warm_intents(found: &[(&Arc<Account>, &TransferId)]) {
     use std::hint::black_box;
     for (a, _) in found {
@@ -162,6 +162,22 @@ fn warm_intents(found: &[(&Arc<Account>, &TransferId)]) {
     for (a, transfer) in found {
         black_box(a.intents.get(transfer).map(|i| i.state));
     }
+}
+
+/// A field on every cache line of transfer record `r`, its shared count first (what a
+/// write's `Arc::make_mut` reads), for read-ahead loops to throw away (`black_box`): the
+/// shard's steps ([`MemoryShard::warm`]) and a checkpoint's passes over its cut. The fields
+/// are less than a cache line apart in the layout rustc 1.95 gives (`offset_of!`); another
+/// layout only warms less.
+#[inline(always)]
+pub fn transfer_lines(r: &Arc<TransferRecord>) -> impl Sized {
+    (
+        Arc::strong_count(r),
+        r.owner.is_some(),
+        r.reason.is_some(),
+        r.deadline,
+        r.state,
+    )
 }
 
 /// The id of the account the pruner leaves, if it is a placeholder it emptied (to drop).
@@ -571,17 +587,7 @@ impl MemoryShard {
                     }
                 }
                 Op::Transfer(id, _) => {
-                    // A field on every cache line of the record, its shared count first
-                    // (`Arc::make_mut`), as for accounts in `warm_intents`.
-                    std::hint::black_box(self.transfers.get(id).map(|r| {
-                        (
-                            Arc::strong_count(r),
-                            r.owner.is_some(),
-                            r.reason.is_some(),
-                            r.deadline,
-                            r.state,
-                        )
-                    }));
+                    std::hint::black_box(self.transfers.get(id).map(transfer_lines));
                 }
             }
         }
