@@ -47,9 +47,18 @@ struct Flight {
     last_error: Option<StoreError>,
     round_ok: bool,
     round_err: bool,
-    result: Option<Result<Outcome, ExecError>>,
+    /// Why it is no longer driven, once it is not.
+    result: Option<Ended>,
     /// The highest log point of the answers it took (0: all were durable when answered).
     point: u64,
+}
+
+/// Why a flight is no longer driven.
+enum Ended {
+    /// Its machine stopped: the outcome is the machine's, taken (not copied) at the end.
+    Stopped,
+    /// The driver stopped it: given up, a broken invariant, a corrupted store.
+    Failed(ExecError),
 }
 
 /// Decisions taken from answers not yet durable, reported once their point is.
@@ -195,16 +204,16 @@ pub(crate) async fn rounds(
 
 /// What a stopped machine means to a caller: rejections, a missing transfer and broken
 /// invariants are errors; finished, held and left are outcomes.
-fn settle(machine: &Machine, outcome: &Outcome) -> Result<Outcome, ExecError> {
+fn settle(id: &TransferId, outcome: Outcome) -> Result<Outcome, ExecError> {
     match outcome {
-        Outcome::Rejected(r) => Err(ExecError::Rejected(r.clone())),
+        Outcome::Rejected(r) => Err(ExecError::Rejected(r)),
         Outcome::NotFound => Err(ExecError::Rejected(Rejection::new(
             Code::TransferNotFound,
             "id",
-            format!("no transfer {}", machine.id()),
+            format!("no transfer {id}"),
         ))),
-        Outcome::Violation(m) => Err(ExecError::Violation(m.clone())),
-        other => Ok(other.clone()),
+        Outcome::Violation(m) => Err(ExecError::Violation(m)),
+        other => Ok(other),
     }
 }
 
@@ -242,12 +251,11 @@ impl Flight {
             return false;
         }
         (self.round_ok, self.round_err) = (false, false);
-        let ticked = self.machine.on_tick(now);
-        self.queue.extend(ticked);
+        self.machine.on_tick_into(now, &mut self.queue);
         let machine = &self.machine;
         self.queue.retain(|r| machine.wants(r.tag));
-        if let Some(outcome) = self.machine.outcome() {
-            self.result = Some(settle(&self.machine, outcome));
+        if self.machine.outcome().is_some() {
+            self.result = Some(Ended::Stopped);
             return false;
         }
         if self.queue.is_empty() {
@@ -274,8 +282,8 @@ impl Flight {
                 self.point = self.point.max(point);
                 if self.machine.wants(req.tag) {
                     let deciding = self.machine.is_deciding();
-                    let next = self.machine.on_reply(req.tag, reply, now);
-                    self.queue.extend(next);
+                    self.machine
+                        .on_reply_into(req.tag, reply, now, &mut self.queue);
                     return deciding && self.machine.is_decided();
                 }
             }
@@ -297,12 +305,14 @@ impl Flight {
         if self.point == 0 {
             return;
         }
-        let keep = matches!(
-            &self.result,
-            Some(Err(err)) if !matches!(err, ExecError::Rejected(_))
-        );
+        // What says more than "unknown" stays: an error other than a rejection.
+        let keep = match &self.result {
+            Some(Ended::Failed(e)) => !matches!(e, ExecError::Rejected(_)),
+            Some(Ended::Stopped) => matches!(self.machine.outcome(), Some(Outcome::Violation(_))),
+            None => false,
+        };
         if !keep {
-            self.result = Some(Err(ExecError::Indeterminate(format!(
+            self.result = Some(Ended::Failed(ExecError::Indeterminate(format!(
                 "{}: the log could not be synced after phase {}: {e}",
                 self.machine.id(),
                 self.machine.phase_name()
@@ -333,7 +343,7 @@ impl Flight {
                 self.machine.id(),
                 self.machine.phase_name()
             );
-            self.result = Some(Err(gave_up(
+            self.result = Some(Ended::Failed(gave_up(
                 what,
                 self.last_error.as_ref(),
                 self.maybe_applied,
@@ -343,18 +353,20 @@ impl Flight {
 
     fn fail(&mut self, e: ExecError) {
         if self.result.is_none() {
-            self.result = Some(Err(e));
+            self.result = Some(Ended::Failed(e));
         }
     }
 
     fn finish(self) -> Result<Outcome, ExecError> {
-        match (self.result, self.machine.outcome()) {
-            (Some(r), _) => r,
-            (None, Some(o)) => settle(&self.machine, o),
-            (None, None) => Err(ExecError::Indeterminate(format!(
-                "{}: stopped driving in phase {}",
-                self.machine.id(),
-                self.machine.phase_name()
+        if let Some(Ended::Failed(e)) = self.result {
+            return Err(e);
+        }
+        let id = self.machine.id().clone();
+        let phase = self.machine.phase_name();
+        match self.machine.into_outcome() {
+            Some(o) => settle(&id, o),
+            None => Err(ExecError::Indeterminate(format!(
+                "{id}: stopped driving in phase {phase}"
             ))),
         }
     }

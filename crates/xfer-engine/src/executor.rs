@@ -149,7 +149,8 @@ impl Executor {
     ) -> Window {
         let now = self.clock.now();
         let mut results: Vec<Option<Result<Outcome, ExecError>>> = vec![None; specs.len()];
-        let (mut slots, mut starts) = (Vec::new(), Vec::new());
+        let mut slots = Vec::with_capacity(specs.len());
+        let mut starts = Vec::with_capacity(specs.len());
         for (i, spec) in specs.into_iter().enumerate() {
             match Machine::submit(spec, self.owner.clone(), now, self.cfg) {
                 Ok(start) => {

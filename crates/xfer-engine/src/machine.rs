@@ -92,16 +92,13 @@ enum Phase {
     ReadingOriginal,
     /// Refund: reading the refund that holds the link, to see whether it was canceled.
     ReadingRival(TransferId),
-    Preparing {
-        acked: Vec<bool>,
-    },
+    /// Each leg's prepare; done when none is outstanding.
+    Preparing,
     Deciding,
-    Posting {
-        acked: Vec<bool>,
-    },
-    Releasing {
-        acked: Vec<bool>,
-    },
+    /// Each leg's post; done when none is outstanding.
+    Posting,
+    /// Each leg's release; done when none is outstanding.
+    Releasing,
     Finishing,
     Stopped(Box<Outcome>),
 }
@@ -119,6 +116,11 @@ pub struct Machine {
     /// (one per leg at most), so a list searched, not a map.
     outstanding: Vec<(u32, usize)>,
     next_tag: u32,
+    /// Where the phase functions put the requests they make: during one call of
+    /// [`Machine::on_reply_into`] or [`Machine::on_tick_into`], the caller's own list
+    /// (swapped in and back), so that no step allocates a list of its own; empty between
+    /// calls.
+    sink: Vec<Request>,
     /// Started by [`Machine::recover`] (only mutants care).
     recovering: bool,
 }
@@ -138,14 +140,10 @@ impl Machine {
         let record = TransferRecord::accept_claimed(spec, now, owner.clone(), lease_until);
         let mut m = Machine::blank(record.id().clone(), owner, cfg);
         m.legs = legs;
-        let reqs = m.enter(
-            Phase::Inserting,
-            vec![(
-                WHOLE,
-                Op::Transfer(m.id.clone(), TransferOp::Insert(Arc::new(record))),
-            )],
-        );
-        Ok((m, reqs))
+        let insert = Op::Transfer(m.id.clone(), TransferOp::Insert(Arc::new(record)));
+        m.enter(Phase::Inserting);
+        m.request(WHOLE, insert);
+        Ok(m.started())
     }
 
     /// Takes over `id` (a sweeper, or a re-drive): claims it and finishes whatever state it
@@ -158,8 +156,8 @@ impl Machine {
     ) -> (Machine, Vec<Request>) {
         let mut m = Machine::blank(id, owner, cfg);
         m.recovering = true;
-        let reqs = m.claim(now);
-        (m, reqs)
+        m.claim(now);
+        m.started()
     }
 
     /// Captures the hold `id` and posts it.
@@ -203,8 +201,14 @@ impl Machine {
                 lease_until,
             },
         };
-        let reqs = m.whole(phase, op);
-        (m, reqs)
+        m.whole(phase, op);
+        m.started()
+    }
+
+    /// A new machine and the first requests it made.
+    fn started(mut self) -> (Machine, Vec<Request>) {
+        let first = std::mem::take(&mut self.sink);
+        (self, first)
     }
 
     fn blank(id: TransferId, owner: OwnerId, cfg: Config) -> Machine {
@@ -217,6 +221,7 @@ impl Machine {
             legs: Vec::new(),
             outstanding: Vec::new(),
             next_tag: 0,
+            sink: Vec::new(),
             recovering: false,
         }
     }
@@ -230,6 +235,14 @@ impl Machine {
     pub fn outcome(&self) -> Option<&Outcome> {
         match &self.phase {
             Phase::Stopped(o) => Some(o.as_ref()),
+            _ => None,
+        }
+    }
+
+    /// The outcome, once the machine has stopped, taken out of it.
+    pub fn into_outcome(self) -> Option<Outcome> {
+        match self.phase {
+            Phase::Stopped(o) => Some(*o),
             _ => None,
         }
     }
@@ -253,7 +266,7 @@ impl Machine {
     /// held.
     pub fn is_decided(&self) -> bool {
         match &self.phase {
-            Phase::Posting { .. } | Phase::Releasing { .. } | Phase::Finishing => true,
+            Phase::Posting | Phase::Releasing | Phase::Finishing => true,
             Phase::Stopped(o) => matches!(o.as_ref(), Outcome::Held(_)),
             _ => false,
         }
@@ -267,10 +280,10 @@ impl Machine {
             Phase::Capturing => "capturing",
             Phase::Voiding => "voiding",
             Phase::Linking { .. } | Phase::ReadingOriginal | Phase::ReadingRival(_) => "linking",
-            Phase::Preparing { .. } => "preparing",
+            Phase::Preparing => "preparing",
             Phase::Deciding => "deciding",
-            Phase::Posting { .. } => "posting",
-            Phase::Releasing { .. } => "releasing",
+            Phase::Posting => "posting",
+            Phase::Releasing => "releasing",
             Phase::Finishing => "finishing",
             Phase::Stopped(_) => "stopped",
         }
@@ -279,22 +292,54 @@ impl Machine {
     /// Time passes without a reply: cancels a prepare phase whose deadline (plus the skew
     /// bound) has passed on this clock.
     pub fn on_tick(&mut self, now: Timestamp) -> Vec<Request> {
+        let mut next = Vec::new();
+        self.on_tick_into(now, &mut next);
+        next
+    }
+
+    /// As [`Machine::on_tick`], the requests appended to `out`.
+    pub fn on_tick_into(&mut self, now: Timestamp, out: &mut Vec<Request>) {
+        std::mem::swap(&mut self.sink, out);
+        self.tick(now);
+        std::mem::swap(&mut self.sink, out);
+    }
+
+    fn tick(&mut self, now: Timestamp) {
         match (&self.phase, &self.record) {
-            (Phase::Preparing { .. }, Some(r)) if now >= r.deadline.plus_ms(self.cfg.skew_ms) => {
-                self.decide(
+            (Phase::Preparing, Some(r)) if now >= r.deadline.plus_ms(self.cfg.skew_ms) => self
+                .decide(
                     TransferState::Canceling,
                     Some(CancelReason::DeadlinePassed),
                     now,
-                )
-            }
-            _ => Vec::new(),
+                ),
+            _ => {}
         }
     }
 
     /// Feeds the reply to request `tag`; returns the requests to send next.
     pub fn on_reply(&mut self, tag: u32, reply: Reply, now: Timestamp) -> Vec<Request> {
+        let mut next = Vec::new();
+        self.on_reply_into(tag, reply, now, &mut next);
+        next
+    }
+
+    /// As [`Machine::on_reply`], the requests appended to `out`: a driver that keeps one
+    /// list per machine allocates none per step.
+    pub fn on_reply_into(
+        &mut self,
+        tag: u32,
+        reply: Reply,
+        now: Timestamp,
+        out: &mut Vec<Request>,
+    ) {
+        std::mem::swap(&mut self.sink, out);
+        self.reply(tag, reply, now);
+        std::mem::swap(&mut self.sink, out);
+    }
+
+    fn reply(&mut self, tag: u32, reply: Reply, now: Timestamp) {
         let Some(at) = self.outstanding.iter().position(|(t, _)| *t == tag) else {
-            return Vec::new(); // a stale or duplicated reply
+            return; // a stale or duplicated reply
         };
         let (_, leg) = self.outstanding.swap_remove(at);
         match std::mem::replace(&mut self.phase, Phase::Finishing) {
@@ -305,51 +350,48 @@ impl Machine {
             Phase::Linking { replacing } => self.on_linked(reply, replacing, now),
             Phase::ReadingOriginal => self.on_read_original(reply, now),
             Phase::ReadingRival(rival) => self.on_read_rival(reply, rival, now),
-            Phase::Preparing { acked } => self.on_prepared(acked, leg, reply, now),
+            Phase::Preparing => self.on_prepared(leg, reply, now),
             Phase::Deciding => self.on_decided(reply, now),
-            Phase::Posting { acked } => self.on_posted(acked, leg, reply, now),
-            Phase::Releasing { acked } => self.on_released(acked, leg, reply, now),
+            Phase::Posting => self.on_posted(leg, reply, now),
+            Phase::Releasing => self.on_released(leg, reply, now),
             Phase::Finishing => self.on_finished(reply),
-            Phase::Stopped(o) => {
-                self.phase = Phase::Stopped(o);
-                Vec::new()
-            }
+            Phase::Stopped(o) => self.phase = Phase::Stopped(o),
         }
     }
 
     // --- phase transitions -------------------------------------------------------------
 
-    fn enter(&mut self, phase: Phase, ops: Vec<(usize, Op)>) -> Vec<Request> {
+    /// Enters `phase`: no request of the one before is wanted any more.
+    fn enter(&mut self, phase: Phase) {
         self.phase = phase;
         self.outstanding.clear();
-        ops.into_iter()
-            .map(|(leg, op)| {
-                let tag = self.next_tag;
-                self.next_tag += 1;
-                self.outstanding.push((tag, leg));
-                Request { tag, op }
-            })
-            .collect()
+    }
+
+    /// Asks for `op`, for `leg` (or the whole transfer, [`WHOLE`]).
+    fn request(&mut self, leg: usize, op: Op) {
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        self.outstanding.push((tag, leg));
+        self.sink.push(Request { tag, op });
     }
 
     /// Re-enters the same phase keeping the other legs' outstanding requests.
-    fn stay(&mut self, phase: Phase) -> Vec<Request> {
+    fn stay(&mut self, phase: Phase) {
         self.phase = phase;
-        Vec::new()
     }
 
-    fn stop(&mut self, outcome: Outcome) -> Vec<Request> {
+    fn stop(&mut self, outcome: Outcome) {
         self.outstanding.clear();
         self.phase = Phase::Stopped(Box::new(outcome));
-        Vec::new()
     }
 
-    fn whole(&mut self, phase: Phase, op: TransferOp) -> Vec<Request> {
+    fn whole(&mut self, phase: Phase, op: TransferOp) {
         let id = self.id.clone();
-        self.enter(phase, vec![(WHOLE, Op::Transfer(id, op))])
+        self.enter(phase);
+        self.request(WHOLE, Op::Transfer(id, op));
     }
 
-    fn claim(&mut self, now: Timestamp) -> Vec<Request> {
+    fn claim(&mut self, now: Timestamp) {
         let op = TransferOp::Claim {
             owner: self.owner.clone(),
             now,
@@ -367,7 +409,7 @@ impl Machine {
     }
 
     /// Continues from the state of a record this machine now owns (epoch is ours).
-    fn run_from(&mut self, now: Timestamp) -> Vec<Request> {
+    fn run_from(&mut self, now: Timestamp) {
         // What the next step needs, read off the record; a copy of the whole record only
         // where the machine stops with it (this ran twice per transfer, and copying the
         // record each time was most of the machine's allocations).
@@ -414,7 +456,7 @@ impl Machine {
         }
     }
 
-    fn link(&mut self, original: TransferId, replacing: Option<TransferId>) -> Vec<Request> {
+    fn link(&mut self, original: TransferId, replacing: Option<TransferId>) {
         let postings = self
             .record
             .as_ref()
@@ -427,82 +469,55 @@ impl Machine {
             replacing: replacing.clone(),
             postings,
         };
-        self.enter(
-            Phase::Linking { replacing },
-            vec![(WHOLE, Op::Transfer(original, op))],
-        )
+        self.enter(Phase::Linking { replacing });
+        self.request(WHOLE, Op::Transfer(original, op));
     }
 
-    fn prepare_all(&mut self) -> Vec<Request> {
+    fn prepare_all(&mut self) {
         let rec = self.record.as_ref().expect("prepare after claim");
         let (deadline, horizon) = (rec.deadline, rec.deadline.plus_ms(self.cfg.skew_ms));
-        let ops = self
-            .legs
-            .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                let op = AccountOp::Prepare {
-                    transfer: self.id.clone(),
-                    asset: l.asset.clone(),
-                    debit: l.debit,
-                    credit: l.credit,
-                    deadline,
-                    horizon,
-                };
-                (i, Op::Account(l.account.clone(), op))
-            })
-            .collect();
-        let acked = vec![false; self.legs.len()];
-        self.enter(Phase::Preparing { acked }, ops)
+        self.each_leg(Phase::Preparing, |transfer, l| AccountOp::Prepare {
+            transfer: transfer.clone(),
+            asset: l.asset.clone(),
+            debit: l.debit,
+            credit: l.credit,
+            deadline,
+            horizon,
+        });
     }
 
-    fn post_all(&mut self) -> Vec<Request> {
-        let ops = self
-            .legs
-            .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                let op = AccountOp::Post {
-                    transfer: self.id.clone(),
-                    asset: l.asset.clone(),
-                };
-                (i, Op::Account(l.account.clone(), op))
-            })
-            .collect();
-        let acked = vec![false; self.legs.len()];
-        self.enter(Phase::Posting { acked }, ops)
+    fn post_all(&mut self) {
+        self.each_leg(Phase::Posting, |transfer, l| AccountOp::Post {
+            transfer: transfer.clone(),
+            asset: l.asset.clone(),
+        });
     }
 
-    fn release_all(&mut self) -> Vec<Request> {
+    fn release_all(&mut self) {
         let horizon = self
             .record
             .as_ref()
             .expect("release after claim")
             .deadline
             .plus_ms(self.cfg.skew_ms);
-        let ops = self
-            .legs
-            .iter()
-            .enumerate()
-            .map(|(i, l)| {
-                let op = AccountOp::Release {
-                    transfer: self.id.clone(),
-                    asset: l.asset.clone(),
-                    horizon,
-                };
-                (i, Op::Account(l.account.clone(), op))
-            })
-            .collect();
-        let acked = vec![false; self.legs.len()];
-        self.enter(Phase::Releasing { acked }, ops)
+        self.each_leg(Phase::Releasing, |transfer, l| AccountOp::Release {
+            transfer: transfer.clone(),
+            asset: l.asset.clone(),
+            horizon,
+        });
     }
 
-    fn decide(
-        &mut self,
-        to: TransferState,
-        reason: Option<CancelReason>,
-        now: Timestamp,
-    ) -> Vec<Request> {
+    /// Enters `phase` with one request per leg, `step` on the leg's account.
+    fn each_leg(&mut self, phase: Phase, step: impl Fn(&TransferId, &Leg) -> AccountOp) {
+        self.enter(phase);
+        for i in 0..self.legs.len() {
+            let leg = &self.legs[i];
+            let op = Op::Account(leg.account.clone(), step(&self.id, leg));
+            self.request(i, op);
+        }
+    }
+
+    fn decide(&mut self, to: TransferState, reason: Option<CancelReason>, now: Timestamp) {
         let epoch = self.record.as_ref().expect("decide after claim").epoch;
         self.whole(
             Phase::Deciding,
@@ -515,13 +530,13 @@ impl Machine {
         )
     }
 
-    fn finish(&mut self, now: Timestamp) -> Vec<Request> {
+    fn finish(&mut self, now: Timestamp) {
         self.whole(Phase::Finishing, TransferOp::Finish { now })
     }
 
     // --- replies -----------------------------------------------------------------------
 
-    fn on_inserted(&mut self, reply: Reply, now: Timestamp) -> Vec<Request> {
+    fn on_inserted(&mut self, reply: Reply, now: Timestamp) {
         match reply {
             // Inserted, or the same body was already there: compete for the claim either
             // way; a live claim or a terminal state answers `Unchanged` there.
@@ -549,7 +564,7 @@ impl Machine {
         }
     }
 
-    fn on_claimed(&mut self, reply: Reply, now: Timestamp) -> Vec<Request> {
+    fn on_claimed(&mut self, reply: Reply, now: Timestamp) {
         match reply {
             Reply::Transfer(rec) => {
                 self.adopt(*rec);
@@ -572,7 +587,7 @@ impl Machine {
         }
     }
 
-    fn on_captured(&mut self, reply: Reply, now: Timestamp, goal: TransferState) -> Vec<Request> {
+    fn on_captured(&mut self, reply: Reply, now: Timestamp, goal: TransferState) {
         match reply {
             Reply::Transfer(rec) => {
                 self.adopt(*rec);
@@ -606,20 +621,13 @@ impl Machine {
         }
     }
 
-    fn on_linked(
-        &mut self,
-        reply: Reply,
-        replacing: Option<TransferId>,
-        now: Timestamp,
-    ) -> Vec<Request> {
+    fn on_linked(&mut self, reply: Reply, replacing: Option<TransferId>, now: Timestamp) {
         match reply {
             Reply::Transfer(_) | Reply::Unchanged(_) => self.prepare_all(),
             Reply::Refused(Code::OriginalAlreadyRefunded) if replacing.is_none() => {
                 let original = self.original();
-                self.enter(
-                    Phase::ReadingOriginal,
-                    vec![(WHOLE, Op::Transfer(original, TransferOp::Get))],
-                )
+                self.enter(Phase::ReadingOriginal);
+                self.request(WHOLE, Op::Transfer(original, TransferOp::Get));
             }
             Reply::Refused(code) => self.cancel_refund(code, now),
             Reply::NotFound => self.cancel_refund(Code::TransferNotFound, now),
@@ -627,12 +635,13 @@ impl Machine {
         }
     }
 
-    fn on_read_original(&mut self, reply: Reply, now: Timestamp) -> Vec<Request> {
+    fn on_read_original(&mut self, reply: Reply, now: Timestamp) {
         match reply {
             Reply::Unchanged(orig) | Reply::Transfer(orig) => match orig.refunded_by {
                 Some(rival) if rival != self.id => {
                     let op = Op::Transfer(rival.clone(), TransferOp::Get);
-                    self.enter(Phase::ReadingRival(rival), vec![(WHOLE, op)])
+                    self.enter(Phase::ReadingRival(rival));
+                    self.request(WHOLE, op);
                 }
                 // Unlinked since, or linked to us: try again.
                 _ => self.link(self.original(), None),
@@ -641,7 +650,7 @@ impl Machine {
         }
     }
 
-    fn on_read_rival(&mut self, reply: Reply, rival: TransferId, now: Timestamp) -> Vec<Request> {
+    fn on_read_rival(&mut self, reply: Reply, rival: TransferId, now: Timestamp) {
         match reply {
             // A canceled refund can never post: its link may be taken over.
             Reply::Unchanged(r) if r.state == TransferState::Canceled => {
@@ -658,7 +667,7 @@ impl Machine {
             .expect("a refund has an original")
     }
 
-    fn cancel_refund(&mut self, code: Code, now: Timestamp) -> Vec<Request> {
+    fn cancel_refund(&mut self, code: Code, now: Timestamp) {
         self.decide(
             TransferState::Canceling,
             Some(CancelReason::RefundRefused { code }),
@@ -666,13 +675,7 @@ impl Machine {
         )
     }
 
-    fn on_prepared(
-        &mut self,
-        mut acked: Vec<bool>,
-        leg: usize,
-        reply: Reply,
-        now: Timestamp,
-    ) -> Vec<Request> {
+    fn on_prepared(&mut self, leg: usize, reply: Reply, now: Timestamp) {
         let outcome = match reply {
             Reply::Prepare(o) => o,
             other => return self.unexpected("prepare", other),
@@ -681,8 +684,8 @@ impl Machine {
             PrepareOutcome::Prepared
             | PrepareOutcome::AlreadyPrepared
             | PrepareOutcome::AlreadyPosted => {
-                acked[leg] = true;
-                if acked.iter().all(|a| *a) {
+                // Every leg answered: none outstanding (this one's left in `reply`).
+                if self.outstanding.is_empty() {
                     let hold = matches!(
                         self.record.as_ref().map(|r| r.spec.kind),
                         Some(TransferKind::Hold { .. })
@@ -694,7 +697,7 @@ impl Machine {
                     };
                     self.decide(to, None, now)
                 } else {
-                    self.stay(Phase::Preparing { acked })
+                    self.stay(Phase::Preparing)
                 }
             }
             // Only a canceling decision leaves a released mark: our decide will find it.
@@ -714,7 +717,7 @@ impl Machine {
         }
     }
 
-    fn on_decided(&mut self, reply: Reply, now: Timestamp) -> Vec<Request> {
+    fn on_decided(&mut self, reply: Reply, now: Timestamp) {
         let my_epoch = self.record.as_ref().map(|r| r.epoch);
         match reply {
             Reply::Transfer(rec) => {
@@ -737,24 +740,16 @@ impl Machine {
         }
     }
 
-    fn on_posted(
-        &mut self,
-        mut acked: Vec<bool>,
-        leg: usize,
-        reply: Reply,
-        now: Timestamp,
-    ) -> Vec<Request> {
+    fn on_posted(&mut self, leg: usize, reply: Reply, now: Timestamp) {
         match reply {
             Reply::Post(
                 PostOutcome::Posted | PostOutcome::AlreadyPosted | PostOutcome::Missing,
             ) => {
-                acked[leg] = true;
-                if acked.iter().all(|a| *a)
-                    || (mutant::is(Mutant::FinishAfterFirstPost) && acked.iter().any(|a| *a))
-                {
+                // This leg answered; the phase is done when none is outstanding.
+                if self.outstanding.is_empty() || mutant::is(Mutant::FinishAfterFirstPost) {
                     self.finish(now)
                 } else {
-                    self.stay(Phase::Posting { acked })
+                    self.stay(Phase::Posting)
                 }
             }
             Reply::Post(PostOutcome::FoundReleased) => {
@@ -768,22 +763,15 @@ impl Machine {
         }
     }
 
-    fn on_released(
-        &mut self,
-        mut acked: Vec<bool>,
-        leg: usize,
-        reply: Reply,
-        now: Timestamp,
-    ) -> Vec<Request> {
+    fn on_released(&mut self, leg: usize, reply: Reply, now: Timestamp) {
         match reply {
             Reply::Release(
                 ReleaseOutcome::Released | ReleaseOutcome::AlreadyReleased | ReleaseOutcome::Marked,
             ) => {
-                acked[leg] = true;
-                if acked.iter().all(|a| *a) {
+                if self.outstanding.is_empty() {
                     self.finish(now)
                 } else {
-                    self.stay(Phase::Releasing { acked })
+                    self.stay(Phase::Releasing)
                 }
             }
             Reply::Release(ReleaseOutcome::FoundPosted) => {
@@ -797,7 +785,7 @@ impl Machine {
         }
     }
 
-    fn on_finished(&mut self, reply: Reply) -> Vec<Request> {
+    fn on_finished(&mut self, reply: Reply) {
         match reply {
             Reply::Transfer(rec) | Reply::Unchanged(rec) if rec.state.is_terminal() => {
                 self.record = Some((*rec).clone());
@@ -807,7 +795,7 @@ impl Machine {
         }
     }
 
-    fn unexpected(&mut self, step: &str, reply: Reply) -> Vec<Request> {
+    fn unexpected(&mut self, step: &str, reply: Reply) {
         self.stop(Outcome::Violation(format!(
             "{}: {step} answered {reply}",
             self.id
@@ -867,6 +855,34 @@ mod tests {
         let next = m.on_reply(reqs[0].tag, insert, now);
         assert_eq!(m.phase_name(), "preparing", "no claim of its own");
         assert_eq!(next.len(), 2, "one prepare per leg");
+    }
+
+    /// A driver's list keeps what it held (requests waiting to be resent) and gets the
+    /// next step's after them; a stale reply adds nothing.
+    #[test]
+    fn replies_append_to_the_drivers_own_list() {
+        let (now, owner, mut shard) = bank();
+        let (mut m, reqs) = Machine::submit(spec(), owner, now, Config::default()).unwrap();
+        let insert = shard.apply(&reqs[0].op, now);
+        let waiting = Request {
+            tag: 99,
+            op: Op::Transfer(m.id().clone(), TransferOp::Get),
+        };
+        let mut queue = vec![waiting.clone()];
+        m.on_reply_into(reqs[0].tag, insert.clone(), now, &mut queue);
+        assert_eq!(queue.len(), 3, "the waiting request, then one prepare per leg");
+        assert_eq!(queue[0], waiting);
+        m.on_reply_into(reqs[0].tag, insert, now, &mut queue);
+        assert_eq!(queue.len(), 3, "a stale reply asks for nothing");
+        // Both legs must answer before the decision: the first alone leaves it preparing.
+        let (a, b) = (queue[1].clone(), queue[2].clone());
+        let mut next = Vec::new();
+        m.on_reply_into(b.tag, shard.apply(&b.op, now), now, &mut next);
+        assert!(next.is_empty(), "{next:?}");
+        assert_eq!(m.phase_name(), "preparing");
+        m.on_reply_into(a.tag, shard.apply(&a.op, now), now, &mut next);
+        assert_eq!(m.phase_name(), "deciding");
+        assert_eq!(next.len(), 1, "one decide");
     }
 
     /// The story (when a claim still followed every insert): a claim was applied but its
