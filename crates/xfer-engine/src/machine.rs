@@ -870,7 +870,11 @@ mod tests {
         };
         let mut queue = vec![waiting.clone()];
         m.on_reply_into(reqs[0].tag, insert.clone(), now, &mut queue);
-        assert_eq!(queue.len(), 3, "the waiting request, then one prepare per leg");
+        assert_eq!(
+            queue.len(),
+            3,
+            "the waiting request, then one prepare per leg"
+        );
         assert_eq!(queue[0], waiting);
         m.on_reply_into(reqs[0].tag, insert, now, &mut queue);
         assert_eq!(queue.len(), 3, "a stale reply asks for nothing");

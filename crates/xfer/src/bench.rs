@@ -215,10 +215,13 @@ pub struct BenchReport {
     /// CPU per transfer, µs.
     pub cpu_us_per_transfer: f64,
     /// CPU of the whole machine (every process: xfer, the database server, the load) per
-    /// transfer, µs.
+    /// transfer, µs; time the hypervisor took from this machine (steal) counts as busy.
     pub machine_cpu_us_per_transfer: f64,
     /// The whole machine's idle share of the window (idle and waiting for I/O), percent.
     pub machine_idle_percent: f64,
+    /// The share of the window the hypervisor gave this machine's CPUs to others (steal,
+    /// in /proc/stat), percent: a run with much of it measured a slower machine, not xfer.
+    pub machine_steal_percent: f64,
     /// The embedded store's log syncs (group commits, each a write and an `fdatasync`) per
     /// second; `None` on other stores.
     pub log_syncs_per_second: Option<f64>,
@@ -625,9 +628,29 @@ async fn http_submit(
         .collect()
 }
 
-/// The whole machine's busy and idle CPU seconds (all cores, every process; idle counts
-/// waiting for I/O), from /proc/stat.
-fn machine_times() -> (f64, f64) {
+/// The whole machine's CPU seconds (all cores, every process), from /proc/stat.
+#[derive(Clone, Copy, Default)]
+struct MachineTimes {
+    /// Busy, steal included.
+    busy: f64,
+    /// Idle, waiting for I/O included.
+    idle: f64,
+    /// Taken by the hypervisor for others.
+    steal: f64,
+}
+
+impl std::ops::Sub for MachineTimes {
+    type Output = MachineTimes;
+    fn sub(self, before: MachineTimes) -> MachineTimes {
+        MachineTimes {
+            busy: self.busy - before.busy,
+            idle: self.idle - before.idle,
+            steal: self.steal - before.steal,
+        }
+    }
+}
+
+fn machine_times() -> MachineTimes {
     std::fs::read_to_string("/proc/stat")
         .ok()
         .and_then(|s| {
@@ -641,9 +664,13 @@ fn machine_times() -> (f64, f64) {
             // user nice system idle iowait irq softirq steal.
             let idle = f.get(3)? + f.get(4)?;
             let busy = f.iter().take(8).sum::<f64>() - idle;
-            Some((busy / 100.0, idle / 100.0))
+            Some(MachineTimes {
+                busy: busy / 100.0,
+                idle: idle / 100.0,
+                steal: f.get(7)? / 100.0,
+            })
         })
-        .unwrap_or((0.0, 0.0))
+        .unwrap_or_default()
 }
 
 /// Bytes this process has caused to be written to storage, from /proc/self/io (`None`
@@ -905,8 +932,8 @@ async fn measure(
     stop.store(true, Ordering::Relaxed);
     let seconds = watch.seconds();
     let (cpu1, rss) = usage();
-    let machine1 = machine_times();
-    let (machine, machine_idle) = (machine1.0 - machine0.0, machine1.1 - machine0.1);
+    let machine = machine_times() - machine0;
+    let machine_all = (machine.busy + machine.idle).max(f64::MIN_POSITIVE);
     let syncs = log_syncs().zip(syncs0).map(|(b, a)| b - a);
     let written = written_bytes()
         .zip(written0)
@@ -933,9 +960,9 @@ async fn measure(
         decided_ms: (!decided.is_empty()).then(|| decided.percentiles_ms()),
         cpu_seconds: cpu,
         cpu_us_per_transfer: cpu * 1e6 / transfers.max(1) as f64,
-        machine_cpu_us_per_transfer: machine * 1e6 / transfers.max(1) as f64,
-        machine_idle_percent: 100.0 * machine_idle
-            / (machine + machine_idle).max(f64::MIN_POSITIVE),
+        machine_cpu_us_per_transfer: machine.busy * 1e6 / transfers.max(1) as f64,
+        machine_idle_percent: 100.0 * machine.idle / machine_all,
+        machine_steal_percent: 100.0 * machine.steal / machine_all,
         log_syncs_per_second: syncs.map(|n| n as f64 / seconds),
         written_bytes_per_transfer: syncs
             .and(written)
@@ -1021,12 +1048,12 @@ pub fn print(run: &BenchRun) {
         println!(
             "result: workload={} via={} store={} transfers={} per_second={:.0} done={} canceled={} errors={} \
              latency_ms p50={:.2} p99={:.2} p999={:.2} decided_ms {} cpu_s={:.1} cpu_us_per_transfer={:.1} \
-             machine_cpu_us_per_transfer={:.1} machine_idle_pct={:.1} log_syncs_per_s={} \
+             machine_cpu_us_per_transfer={:.1} machine_idle_pct={:.1} machine_steal_pct={:.1} log_syncs_per_s={} \
              written_bytes_per_transfer={} peak_rss_mib={:.0}",
             r.workload, r.via, r.store, r.transfers, r.per_second, r.done, r.canceled, r.errors,
             r.latency_ms[0], r.latency_ms[1], r.latency_ms[2],
             r.decided_ms.map_or("-".to_string(), |d| format!("p50={:.2} p99={:.2} p999={:.2}", d[0], d[1], d[2])),
-            r.cpu_seconds, r.cpu_us_per_transfer, r.machine_cpu_us_per_transfer, r.machine_idle_percent,
+            r.cpu_seconds, r.cpu_us_per_transfer, r.machine_cpu_us_per_transfer, r.machine_idle_percent, r.machine_steal_percent,
             r.log_syncs_per_second.map_or("-".to_string(), |v| format!("{v:.0}")),
             r.written_bytes_per_transfer.map_or("-".to_string(), |v| format!("{v:.0}")),
             r.peak_rss_mib
@@ -1149,6 +1176,7 @@ mod tests {
             None => assert_eq!(r.written_bytes_per_transfer, None, "{r:?}"),
         }
         assert!((0.0..=100.0).contains(&r.machine_idle_percent), "{r:?}");
+        assert!((0.0..=100.0).contains(&r.machine_steal_percent), "{r:?}");
     }
 
     /// Scattered ids are unique (the mix is a bijection) and do not sort in the order they
