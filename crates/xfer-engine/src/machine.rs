@@ -24,7 +24,7 @@ use std::sync::Arc;
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{
     CancelReason, Code, Leg, OwnerId, Rejection, Timestamp, TransferId, TransferKind,
-    TransferRecord, TransferSpec, TransferState,
+    TransferRecord, TransferSpec, TransferState, POSTINGS_MAX,
 };
 use xfer_store::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
 
@@ -92,12 +92,12 @@ enum Phase {
     ReadingOriginal,
     /// Refund: reading the refund that holds the link, to see whether it was canceled.
     ReadingRival(TransferId),
-    /// Each leg's prepare; done when none is outstanding.
+    /// Each leg's prepare; done when none waits for its reply.
     Preparing,
     Deciding,
-    /// Each leg's post; done when none is outstanding.
+    /// Each leg's post; done when none waits for its reply.
     Posting,
-    /// Each leg's release; done when none is outstanding.
+    /// Each leg's release; done when none waits for its reply.
     Releasing,
     Finishing,
     Stopped(Box<Outcome>),
@@ -112,9 +112,14 @@ pub struct Machine {
     phase: Phase,
     record: Option<TransferRecord>,
     legs: Vec<Leg>,
-    /// Requests of the current phase still waiting for a reply: (tag, leg index). A few
-    /// (one per leg at most), so a list searched, not a map.
-    outstanding: Vec<(u32, usize)>,
+    /// The tag of the current phase's first request: its `i`-th has tag `phase_tag + i`,
+    /// and in a phase of one request per leg the `i`-th is leg `i`'s.
+    phase_tag: u32,
+    /// The current phase's requests still waiting for a reply: bit `i` for its `i`-th. A
+    /// phase makes at most one request per leg, and a transfer has at most [`LEGS_MAX`]
+    /// legs, so the set fits in the machine itself: asking whether a reply is wanted (the
+    /// driver does, for every reply and every resend) reads no other memory.
+    waiting: u128,
     next_tag: u32,
     /// Where the phase functions put the requests they make: during one call of
     /// [`Machine::on_reply_into`] or [`Machine::on_tick_into`], the caller's own list
@@ -125,7 +130,12 @@ pub struct Machine {
     recovering: bool,
 }
 
-const WHOLE: usize = usize::MAX;
+/// The most legs (accounts) a transfer has: each posting names two.
+const LEGS_MAX: usize = 2 * POSTINGS_MAX;
+const _: () = assert!(
+    LEGS_MAX <= u128::BITS as usize,
+    "a phase's requests fit `waiting`"
+);
 
 impl Machine {
     /// Starts a new transfer: validates `spec` and asks to insert it.
@@ -142,7 +152,7 @@ impl Machine {
         m.legs = legs;
         let insert = Op::Transfer(m.id.clone(), TransferOp::Insert(Arc::new(record)));
         m.enter(Phase::Inserting);
-        m.request(WHOLE, insert);
+        m.request(insert);
         Ok(m.started())
     }
 
@@ -219,7 +229,8 @@ impl Machine {
             phase: Phase::Inserting,
             record: None,
             legs: Vec::new(),
-            outstanding: Vec::new(),
+            phase_tag: 0,
+            waiting: 0,
             next_tag: 0,
             sink: Vec::new(),
             recovering: false,
@@ -254,7 +265,7 @@ impl Machine {
 
     /// True while a reply to `tag` would still be used (a driver resends only these).
     pub fn wants(&self, tag: u32) -> bool {
-        self.outstanding.iter().any(|(t, _)| *t == tag)
+        self.waiting & self.bit(tag) != 0
     }
 
     /// True while the machine waits for its decide step's answer.
@@ -338,10 +349,12 @@ impl Machine {
     }
 
     fn reply(&mut self, tag: u32, reply: Reply, now: Timestamp) {
-        let Some(at) = self.outstanding.iter().position(|(t, _)| *t == tag) else {
+        let bit = self.bit(tag);
+        if self.waiting & bit == 0 {
             return; // a stale or duplicated reply
-        };
-        let (_, leg) = self.outstanding.swap_remove(at);
+        }
+        self.waiting &= !bit;
+        let leg = tag.wrapping_sub(self.phase_tag) as usize;
         match std::mem::replace(&mut self.phase, Phase::Finishing) {
             Phase::Inserting => self.on_inserted(reply, now),
             Phase::Claiming => self.on_claimed(reply, now),
@@ -364,31 +377,44 @@ impl Machine {
     /// Enters `phase`: no request of the one before is wanted any more.
     fn enter(&mut self, phase: Phase) {
         self.phase = phase;
-        self.outstanding.clear();
+        self.phase_tag = self.next_tag;
+        self.waiting = 0;
     }
 
-    /// Asks for `op`, for `leg` (or the whole transfer, [`WHOLE`]).
-    fn request(&mut self, leg: usize, op: Op) {
+    /// Asks for `op`: the phase's next request (in a phase of one per leg, the next leg's).
+    fn request(&mut self, op: Op) {
         let tag = self.next_tag;
         self.next_tag += 1;
-        self.outstanding.push((tag, leg));
+        let bit = self.bit(tag);
+        debug_assert_ne!(bit, 0, "more than {LEGS_MAX} requests in one phase");
+        self.waiting |= bit;
         self.sink.push(Request { tag, op });
     }
 
-    /// Re-enters the same phase keeping the other legs' outstanding requests.
+    /// The bit of `tag` in `waiting`: none for a tag of an earlier phase.
+    fn bit(&self, tag: u32) -> u128 {
+        let i = tag.wrapping_sub(self.phase_tag);
+        if i < u128::BITS {
+            1 << i
+        } else {
+            0
+        }
+    }
+
+    /// Re-enters the same phase keeping the other legs' requests waiting.
     fn stay(&mut self, phase: Phase) {
         self.phase = phase;
     }
 
     fn stop(&mut self, outcome: Outcome) {
-        self.outstanding.clear();
+        self.waiting = 0;
         self.phase = Phase::Stopped(Box::new(outcome));
     }
 
     fn whole(&mut self, phase: Phase, op: TransferOp) {
         let id = self.id.clone();
         self.enter(phase);
-        self.request(WHOLE, Op::Transfer(id, op));
+        self.request(Op::Transfer(id, op));
     }
 
     fn claim(&mut self, now: Timestamp) {
@@ -470,7 +496,7 @@ impl Machine {
             postings,
         };
         self.enter(Phase::Linking { replacing });
-        self.request(WHOLE, Op::Transfer(original, op));
+        self.request(Op::Transfer(original, op));
     }
 
     fn prepare_all(&mut self) {
@@ -509,11 +535,19 @@ impl Machine {
 
     /// Enters `phase` with one request per leg, `step` on the leg's account.
     fn each_leg(&mut self, phase: Phase, step: impl Fn(&TransferId, &Leg) -> AccountOp) {
+        if self.legs.len() > LEGS_MAX {
+            // Validation allows no more; a record that has more is corrupt.
+            return self.stop(Outcome::Violation(format!(
+                "{}: {} legs, at most {LEGS_MAX}",
+                self.id,
+                self.legs.len()
+            )));
+        }
         self.enter(phase);
         for i in 0..self.legs.len() {
             let leg = &self.legs[i];
             let op = Op::Account(leg.account.clone(), step(&self.id, leg));
-            self.request(i, op);
+            self.request(op);
         }
     }
 
@@ -627,7 +661,7 @@ impl Machine {
             Reply::Refused(Code::OriginalAlreadyRefunded) if replacing.is_none() => {
                 let original = self.original();
                 self.enter(Phase::ReadingOriginal);
-                self.request(WHOLE, Op::Transfer(original, TransferOp::Get));
+                self.request(Op::Transfer(original, TransferOp::Get));
             }
             Reply::Refused(code) => self.cancel_refund(code, now),
             Reply::NotFound => self.cancel_refund(Code::TransferNotFound, now),
@@ -641,7 +675,7 @@ impl Machine {
                 Some(rival) if rival != self.id => {
                     let op = Op::Transfer(rival.clone(), TransferOp::Get);
                     self.enter(Phase::ReadingRival(rival));
-                    self.request(WHOLE, op);
+                    self.request(op);
                 }
                 // Unlinked since, or linked to us: try again.
                 _ => self.link(self.original(), None),
@@ -684,8 +718,8 @@ impl Machine {
             PrepareOutcome::Prepared
             | PrepareOutcome::AlreadyPrepared
             | PrepareOutcome::AlreadyPosted => {
-                // Every leg answered: none outstanding (this one's left in `reply`).
-                if self.outstanding.is_empty() {
+                // Every leg answered: none waits (this one's left in `reply`).
+                if self.waiting == 0 {
                     let hold = matches!(
                         self.record.as_ref().map(|r| r.spec.kind),
                         Some(TransferKind::Hold { .. })
@@ -745,8 +779,8 @@ impl Machine {
             Reply::Post(
                 PostOutcome::Posted | PostOutcome::AlreadyPosted | PostOutcome::Missing,
             ) => {
-                // This leg answered; the phase is done when none is outstanding.
-                if self.outstanding.is_empty() || mutant::is(Mutant::FinishAfterFirstPost) {
+                // This leg answered; the phase is done when none waits.
+                if self.waiting == 0 || mutant::is(Mutant::FinishAfterFirstPost) {
                     self.finish(now)
                 } else {
                     self.stay(Phase::Posting)
@@ -768,7 +802,7 @@ impl Machine {
             Reply::Release(
                 ReleaseOutcome::Released | ReleaseOutcome::AlreadyReleased | ReleaseOutcome::Marked,
             ) => {
-                if self.outstanding.is_empty() {
+                if self.waiting == 0 {
                     self.finish(now)
                 } else {
                     self.stay(Phase::Releasing)
@@ -887,6 +921,64 @@ mod tests {
         m.on_reply_into(a.tag, shard.apply(&a.op, now), now, &mut next);
         assert_eq!(m.phase_name(), "deciding");
         assert_eq!(next.len(), 1, "one decide");
+    }
+
+    /// The most legs a transfer can have (every posting between two accounts of its own):
+    /// every request of a phase is waited for, answered in any order, and the transfer
+    /// ends done; a reply to the phase before is not wanted once the next has begun.
+    #[test]
+    fn a_transfer_with_the_most_legs_waits_for_every_one() {
+        let (now, owner, mut shard) = bank();
+        let usd = AssetCode::new("USD", "asset").unwrap();
+        let account = |side: &str, i: usize| AccountId::new(&format!("{side}{i}")).unwrap();
+        for i in 0..POSTINGS_MAX {
+            for side in ["from", "to"] {
+                let op = AccountOp::Create {
+                    asset: usd.clone(),
+                    lower_bound: LowerBound::Unbounded,
+                };
+                shard.apply(&Op::Account(account(side, i), op), now);
+            }
+        }
+        let mut spec = spec();
+        spec.postings = (0..POSTINGS_MAX)
+            .map(|i| Posting {
+                from: account("from", i),
+                to: account("to", i),
+                asset: usd.clone(),
+                amount: Amount::new(1, "amount").unwrap(),
+            })
+            .collect();
+        let (mut m, mut reqs) = Machine::submit(spec, owner, now, Config::default()).unwrap();
+        let mut phases = Vec::new();
+        while m.outcome().is_none() {
+            phases.push((m.phase_name(), reqs.len()));
+            let mut next = Vec::new();
+            // Answered last first: the phase goes on only after its first request's reply.
+            for r in reqs.iter().rev() {
+                assert!(next.is_empty(), "{} went on early", m.phase_name());
+                let reply = shard.apply(&r.op, now);
+                m.on_reply_into(r.tag, reply, now, &mut next);
+            }
+            if let Some(r) = reqs.first() {
+                assert!(!m.wants(r.tag), "a reply of the phase before");
+            }
+            reqs = next;
+        }
+        assert_eq!(
+            phases,
+            [
+                ("inserting", 1),
+                ("preparing", LEGS_MAX),
+                ("deciding", 1),
+                ("posting", LEGS_MAX),
+                ("finishing", 1)
+            ]
+        );
+        let Some(Outcome::Finished(rec)) = m.outcome() else {
+            panic!("{:?}", m.outcome())
+        };
+        assert_eq!(rec.state, TransferState::Done);
     }
 
     /// The story (when a claim still followed every insert): a claim was applied but its
