@@ -718,7 +718,7 @@ impl Machine {
             PrepareOutcome::Prepared
             | PrepareOutcome::AlreadyPrepared
             | PrepareOutcome::AlreadyPosted => {
-                // Every leg answered: none waits (this one's left in `reply`).
+                // Every leg answered: none waits (`reply` took this one's bit out).
                 if self.waiting == 0 {
                     let hold = matches!(
                         self.record.as_ref().map(|r| r.spec.kind),
