@@ -13,7 +13,8 @@
 //! accounts each, the sort counts: each entry is placed once by its account's rank and
 //! only each account's run is sorted by transfer (`sort_descending`). Sorting the pairs
 //! whole was 7–8 % of `xfer bench`'s samples (`docs/benchmarks.md`). The first entry,
-//! which a checkpoint records, is found without sorting; and a caller may take a due
+//! which a checkpoint records, is kept as entries are added (neither sorted nor scanned
+//! for); and a caller may take a due
 //! bucket's entries out to sort them without holding the shard
 //! ([`PruneIndex::take_to_sort`]): a big bucket's sort took milliseconds, every step on
 //! the shard waiting behind it.
@@ -46,6 +47,11 @@ struct Bucket {
     /// While the bucket's entries are out being sorted ([`PruneIndex::take_to_sort`]):
     /// the least of them. `entries` holds only those added since.
     out: Option<(AccountId, TransferId)>,
+    /// While `entries` is not sorted: the least of them, kept as they are pushed. Finding
+    /// it by a scan read the whole bucket (about 100,000 entries of 48 bytes in `xfer
+    /// bench`) at every checkpoint and every sort taken out: 1.1 % of the samples
+    /// (`docs/benchmarks.md`).
+    least_unsorted: Option<(AccountId, TransferId)>,
 }
 
 impl Bucket {
@@ -57,7 +63,21 @@ impl Bucket {
         let n = self.entries.len();
         sort_bucket(&mut self.entries);
         self.sorted = true;
+        self.least_unsorted = None;
         n
+    }
+
+    /// Adds an entry: the bucket is not sorted any more.
+    fn push(&mut self, entry: (AccountId, TransferId)) {
+        if self.sorted {
+            // A sorted bucket's least entry is its last.
+            self.least_unsorted = self.entries.last().cloned();
+            self.sorted = false;
+        }
+        if self.least_unsorted.as_ref().is_none_or(|l| entry < *l) {
+            self.least_unsorted = Some(entry.clone());
+        }
+        self.entries.push(entry);
     }
 
     /// The least entry, without sorting.
@@ -65,7 +85,7 @@ impl Bucket {
         let held = if self.sorted {
             self.entries.last()
         } else {
-            self.entries.iter().min()
+            self.least_unsorted.as_ref()
         };
         match (held, &self.out) {
             (Some(h), Some(o)) => Some(h.min(o)),
@@ -181,9 +201,9 @@ impl PruneIndex {
                 entries: Vec::with_capacity(room),
                 sorted: false,
                 out: None,
+                least_unsorted: None,
             });
-        bucket.entries.push((account, transfer));
-        bucket.sorted = false;
+        bucket.push((account, transfer));
     }
 
     /// Notes how many entries a bucket held when sorted (0: it was sorted already).
@@ -252,7 +272,7 @@ impl PruneIndex {
         if at > now || bucket.sorted || bucket.out.is_some() || bucket.entries.len() < at_least {
             return None;
         }
-        bucket.out = bucket.entries.iter().min().cloned();
+        bucket.out = bucket.least_unsorted.take();
         Some((at, std::mem::take(&mut bucket.entries)))
     }
 
@@ -268,8 +288,19 @@ impl PruneIndex {
         let n = sorted.len();
         let added = std::mem::replace(&mut bucket.entries, sorted);
         bucket.out = None;
-        bucket.sorted = added.is_empty();
-        bucket.entries.extend(added);
+        if added.is_empty() {
+            bucket.sorted = true;
+            bucket.least_unsorted = None;
+        } else {
+            // `least_unsorted` is the least of `added`; the sorted entries' least is last.
+            let least = bucket.entries.last().cloned();
+            bucket.least_unsorted = match (least, bucket.least_unsorted.take()) {
+                (Some(l), Some(a)) => Some(l.min(a)),
+                (l, a) => l.or(a),
+            };
+            bucket.sorted = false;
+            bucket.entries.extend(added);
+        }
         self.note_room(n);
     }
 }
@@ -316,6 +347,33 @@ mod tests {
             sort_descending(&mut entries);
             assert_eq!(entries, want, "{accounts} accounts, {n} entries");
         }
+    }
+
+    #[test]
+    fn the_first_entry_is_known_after_adding_to_a_bucket_already_sorted() {
+        // A pop sorts the bucket; entries added to it after are unsorted again, and the
+        // first entry is still the least of all, old or new.
+        let id = |a: &str, t: &str| (AccountId::new(a).unwrap(), TransferId::new(t).unwrap());
+        let h = Timestamp(10);
+        let at = prune_at(h);
+        let mut index = PruneIndex::default();
+        for (a, t) in [("b", "1"), ("c", "1"), ("d", "1")] {
+            index.insert(h, id(a, t).0, id(a, t).1);
+        }
+        assert_eq!(index.pop_due(at), Some(id("b", "1")));
+        index.insert(h, id("e", "1").0, id("e", "1").1);
+        assert_eq!(index.first(), Some((at, id("c", "1").0, id("c", "1").1)));
+        index.insert(h, id("a", "1").0, id("a", "1").1);
+        assert_eq!(index.first(), Some((at, id("a", "1").0, id("a", "1").1)));
+        // Taken out to sort, with one added meanwhile, and put back.
+        let (out_at, mut entries) = index.take_to_sort(at, 0).expect("due and unsorted");
+        index.insert(h, id("cc", "1").0, id("cc", "1").1);
+        assert_eq!(index.first(), Some((at, id("a", "1").0, id("a", "1").1)));
+        sort_bucket(&mut entries);
+        index.put_sorted(out_at, entries);
+        let popped: Vec<_> = std::iter::from_fn(|| index.pop_due(at)).collect();
+        let want: Vec<_> = ["a", "c", "cc", "d", "e"].iter().map(|a| id(a, "1")).collect();
+        assert_eq!(popped, want);
     }
 
     #[test]
