@@ -575,18 +575,18 @@ impl Machine {
             // Inserted, or the same body was already there: compete for the claim either
             // way; a live claim or a terminal state answers `Unchanged` there.
             Reply::Unchanged(rec) if mutant::is(Mutant::DuplicateAnswersStaleState) => {
-                self.stop(Outcome::Finished(*rec))
+                self.stop(Outcome::Finished(Arc::unwrap_or_clone(rec)))
             }
             // Inserted now: the record we sent, claimed by us (the insert was the claim).
             Reply::Transfer(rec)
                 if rec.state == TransferState::Pending
                     && rec.owner.as_ref() == Some(&self.owner) =>
             {
-                self.adopt(*rec);
+                self.adopt(Arc::unwrap_or_clone(rec));
                 self.run_from(now)
             }
             Reply::Transfer(rec) | Reply::Unchanged(rec) => {
-                self.adopt(*rec);
+                self.adopt(Arc::unwrap_or_clone(rec));
                 self.claim(now)
             }
             Reply::Refused(code) => self.stop(Outcome::Rejected(Rejection::new(
@@ -601,11 +601,11 @@ impl Machine {
     fn on_claimed(&mut self, reply: Reply, now: Timestamp) {
         match reply {
             Reply::Transfer(rec) => {
-                self.adopt(*rec);
+                self.adopt(Arc::unwrap_or_clone(rec));
                 self.run_from(now)
             }
             Reply::Unchanged(rec) => {
-                let rec = self.adopt(*rec).clone();
+                let rec = self.adopt(Arc::unwrap_or_clone(rec)).clone();
                 match rec.state {
                     TransferState::Done | TransferState::Canceled => {
                         self.stop(Outcome::Finished(rec))
@@ -624,11 +624,11 @@ impl Machine {
     fn on_captured(&mut self, reply: Reply, now: Timestamp, goal: TransferState) {
         match reply {
             Reply::Transfer(rec) => {
-                self.adopt(*rec);
+                self.adopt(Arc::unwrap_or_clone(rec));
                 self.run_from(now)
             }
             Reply::Unchanged(rec) => {
-                let rec = self.adopt(*rec).clone();
+                let rec = self.adopt(Arc::unwrap_or_clone(rec)).clone();
                 if rec.state.is_terminal() {
                     self.stop(Outcome::Finished(rec))
                 } else if rec.state == goal && rec.owner.as_ref() == Some(&self.owner) {
@@ -671,7 +671,7 @@ impl Machine {
 
     fn on_read_original(&mut self, reply: Reply, now: Timestamp) {
         match reply {
-            Reply::Unchanged(orig) | Reply::Transfer(orig) => match orig.refunded_by {
+            Reply::Unchanged(orig) | Reply::Transfer(orig) => match orig.refunded_by.clone() {
                 Some(rival) if rival != self.id => {
                     let op = Op::Transfer(rival.clone(), TransferOp::Get);
                     self.enter(Phase::ReadingRival(rival));
@@ -755,20 +755,21 @@ impl Machine {
         let my_epoch = self.record.as_ref().map(|r| r.epoch);
         match reply {
             Reply::Transfer(rec) => {
-                self.adopt(*rec);
+                self.adopt(Arc::unwrap_or_clone(rec));
                 self.run_from(now)
             }
             // Same epoch: our own earlier decide whose reply was lost, or a state we follow.
             Reply::Unchanged(rec)
                 if Some(rec.epoch) == my_epoch && rec.state != TransferState::Pending =>
             {
-                self.adopt(*rec);
+                self.adopt(Arc::unwrap_or_clone(rec));
                 self.run_from(now)
             }
             // Another owner's epoch: a sweeper took over while we were slow. Stop.
             Reply::Unchanged(rec) => {
-                self.record = Some((*rec).clone());
-                self.stop(Outcome::Left(*rec))
+                let rec = Arc::unwrap_or_clone(rec);
+                self.record = Some(rec.clone());
+                self.stop(Outcome::Left(rec))
             }
             other => self.unexpected("decide", other),
         }
@@ -822,8 +823,9 @@ impl Machine {
     fn on_finished(&mut self, reply: Reply) {
         match reply {
             Reply::Transfer(rec) | Reply::Unchanged(rec) if rec.state.is_terminal() => {
-                self.record = Some((*rec).clone());
-                self.stop(Outcome::Finished(*rec))
+                let rec = Arc::unwrap_or_clone(rec);
+                self.record = Some(rec.clone());
+                self.stop(Outcome::Finished(rec))
             }
             other => self.unexpected("finish", other),
         }

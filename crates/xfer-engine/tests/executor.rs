@@ -101,7 +101,7 @@ impl World {
             .execute_op(Op::Transfer(tid(id), TransferOp::Get))
             .await
         {
-            Ok(Reply::Unchanged(r)) => *r,
+            Ok(Reply::Unchanged(r)) => (*r).clone(),
             other => panic!("get transfer {id}: {other:?}"),
         }
     }

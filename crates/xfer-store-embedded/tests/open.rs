@@ -236,7 +236,7 @@ async fn a_crash_after_the_done_records_and_before_the_checkpoint_batch_changes_
     finish(&store, "t1").await;
     start(&store, "t2").await;
     let record = |r: Reply| match r {
-        Reply::Unchanged(r) => *r,
+        Reply::Unchanged(r) => (*r).clone(),
         other => panic!("{other}"),
     };
     let t1 = record(insert(&store, "t1").await);

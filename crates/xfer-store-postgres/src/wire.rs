@@ -278,8 +278,8 @@ pub(crate) fn decode(text: &str) -> Result<Reply, String> {
             ReleaseWord::Marked => ReleaseOutcome::Marked,
             ReleaseWord::FoundPosted => ReleaseOutcome::FoundPosted,
         }),
-        ReplyRow::Transfer(t) => Reply::Transfer(Box::new(t.into())),
-        ReplyRow::Unchanged(t) => Reply::Unchanged(Box::new(t.into())),
+        ReplyRow::Transfer(t) => Reply::Transfer(Arc::new(t.into())),
+        ReplyRow::Unchanged(t) => Reply::Unchanged(Arc::new(t.into())),
         ReplyRow::Refused { code } => Reply::Refused(code),
         ReplyRow::NotFound => Reply::NotFound,
     })

@@ -287,7 +287,7 @@ pub(crate) fn decode(op: &Op, v: Value) -> Result<Reply, String> {
             "found_posted" => ReleaseOutcome::FoundPosted,
             o => return Err(format!("unknown release outcome {o:?}")),
         }),
-        "transfer" => Reply::Transfer(Box::new(transfer(rest)?)),
+        "transfer" => Reply::Transfer(Arc::new(transfer(rest)?)),
         "unchanged" => {
             let rec = transfer(rest)?;
             // An insert over an existing id changes nothing either way; the same body is a
@@ -296,7 +296,7 @@ pub(crate) fn decode(op: &Op, v: Value) -> Result<Reply, String> {
                 Op::Transfer(_, TransferOp::Insert(new)) if !rec.spec.same_body(&new.spec) => {
                     Reply::Refused(Code::IdExistsWithDifferentBody)
                 }
-                _ => Reply::Unchanged(Box::new(rec)),
+                _ => Reply::Unchanged(Arc::new(rec)),
             }
         }
         "refused" => Reply::Refused(enum_word(arg(0)?, "code")?),

@@ -378,7 +378,7 @@ impl MemoryShard {
             }
             Op::Transfer(id, TransferOp::Get) => {
                 if let Some(r) = self.transfers.get(id) {
-                    return Reply::Unchanged(Box::new(TransferRecord::clone(r)));
+                    return Reply::Unchanged(Arc::clone(r));
                 }
             }
             _ => {}
@@ -419,11 +419,12 @@ impl MemoryShard {
                 reply
             }
             Op::Transfer(id, op) => match self.transfers.get_mut_marking(id) {
-                Some((r, first)) => {
-                    let r = Arc::make_mut(r);
+                Some((shared, first)) => {
+                    let r = Arc::make_mut(shared);
                     let before = r.wake_at();
-                    let reply = apply_transfer_to(r, op, now);
+                    let step = apply_transfer_to(r, op, now);
                     let after = r.wake_at();
+                    let reply = step.reply(shared);
                     if before != after {
                         if let Some(w) = before {
                             self.wake.remove(&(w, id.clone()));
@@ -1047,6 +1048,59 @@ mod tests {
         shard.apply(&Op::Account(a.clone(), release), Timestamp(4));
         assert_eq!(read.reserved, 5, "the answer as it was");
         assert_eq!(shard.account(&a).unwrap().reserved, 0, "the shard moved on");
+    }
+
+    /// A transfer step's answer shares the record the shard holds after the step (no copy
+    /// under the lock), and stays as it was when a later step changes the record; once
+    /// the answers are dropped, a step changes the record in place.
+    #[test]
+    fn a_transfer_answer_shares_the_record_and_later_steps_do_not_change_it() {
+        let mut shard = MemoryShard::default();
+        let (a, b) = (AccountId::new("a").unwrap(), AccountId::new("b").unwrap());
+        let id = TransferId::new("x").unwrap();
+        let rec = TransferRecord::accept(spec(id.clone(), &a, &b, 5), Timestamp(0), 5_000);
+        let owner = xfer_core::OwnerId::new("e1").unwrap();
+        let step = |shard: &mut MemoryShard, op: TransferOp| match shard
+            .apply(&Op::Transfer(id.clone(), op), Timestamp(1))
+        {
+            Reply::Transfer(r) => r,
+            other => panic!("{other}"),
+        };
+        let inserted = step(&mut shard, TransferOp::Insert(Arc::new(rec)));
+        let held = |shard: &MemoryShard| Arc::clone(shard.transfers.get(&id).unwrap());
+        assert!(Arc::ptr_eq(&inserted, &held(&shard)), "shared, not copied");
+        let claimed = step(
+            &mut shard,
+            TransferOp::Claim {
+                owner: owner.clone(),
+                now: Timestamp(1),
+                lease_until: Timestamp(9_000),
+            },
+        );
+        assert_eq!(
+            inserted.state,
+            xfer_core::TransferState::Initial,
+            "the answer as it was"
+        );
+        assert_eq!(claimed.state, xfer_core::TransferState::Pending);
+        assert!(Arc::ptr_eq(&claimed, &held(&shard)));
+        let before = Arc::as_ptr(&claimed);
+        drop((inserted, claimed));
+        let decided = step(
+            &mut shard,
+            TransferOp::Decide {
+                epoch: 1,
+                to: xfer_core::TransferState::Applied,
+                reason: None,
+                now: Timestamp(2),
+            },
+        );
+        assert_eq!(decided.state, xfer_core::TransferState::Applied);
+        assert_eq!(
+            Arc::as_ptr(&decided),
+            before,
+            "changed in place, not copied"
+        );
     }
 
     /// A tracked shard holds its history as lists in sequence order, not by account: it

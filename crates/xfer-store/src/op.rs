@@ -202,10 +202,13 @@ pub enum Reply {
     Post(PostOutcome),
     /// Outcome of a release.
     Release(ReleaseOutcome),
-    /// The operation changed the transfer; here it is after.
-    Transfer(Box<TransferRecord>),
+    /// The operation changed the transfer; here it is after. Shared, as `Account` is: the
+    /// Memory and embedded stores answer with the record they hold, not a copy of it in a
+    /// box of its own (three per transfer, made under the shard's lock); a write to the
+    /// record while an answer still holds it copies the record first.
+    Transfer(std::sync::Arc<TransferRecord>),
     /// The operation's condition did not hold; the transfer as it is, unchanged.
-    Unchanged(Box<TransferRecord>),
+    Unchanged(std::sync::Arc<TransferRecord>),
     /// Refused for a business reason; nothing changed.
     Refused(Code),
     /// No such record; nothing changed.

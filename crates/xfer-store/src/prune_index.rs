@@ -372,7 +372,10 @@ mod tests {
         sort_bucket(&mut entries);
         index.put_sorted(out_at, entries);
         let popped: Vec<_> = std::iter::from_fn(|| index.pop_due(at)).collect();
-        let want: Vec<_> = ["a", "c", "cc", "d", "e"].iter().map(|a| id(a, "1")).collect();
+        let want: Vec<_> = ["a", "c", "cc", "d", "e"]
+            .iter()
+            .map(|a| id(a, "1"))
+            .collect();
         assert_eq!(popped, want);
     }
 

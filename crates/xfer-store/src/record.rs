@@ -339,18 +339,42 @@ fn set_lower_bound(a: &mut Account, lower_bound: LowerBound) -> Reply {
 /// copies of it).
 pub fn apply_transfer_absent(op: &TransferOp) -> (Option<Arc<TransferRecord>>, Reply) {
     match op {
-        TransferOp::Insert(new) => (
-            Some(Arc::clone(new)),
-            Reply::Transfer(Box::new((**new).clone())),
-        ),
+        TransferOp::Insert(new) => (Some(Arc::clone(new)), Reply::Transfer(Arc::clone(new))),
         _ => (None, Reply::NotFound),
     }
 }
 
-/// A transfer op on a record that exists (changed in place). `store_now` is the store's own
-/// clock: it judges a hold's expiry at capture together with the caller's clock, so a
-/// capture resent long after it was made cannot beat the expiry.
-pub fn apply_transfer_to(rec: &mut TransferRecord, op: &TransferOp, store_now: Timestamp) -> Reply {
+/// What a transfer op did to a record that exists ([`apply_transfer_to`]).
+#[derive(Debug)]
+pub enum TransferStep {
+    /// It changed the record: the answer is the record after ([`Reply::Transfer`]).
+    Changed,
+    /// The op's condition did not hold: the answer is the record ([`Reply::Unchanged`]).
+    Unchanged,
+    /// An answer without the record (a refusal); nothing changed.
+    Answered(Reply),
+}
+
+impl TransferStep {
+    /// The reply, with `rec`, the record after the step, shared.
+    pub fn reply(self, rec: &Arc<TransferRecord>) -> Reply {
+        match self {
+            TransferStep::Changed => Reply::Transfer(Arc::clone(rec)),
+            TransferStep::Unchanged => Reply::Unchanged(Arc::clone(rec)),
+            TransferStep::Answered(reply) => reply,
+        }
+    }
+}
+
+/// A transfer op on a record that exists (changed in place); [`TransferStep::reply`] makes
+/// the reply from the record after. `store_now` is the store's own clock: it judges a
+/// hold's expiry at capture together with the caller's clock, so a capture resent long
+/// after it was made cannot beat the expiry.
+pub fn apply_transfer_to(
+    rec: &mut TransferRecord,
+    op: &TransferOp,
+    store_now: Timestamp,
+) -> TransferStep {
     use TransferState::*;
     let changed = match op {
         TransferOp::Insert(new) => {
@@ -360,7 +384,7 @@ pub fn apply_transfer_to(rec: &mut TransferRecord, op: &TransferOp, store_now: T
                 rec.spec = new.spec.clone();
                 true
             } else {
-                return Reply::Refused(Code::IdExistsWithDifferentBody);
+                return TransferStep::Answered(Reply::Refused(Code::IdExistsWithDifferentBody));
             }
         }
         TransferOp::Claim {
@@ -417,14 +441,16 @@ pub fn apply_transfer_to(rec: &mut TransferRecord, op: &TransferOp, store_now: T
                 .hold_expires_at
                 .is_some_and(|e| e <= (*now).max(store_now)) =>
             {
-                return Reply::Refused(Code::HoldExpired)
+                return TransferStep::Answered(Reply::Refused(Code::HoldExpired))
             }
             Held => {
                 rec.state = Applied;
                 take_ownership(rec, owner, *now, *lease_until);
                 true
             }
-            Initial | Pending => return Reply::Refused(Code::TransferIsNotHeld),
+            Initial | Pending => {
+                return TransferStep::Answered(Reply::Refused(Code::TransferIsNotHeld))
+            }
             _ => false,
         },
         TransferOp::Void {
@@ -438,7 +464,9 @@ pub fn apply_transfer_to(rec: &mut TransferRecord, op: &TransferOp, store_now: T
                 take_ownership(rec, owner, *now, *lease_until);
                 true
             }
-            Initial | Pending => return Reply::Refused(Code::TransferIsNotHeld),
+            Initial | Pending => {
+                return TransferStep::Answered(Reply::Refused(Code::TransferIsNotHeld))
+            }
             _ => false,
         },
         TransferOp::Finish { now } => {
@@ -460,15 +488,15 @@ pub fn apply_transfer_to(rec: &mut TransferRecord, op: &TransferOp, store_now: T
             postings,
         } => {
             if rec.state != Done {
-                return Reply::Refused(Code::OriginalIsNotDone);
+                return TransferStep::Answered(Reply::Refused(Code::OriginalIsNotDone));
             }
             if rec.spec.reversed_postings() != *postings {
-                return Reply::Refused(Code::RefundMustReverseOriginal);
+                return TransferStep::Answered(Reply::Refused(Code::RefundMustReverseOriginal));
             }
             match &rec.refunded_by {
                 Some(by) if by == refund => false,
                 Some(by) if Some(by) != replacing.as_ref() => {
-                    return Reply::Refused(Code::OriginalAlreadyRefunded)
+                    return TransferStep::Answered(Reply::Refused(Code::OriginalAlreadyRefunded))
                 }
                 _ => {
                     rec.refunded_by = Some(refund.clone());
@@ -486,9 +514,9 @@ pub fn apply_transfer_to(rec: &mut TransferRecord, op: &TransferOp, store_now: T
         TransferOp::Get => false,
     };
     if changed {
-        Reply::Transfer(Box::new(rec.clone()))
+        TransferStep::Changed
     } else {
-        Reply::Unchanged(Box::new(rec.clone()))
+        TransferStep::Unchanged
     }
 }
 

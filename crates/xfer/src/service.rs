@@ -318,7 +318,7 @@ impl Service {
             .execute_op(Op::Transfer(id.clone(), TransferOp::Get))
             .await?
         {
-            Reply::Transfer(r) | Reply::Unchanged(r) => Ok(*r),
+            Reply::Transfer(r) | Reply::Unchanged(r) => Ok(Arc::unwrap_or_clone(r)),
             _ => Err(
                 Rejection::new(Code::TransferNotFound, "id", format!("no transfer {id}")).into(),
             ),
@@ -351,7 +351,7 @@ impl Service {
             .await?
             .into_iter()
             .filter_map(|r| match r {
-                Reply::Transfer(r) | Reply::Unchanged(r) => Some(*r),
+                Reply::Transfer(r) | Reply::Unchanged(r) => Some(Arc::unwrap_or_clone(r)),
                 _ => None,
             })
             .collect())
@@ -486,7 +486,7 @@ impl Submitter {
                     if !r.state.is_terminal() {
                         run.push(spec);
                     }
-                    Ok(Answer::Accepted(r))
+                    Ok(Answer::Accepted(Box::new(Arc::unwrap_or_clone(r))))
                 }
                 Reply::Refused(code) => Err(ApiError::from(Rejection::new(
                     code,
