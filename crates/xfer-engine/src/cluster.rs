@@ -22,7 +22,7 @@ use crate::machine::Request;
 use crate::router::{RouteError, Router};
 use futures_util::future::join_all;
 use std::sync::Arc;
-use xfer_store::{answered_durable, BoxFuture, LogDomain, Op, Reply, Store, StoreError};
+use xfer_store::{answered_durable, LogDomain, Op, Reply, Store, StoreError};
 
 /// The shards and their router.
 pub struct Cluster {
@@ -124,14 +124,19 @@ impl Cluster {
             .enumerate()
             .filter(|(_, g)| !g.is_empty())
             .map(|(s, g)| {
-                let ops: Vec<Op> = g.iter().map(|i| requests[*i].op.clone()).collect();
                 let shard = &self.shards[s];
-                let call: BoxFuture<'_, Result<(Vec<Reply>, u64), StoreError>> = if pending {
-                    shard.execute_pending(ops)
-                } else {
-                    answered_durable(shard.execute(ops))
-                };
-                async move { (s, call.await) }
+                async move {
+                    // Borrowed where the shard answers ahead of its log (it applies and logs
+                    // them in place); copied for a store that keeps what it is given.
+                    let result = if pending {
+                        let ops: Vec<&Op> = g.iter().map(|i| &requests[*i].op).collect();
+                        shard.execute_pending(&ops).await
+                    } else {
+                        let ops: Vec<Op> = g.iter().map(|i| requests[*i].op.clone()).collect();
+                        answered_durable(shard.execute(ops)).await
+                    };
+                    (s, result)
+                }
             });
         let mut out: Vec<Option<Sent>> = vec![None; requests.len()];
         let mut point = 0;

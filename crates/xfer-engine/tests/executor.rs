@@ -926,12 +926,15 @@ impl Store for Pipelined {
         Some(xfer_store::LogDomain::of(&self.gate))
     }
 
-    fn execute_pending(
-        &self,
-        ops: Vec<Op>,
-    ) -> xfer_store::BoxFuture<'_, Result<(Vec<Reply>, u64), StoreError>> {
+    fn execute_pending<'a>(
+        &'a self,
+        ops: &'a [&'a Op],
+    ) -> xfer_store::BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>> {
         Box::pin(async move {
-            let replies = self.inner.execute(ops).await?;
+            let replies = self
+                .inner
+                .execute(ops.iter().map(|op| (*op).clone()).collect())
+                .await?;
             Ok((replies, self.gate.next.fetch_add(1, Relaxed) + 1))
         })
     }

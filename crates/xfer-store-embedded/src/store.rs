@@ -34,6 +34,7 @@ use crate::fs::{lock_dir, Fs, RealFs};
 use crate::log::{Log, LogConfig, LogError, SyncCount};
 use crate::tables::{warm_records, ShardCut, ShardMeta, Tables, WARM_CHUNK};
 use futures_channel::oneshot;
+use std::borrow::Borrow;
 use std::fmt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -589,14 +590,14 @@ fn replay(
 }
 
 /// Brings back from the tables the finished transfers `ops` name that are not in memory.
-fn fetch_finished(
+fn fetch_finished<O: Borrow<Op>>(
     tables: &Tables,
     s: u16,
     shard: &mut ShardState,
-    ops: &[Op],
+    ops: &[O],
 ) -> Result<(), StoreError> {
     for op in ops {
-        if let Op::Transfer(id, _) = op {
+        if let Op::Transfer(id, _) = op.borrow() {
             if !shard.mem.has_transfer(id) && shard.done.may_hold(id) {
                 if let Some(r) = tables.done(s, id)? {
                     shard.mem.restore_transfer(r);
@@ -938,13 +939,21 @@ impl<F: Fs> EmbeddedShard<F> {
         self.execute_locked(&mut self.inner.shard(self.index), ops)
     }
 
-    /// Applies `ops` to the shard `shard`, locked, and appends them to the log.
-    fn execute_locked(&self, shard: &mut ShardState, ops: &[Op]) -> Applied {
+    /// Applies `ops` to the shard `shard`, locked, and appends them to the log: the ops
+    /// themselves or, from [`Store::execute_pending`], references to the caller's.
+    fn execute_locked<O: Borrow<Op>>(&self, shard: &mut ShardState, ops: &[O]) -> Applied {
         let now = self.inner.clock.now();
         shard.mem.warm(ops);
         fetch_finished(&self.inner.tables, self.index, shard, ops)?;
-        let replies = ops.iter().map(|op| shard.mem.apply(op, now)).collect();
-        let writes: Vec<&Op> = ops.iter().filter(|op| !is_read(op)).collect();
+        let replies = ops
+            .iter()
+            .map(|op| shard.mem.apply(op.borrow(), now))
+            .collect();
+        let writes: Vec<&Op> = ops
+            .iter()
+            .map(Borrow::borrow)
+            .filter(|op| !is_read(op))
+            .collect();
         if !writes.is_empty() {
             self.inner.append(&EntryRef::Ops {
                 shard: self.index,
@@ -999,7 +1008,7 @@ impl<F: Fs> Store for EmbeddedShard<F> {
     /// answers "not yet" `BUSY_DEFERRALS` times, so that the task's calls to the other
     /// shards go first (`join_all` polls them all) and the runtime runs other tasks
     /// meanwhile, instead of its thread spinning and sleeping on the lock; then it waits.
-    fn execute_pending(&self, ops: Vec<Op>) -> BoxFuture<'_, Applied> {
+    fn execute_pending<'a>(&'a self, ops: &'a [&'a Op]) -> BoxFuture<'a, Applied> {
         let mut deferred = 0;
         Box::pin(std::future::poll_fn(move |cx| {
             self.inner.check_open()?;
@@ -1013,7 +1022,7 @@ impl<F: Fs> Store for EmbeddedShard<F> {
                 }
                 None => lock.lock(),
             };
-            Poll::Ready(self.execute_locked(&mut shard, &ops))
+            Poll::Ready(self.execute_locked(&mut shard, ops))
         }))
     }
 
@@ -1236,7 +1245,8 @@ mod tests {
             std::thread::sleep(Duration::from_millis(300));
             letting_go.send(()).unwrap();
         });
-        let mut call = shard.execute_pending(vec![create]);
+        let ops = [&create];
+        let mut call = shard.execute_pending(&ops);
         assert!(call.as_mut().poll(&mut cx).is_pending());
         assert_eq!(
             wakes.0.load(Ordering::SeqCst),

@@ -263,7 +263,7 @@ async fn run_pending(disk: &SimFs, tables: &std::path::Path, ops: &[Op]) -> usiz
     for (i, op) in ops.iter().enumerate() {
         let s = shard_of(op);
         let shard = &shards[s];
-        let Ok((_, point)) = shard.execute_pending(vec![op.clone()]).await else {
+        let Ok((_, point)) = shard.execute_pending(&[op]).await else {
             break;
         };
         if i % 5 == 4 || i + 1 == ops.len() {
@@ -359,7 +359,7 @@ async fn pending_answers_are_synced_only_when_waited_for_and_one_wait_covers_bot
     let mut points = Vec::new();
     for op in &ops {
         let s = shard_of(op);
-        let (_, point) = shards[s].execute_pending(vec![op.clone()]).await.unwrap();
+        let (_, point) = shards[s].execute_pending(&[op]).await.unwrap();
         points.push((s, point));
     }
     // Give a committer that syncs on its own the time to do it.
@@ -376,10 +376,7 @@ async fn pending_answers_are_synced_only_when_waited_for_and_one_wait_covers_bot
     let mut later = Vec::new();
     for op in &more {
         let s = shard_of(op);
-        later.push((
-            s,
-            shards[s].execute_pending(vec![op.clone()]).await.unwrap().1,
-        ));
+        later.push((s, shards[s].execute_pending(&[op]).await.unwrap().1));
     }
     assert!(later.iter().all(|&(s, p)| !shards[s].is_durable(p)));
     let (s, last) = *later.last().unwrap();

@@ -16,7 +16,7 @@ pub type ExecuteHook<S> = Box<
 
 /// The hook for [`Store::execute_pending`]: answers the replies and the log point.
 pub type PendingHook<S> = Box<
-    dyn for<'a> Fn(&'a S, Vec<Op>) -> BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>>
+    dyn for<'a> Fn(&'a S, &'a [&'a Op]) -> BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>>
         + Send
         + Sync,
 >;
@@ -60,13 +60,13 @@ impl<S: Store> Store for Intercept<S> {
         self.pending.as_ref().and_then(|_| self.inner.log_domain())
     }
 
-    fn execute_pending(
-        &self,
-        ops: Vec<Op>,
-    ) -> BoxFuture<'_, Result<(Vec<Reply>, u64), StoreError>> {
+    fn execute_pending<'a>(
+        &'a self,
+        ops: &'a [&'a Op],
+    ) -> BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>> {
         match &self.pending {
             Some(hook) => hook(&self.inner, ops),
-            None => answered_durable(self.execute(ops)),
+            None => answered_durable(self.execute(ops.iter().map(|op| (*op).clone()).collect())),
         }
     }
 

@@ -572,10 +572,10 @@ impl MemoryShard {
     /// do not depend on each other, so the processor has several in flight at once, and
     /// `apply` then finds the lines in cache. In stages (records, then their intents), so
     /// that a stage's loop is short enough for many of its misses to overlap.
-    pub fn warm(&self, ops: &[Op]) {
+    pub fn warm<O: std::borrow::Borrow<Op>>(&self, ops: &[O]) {
         let mut accounts: Vec<(&Arc<Account>, &TransferId)> = Vec::with_capacity(ops.len());
         for op in ops {
-            match op {
+            match op.borrow() {
                 Op::Account(id, op) => {
                     let transfer = match op {
                         AccountOp::Prepare { transfer, .. }

@@ -141,13 +141,16 @@ pub trait Store: Send + Sync {
 
     /// As [`Store::execute`], but may answer before the ops are durable: with the replies
     /// comes the point of the log (0: nothing to wait for) that [`Store::wait_durable`]
-    /// must reach before anything that depends on them is acknowledged. The default is
-    /// `execute`, durable when answered.
-    fn execute_pending(
-        &self,
-        ops: Vec<Op>,
-    ) -> BoxFuture<'_, Result<(Vec<Reply>, u64), StoreError>> {
-        answered_durable(self.execute(ops))
+    /// must reach before anything that depends on them is acknowledged. The ops are
+    /// borrowed: a store that answers ahead of its log applies and logs them where they
+    /// are (the engine keeps every op it sends until answered, and copying each one per
+    /// call was 1.2 % of `xfer bench`'s samples, `docs/benchmarks.md`). The default is
+    /// `execute` on copies, durable when answered.
+    fn execute_pending<'a>(
+        &'a self,
+        ops: &'a [&'a Op],
+    ) -> BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>> {
+        answered_durable(self.execute(ops.iter().map(|op| (*op).clone()).collect()))
     }
 
     /// Waits until the log is durable up to `point` (from [`Store::execute_pending`]); an
@@ -224,10 +227,10 @@ macro_rules! forward_to_inner {
         fn log_domain(&self) -> Option<crate::store::LogDomain> {
             self.$inner.log_domain()
         }
-        fn execute_pending(
-            &self,
-            ops: Vec<crate::op::Op>,
-        ) -> crate::store::BoxFuture<'_, Result<(Vec<crate::op::Reply>, u64), crate::store::StoreError>> {
+        fn execute_pending<'a>(
+            &'a self,
+            ops: &'a [&'a crate::op::Op],
+        ) -> crate::store::BoxFuture<'a, Result<(Vec<crate::op::Reply>, u64), crate::store::StoreError>> {
             self.$inner.execute_pending(ops)
         }
         fn wait_durable(&self, point: u64) -> crate::store::BoxFuture<'_, Result<(), crate::store::StoreError>> {
@@ -295,10 +298,10 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         (**self).log_domain()
     }
 
-    fn execute_pending(
-        &self,
-        ops: Vec<Op>,
-    ) -> BoxFuture<'_, Result<(Vec<Reply>, u64), StoreError>> {
+    fn execute_pending<'a>(
+        &'a self,
+        ops: &'a [&'a Op],
+    ) -> BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>> {
         (**self).execute_pending(ops)
     }
 
