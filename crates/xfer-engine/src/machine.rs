@@ -426,7 +426,10 @@ impl Machine {
         self.whole(Phase::Claiming, op)
     }
 
-    fn adopt(&mut self, rec: TransferRecord) -> &TransferRecord {
+    /// Takes the record a store answered as the machine's own (copied if the store still
+    /// holds it).
+    fn adopt(&mut self, rec: Arc<TransferRecord>) -> &TransferRecord {
+        let rec = Arc::unwrap_or_clone(rec);
         if self.legs.is_empty() {
             // Validated when accepted; a record that no longer validates is corrupt.
             self.legs = rec.spec.validate().unwrap_or_default();
@@ -582,11 +585,11 @@ impl Machine {
                 if rec.state == TransferState::Pending
                     && rec.owner.as_ref() == Some(&self.owner) =>
             {
-                self.adopt(Arc::unwrap_or_clone(rec));
+                self.adopt(rec);
                 self.run_from(now)
             }
             Reply::Transfer(rec) | Reply::Unchanged(rec) => {
-                self.adopt(Arc::unwrap_or_clone(rec));
+                self.adopt(rec);
                 self.claim(now)
             }
             Reply::Refused(code) => self.stop(Outcome::Rejected(Rejection::new(
@@ -601,11 +604,11 @@ impl Machine {
     fn on_claimed(&mut self, reply: Reply, now: Timestamp) {
         match reply {
             Reply::Transfer(rec) => {
-                self.adopt(Arc::unwrap_or_clone(rec));
+                self.adopt(rec);
                 self.run_from(now)
             }
             Reply::Unchanged(rec) => {
-                let rec = self.adopt(Arc::unwrap_or_clone(rec)).clone();
+                let rec = self.adopt(rec).clone();
                 match rec.state {
                     TransferState::Done | TransferState::Canceled => {
                         self.stop(Outcome::Finished(rec))
@@ -624,11 +627,11 @@ impl Machine {
     fn on_captured(&mut self, reply: Reply, now: Timestamp, goal: TransferState) {
         match reply {
             Reply::Transfer(rec) => {
-                self.adopt(Arc::unwrap_or_clone(rec));
+                self.adopt(rec);
                 self.run_from(now)
             }
             Reply::Unchanged(rec) => {
-                let rec = self.adopt(Arc::unwrap_or_clone(rec)).clone();
+                let rec = self.adopt(rec).clone();
                 if rec.state.is_terminal() {
                     self.stop(Outcome::Finished(rec))
                 } else if rec.state == goal && rec.owner.as_ref() == Some(&self.owner) {
@@ -755,14 +758,14 @@ impl Machine {
         let my_epoch = self.record.as_ref().map(|r| r.epoch);
         match reply {
             Reply::Transfer(rec) => {
-                self.adopt(Arc::unwrap_or_clone(rec));
+                self.adopt(rec);
                 self.run_from(now)
             }
             // Same epoch: our own earlier decide whose reply was lost, or a state we follow.
             Reply::Unchanged(rec)
                 if Some(rec.epoch) == my_epoch && rec.state != TransferState::Pending =>
             {
-                self.adopt(Arc::unwrap_or_clone(rec));
+                self.adopt(rec);
                 self.run_from(now)
             }
             // Another owner's epoch: a sweeper took over while we were slow. Stop.

@@ -931,10 +931,7 @@ impl Store for Pipelined {
         ops: &'a [&'a Op],
     ) -> xfer_store::BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>> {
         Box::pin(async move {
-            let replies = self
-                .inner
-                .execute(ops.iter().map(|op| (*op).clone()).collect())
-                .await?;
+            let replies = self.inner.execute(Op::copies(ops)).await?;
             Ok((replies, self.gate.next.fetch_add(1, Relaxed) + 1))
         })
     }

@@ -66,7 +66,7 @@ impl<S: Store> Store for Intercept<S> {
     ) -> BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>> {
         match &self.pending {
             Some(hook) => hook(&self.inner, ops),
-            None => answered_durable(self.execute(ops.iter().map(|op| (*op).clone()).collect())),
+            None => answered_durable(self.execute(Op::copies(ops))),
         }
     }
 

@@ -216,6 +216,12 @@ pub enum Reply {
 }
 
 impl Op {
+    /// Copies of borrowed ops, for a store that keeps what it is given
+    /// ([`crate::Store::execute_pending`]'s default).
+    pub fn copies(ops: &[&Op]) -> Vec<Op> {
+        ops.iter().map(|&op| op.clone()).collect()
+    }
+
     /// The asset an account op names, if it names one (for routing by asset).
     pub fn asset(&self) -> Option<&AssetCode> {
         match self {

@@ -288,18 +288,10 @@ impl PruneIndex {
         let n = sorted.len();
         let added = std::mem::replace(&mut bucket.entries, sorted);
         bucket.out = None;
-        if added.is_empty() {
-            bucket.sorted = true;
-            bucket.least_unsorted = None;
-        } else {
-            // `least_unsorted` is the least of `added`; the sorted entries' least is last.
-            let least = bucket.entries.last().cloned();
-            bucket.least_unsorted = match (least, bucket.least_unsorted.take()) {
-                (Some(l), Some(a)) => Some(l.min(a)),
-                (l, a) => l.or(a),
-            };
-            bucket.sorted = false;
-            bucket.entries.extend(added);
+        bucket.sorted = true;
+        bucket.least_unsorted = None;
+        for entry in added {
+            bucket.push(entry);
         }
         self.note_room(n);
     }

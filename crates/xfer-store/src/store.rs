@@ -144,13 +144,13 @@ pub trait Store: Send + Sync {
     /// must reach before anything that depends on them is acknowledged. The ops are
     /// borrowed: a store that answers ahead of its log applies and logs them where they
     /// are (the engine keeps every op it sends until answered, and copying each one per
-    /// call was 1.2 % of `xfer bench`'s samples, `docs/benchmarks.md`). The default is
+    /// call was 1.15 % of `xfer bench`'s samples, `docs/benchmarks.md`). The default is
     /// `execute` on copies, durable when answered.
     fn execute_pending<'a>(
         &'a self,
         ops: &'a [&'a Op],
     ) -> BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>> {
-        answered_durable(self.execute(ops.iter().map(|op| (*op).clone()).collect()))
+        answered_durable(self.execute(Op::copies(ops)))
     }
 
     /// Waits until the log is durable up to `point` (from [`Store::execute_pending`]); an
