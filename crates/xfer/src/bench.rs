@@ -24,10 +24,12 @@ use crate::config::{ServeConfig, ShardSpec, StoreKind};
 use crate::metrics::Stopwatch;
 use crate::server::Server;
 use crate::stores;
+use crate::wire::TIMEOUT_MS_DEFAULT;
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use xfer_core::transfer::TIMEOUT_MS_MAX;
 use xfer_core::{
     AccountId, Amount, AssetCode, Clock, Posting, Rng, SystemClock, TransferId, TransferKind,
     TransferSpec, TransferState,
@@ -103,6 +105,11 @@ pub struct BenchArgs {
     /// whole key range as a client's random ids (UUIDs) are.
     #[arg(long, value_enum, default_value_t = Ids::Sequential)]
     pub ids: Ids,
+    /// Each transfer's `timeout_ms`, its prepare deadline after submission (the API's
+    /// default unless given). Its tombstones stay until the deadline plus the skew bound,
+    /// so it sets how many an account holds.
+    #[arg(long, default_value_t = TIMEOUT_MS_DEFAULT)]
+    pub timeout_ms: u64,
 }
 
 /// How the bench names its transfers.
@@ -237,6 +244,8 @@ const USD: &str = "USD";
 const POINTS: &str = "POINTS";
 const SKU: &str = "SKU-1";
 const QUOTA: &str = "QUOTA-1";
+/// How long the holds workload's holds last before they expire.
+const HOLD_TTL_MS: u64 = 60_000;
 
 fn acct(asset: &str, i: u64) -> String {
     format!("{}-{i}", asset.to_ascii_lowercase())
@@ -344,11 +353,13 @@ fn next_spec(a: &BenchArgs, names: &Names, rng: &mut Rng, id: String) -> Transfe
         postings,
         metadata: String::new(),
         kind: match a.workload {
-            Workload::Holds => TransferKind::Hold { ttl_ms: 60_000 },
+            Workload::Holds => TransferKind::Hold {
+                ttl_ms: HOLD_TTL_MS,
+            },
             _ => TransferKind::Transfer,
         },
         refund_of: None,
-        timeout_ms: 5_000,
+        timeout_ms: a.timeout_ms,
     }
 }
 
@@ -359,6 +370,9 @@ struct TransferBody<'a> {
     postings: Vec<PostingBody<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     hold: Option<HoldBody>,
+    /// Left out at the API's default, so the default run's requests stay as they were.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    timeout_ms: Option<u64>,
 }
 
 #[derive(serde::Serialize)]
@@ -396,6 +410,7 @@ fn body_of(s: &TransferSpec) -> TransferBody<'_> {
             TransferKind::Hold { ttl_ms } => Some(HoldBody { ttl_ms }),
             TransferKind::Transfer => None,
         },
+        timeout_ms: (s.timeout_ms != TIMEOUT_MS_DEFAULT).then_some(s.timeout_ms),
     }
 }
 
@@ -723,6 +738,14 @@ pub async fn run(a: BenchArgs) -> Result<BenchRun, String> {
     }
     if a.rate == Some(0) {
         return Err("--rate: at least 1 transfer per second".into());
+    }
+    if !(1..=TIMEOUT_MS_MAX).contains(&a.timeout_ms) {
+        return Err(format!("--timeout-ms: 1 to {TIMEOUT_MS_MAX}"));
+    }
+    if a.workload == Workload::Holds && a.timeout_ms >= HOLD_TTL_MS {
+        return Err(format!(
+            "--timeout-ms: below the holds' ttl_ms ({HOLD_TTL_MS}) for --workload holds"
+        ));
     }
     if a.baseline.is_some() && !(1..=1_000).contains(&a.baseline_clients) {
         return Err("--baseline-clients: 1 to 1000".into());
@@ -1122,6 +1145,7 @@ mod tests {
             baseline_clients: 1,
             dir: None,
             ids: Ids::Sequential,
+            timeout_ms: TIMEOUT_MS_DEFAULT,
         }
     }
 
@@ -1210,6 +1234,47 @@ mod tests {
             let s = next_spec(&a, &names, &mut rng, format!("t{i}"));
             assert_eq!(s.postings[0].to.as_str(), "usd-0");
             assert!(s.validate().is_ok());
+        }
+    }
+
+    /// `--timeout-ms` reaches every transfer, by library and over HTTP (where the body
+    /// names it only when it is not the API's default), and a value the API would refuse
+    /// is refused before anything runs.
+    #[tokio::test]
+    async fn the_timeout_reaches_every_transfer_and_bad_values_are_refused() {
+        for (workload, timeout_ms) in [(Workload::Uniform, 1_000), (Workload::Holds, 59_999)] {
+            let a = BenchArgs {
+                timeout_ms,
+                ..args(workload, Via::Library, 1, 1)
+            };
+            let (mut rng, names) = (Rng::new(1), Names::new(&a));
+            let s = next_spec(&a, &names, &mut rng, "t1".into());
+            assert_eq!(s.timeout_ms, timeout_ms);
+            assert!(s.validate().is_ok(), "{s:?}");
+            let body = serde_json::to_value(body_of(&s)).expect("encodes");
+            assert_eq!(body["timeout_ms"], json!(timeout_ms), "{body}");
+        }
+        let a = args(Workload::Uniform, Via::Library, 1, 1);
+        let (mut rng, names) = (Rng::new(1), Names::new(&a));
+        let s = next_spec(&a, &names, &mut rng, "t1".into());
+        assert_eq!(s.timeout_ms, TIMEOUT_MS_DEFAULT);
+        let body = serde_json::to_value(body_of(&s)).expect("encodes");
+        assert!(body.get("timeout_ms").is_none(), "{body}");
+
+        for (workload, timeout_ms, says) in [
+            (Workload::Uniform, 0, "--timeout-ms: 1 to"),
+            (Workload::Uniform, TIMEOUT_MS_MAX + 1, "--timeout-ms: 1 to"),
+            (Workload::Holds, HOLD_TTL_MS, "below the holds' ttl_ms"),
+        ] {
+            let a = BenchArgs {
+                timeout_ms,
+                dir: Some("/nonexistent/refused-before-anything-runs".into()),
+                ..args(workload, Via::Library, 1, 1)
+            };
+            match run(a).await {
+                Err(e) => assert!(e.contains(says), "{timeout_ms}: {e}"),
+                Ok(_) => panic!("--timeout-ms {timeout_ms} ran"),
+            }
         }
     }
 }
