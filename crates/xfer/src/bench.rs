@@ -238,6 +238,12 @@ pub struct BenchReport {
     pub written_bytes_per_transfer: Option<f64>,
     /// Peak resident memory, MiB.
     pub peak_rss_mib: f64,
+    /// Resident memory at the window's end less at its start, MiB: memory the process
+    /// touched for the first time during the window (net of what it gave back). The kernel
+    /// zeroes each new page, and on a virtual machine the hypervisor may have to back it
+    /// first, which can cost milliseconds per MiB (`docs/benchmarks.md`): a run that grows
+    /// much pays for it in the CPU per transfer, once.
+    pub rss_growth_mib: f64,
 }
 
 const USD: &str = "USD";
@@ -696,8 +702,8 @@ fn written_bytes() -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// This process's CPU seconds (user + system) and peak resident MiB, from /proc.
-fn usage() -> (f64, f64) {
+/// This process's CPU seconds (user + system) and its memory, from /proc.
+fn usage() -> Usage {
     let cpu = std::fs::read_to_string("/proc/self/stat")
         .ok()
         .and_then(|s| {
@@ -708,14 +714,26 @@ fn usage() -> (f64, f64) {
             Some(ticks / 100.0)
         })
         .unwrap_or(0.0);
-    let rss = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            let line = s.lines().find(|l| l.starts_with("VmHWM:"))?;
-            line.split_whitespace().nth(1)?.parse::<f64>().ok()
-        })
-        .map_or(0.0, |kb| kb / 1024.0);
-    (cpu, rss)
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let mib = |field: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(field))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .map_or(0.0, |kb| kb / 1024.0)
+    };
+    Usage {
+        cpu_seconds: cpu,
+        peak_rss_mib: mib("VmHWM:"),
+        rss_mib: mib("VmRSS:"),
+    }
+}
+
+/// What [`usage`] reads.
+struct Usage {
+    cpu_seconds: f64,
+    peak_rss_mib: f64,
+    rss_mib: f64,
 }
 
 /// xfer's figures and, with `--baseline`, the baseline's from the same run.
@@ -937,7 +955,7 @@ async fn measure(
             Ok::<_, String>((latencies, clock.take()))
         });
     }
-    let (cpu0, _) = usage();
+    let usage0 = usage();
     let machine0 = machine_times();
     let (syncs0, written0) = (log_syncs(), written_bytes());
     let watch = Stopwatch::start();
@@ -954,7 +972,7 @@ async fn measure(
     }
     stop.store(true, Ordering::Relaxed);
     let seconds = watch.seconds();
-    let (cpu1, rss) = usage();
+    let usage1 = usage();
     let machine = machine_times() - machine0;
     let machine_all = (machine.busy + machine.idle).max(f64::MIN_POSITIVE);
     let syncs = log_syncs().zip(syncs0).map(|(b, a)| b - a);
@@ -968,7 +986,7 @@ async fn measure(
         decided.add(&d);
     }
     let transfers = counts[3].load(Ordering::Relaxed);
-    let cpu = cpu1 - cpu0;
+    let cpu = usage1.cpu_seconds - usage0.cpu_seconds;
     Ok(BenchReport {
         workload: name(a.workload),
         via: via.to_string(),
@@ -990,7 +1008,8 @@ async fn measure(
         written_bytes_per_transfer: syncs
             .and(written)
             .map(|w| w as f64 / transfers.max(1) as f64),
-        peak_rss_mib: rss,
+        peak_rss_mib: usage1.peak_rss_mib,
+        rss_growth_mib: usage1.rss_mib - usage0.rss_mib,
     })
 }
 
@@ -1072,14 +1091,15 @@ pub fn print(run: &BenchRun) {
             "result: workload={} via={} store={} transfers={} per_second={:.0} done={} canceled={} errors={} \
              latency_ms p50={:.2} p99={:.2} p999={:.2} decided_ms {} cpu_s={:.1} cpu_us_per_transfer={:.1} \
              machine_cpu_us_per_transfer={:.1} machine_idle_pct={:.1} machine_steal_pct={:.1} log_syncs_per_s={} \
-             written_bytes_per_transfer={} peak_rss_mib={:.0}",
+             written_bytes_per_transfer={} peak_rss_mib={:.0} rss_growth_mib={:.0}",
             r.workload, r.via, r.store, r.transfers, r.per_second, r.done, r.canceled, r.errors,
             r.latency_ms[0], r.latency_ms[1], r.latency_ms[2],
             r.decided_ms.map_or("-".to_string(), |d| format!("p50={:.2} p99={:.2} p999={:.2}", d[0], d[1], d[2])),
             r.cpu_seconds, r.cpu_us_per_transfer, r.machine_cpu_us_per_transfer, r.machine_idle_percent, r.machine_steal_percent,
             r.log_syncs_per_second.map_or("-".to_string(), |v| format!("{v:.0}")),
             r.written_bytes_per_transfer.map_or("-".to_string(), |v| format!("{v:.0}")),
-            r.peak_rss_mib
+            r.peak_rss_mib,
+            r.rss_growth_mib
         );
     }
     if let Some(b) = &run.baseline {
@@ -1201,6 +1221,32 @@ mod tests {
         }
         assert!((0.0..=100.0).contains(&r.machine_idle_percent), "{r:?}");
         assert!((0.0..=100.0).contains(&r.machine_steal_percent), "{r:?}");
+        assert!(r.rss_growth_mib <= r.peak_rss_mib, "{r:?}");
+    }
+
+    /// Memory touched for the first time shows in the resident size `usage` reads, which
+    /// is what the report's growth is made of; the peak is never below it.
+    #[test]
+    fn touching_memory_grows_the_resident_size_read() {
+        const MIB: usize = 128;
+        let before = usage();
+        // Every page written: ones, not zeros (zeroed memory can be mapped untouched).
+        let touched = vec![1u8; MIB << 20];
+        let after = usage();
+        std::hint::black_box(&touched);
+        drop(touched);
+        let grown = after.rss_mib - before.rss_mib;
+        assert!(
+            grown >= 0.75 * MIB as f64,
+            "{MIB} MiB touched, resident grew {grown:.1} MiB"
+        );
+        assert!(
+            after.peak_rss_mib >= after.rss_mib,
+            "peak {} < {}",
+            after.peak_rss_mib,
+            after.rss_mib
+        );
+        assert!(after.cpu_seconds >= before.cpu_seconds);
     }
 
     /// Scattered ids are unique (the mix is a bijection) and do not sort in the order they
