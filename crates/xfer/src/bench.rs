@@ -123,18 +123,78 @@ pub enum Ids {
     Scattered,
 }
 
-/// The id of `client`'s `n`th transfer.
-fn transfer_id(ids: Ids, client: u64, n: u64) -> String {
+/// The id of `client`'s `n`th transfer, written digit by digit into a buffer on the stack:
+/// `format!` and its `String` were 1.3 % of `xfer bench`'s samples, the clients' largest
+/// share (`docs/benchmarks.md`).
+fn transfer_id(ids: Ids, client: u64, n: u64) -> TransferId {
+    let mut text = IdText::default();
     match ids {
-        Ids::Sequential => format!("b{client}-{n}"),
+        Ids::Sequential => {
+            text.push(b'b');
+            text.decimal(client);
+            text.push(b'-');
+            text.decimal(n);
+        }
         Ids::Scattered => {
             // splitmix64's finalizer: xor-shifts and odd multiplications, each invertible,
             // so distinct inputs (n < 2^40, client < 2^24) give distinct ids.
             let mut z = (client << 40) ^ n;
             z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
             z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            format!("{:016x}", z ^ (z >> 31))
+            text.hex16(z ^ (z >> 31));
         }
+    }
+    TransferId::new(text.as_str()).expect("a bench id is valid")
+}
+
+/// A transfer id's text as [`transfer_id`] writes it: at most 42 bytes ("b", twenty digits,
+/// "-", twenty digits).
+struct IdText {
+    bytes: [u8; 42],
+    len: usize,
+}
+
+impl Default for IdText {
+    fn default() -> Self {
+        IdText {
+            bytes: [0; 42],
+            len: 0,
+        }
+    }
+}
+
+impl IdText {
+    fn push(&mut self, b: u8) {
+        self.bytes[self.len] = b;
+        self.len += 1;
+    }
+
+    /// `v` in decimal, without leading zeros.
+    fn decimal(&mut self, mut v: u64) {
+        let mut digits = [0u8; 20];
+        let mut i = digits.len();
+        loop {
+            i -= 1;
+            digits[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+            if v == 0 {
+                break;
+            }
+        }
+        for &d in &digits[i..] {
+            self.push(d);
+        }
+    }
+
+    /// `v` as sixteen lower-case hex digits.
+    fn hex16(&mut self, v: u64) {
+        for shift in (0..16).rev() {
+            self.push(b"0123456789abcdef"[(v >> (4 * shift)) as usize & 0xf]);
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len]).expect("ASCII digits and letters")
     }
 }
 
@@ -315,7 +375,7 @@ fn assets(w: Workload) -> &'static [&'static str] {
 }
 
 /// One transfer of the workload.
-fn next_spec(a: &BenchArgs, names: &Names, rng: &mut Rng, id: String) -> TransferSpec {
+fn next_spec(a: &BenchArgs, names: &Names, rng: &mut Rng, id: TransferId) -> TransferSpec {
     let n = a.accounts;
     let pair = |rng: &mut Rng| {
         let from = rng.below(n);
@@ -355,7 +415,7 @@ fn next_spec(a: &BenchArgs, names: &Names, rng: &mut Rng, id: String) -> Transfe
         }
     };
     TransferSpec {
-        id: TransferId::new(&id).expect("valid id"),
+        id,
         postings,
         metadata: String::new(),
         kind: match a.workload {
@@ -1254,7 +1314,9 @@ mod tests {
     #[test]
     fn scattered_ids_are_unique_and_out_of_order() {
         let made: Vec<String> = (0..4u64)
-            .flat_map(|c| (1..=5_000u64).map(move |n| transfer_id(Ids::Scattered, c, n)))
+            .flat_map(|c| {
+                (1..=5_000u64).map(move |n| transfer_id(Ids::Scattered, c, n).as_str().to_string())
+            })
             .collect();
         let unique: std::collections::HashSet<&String> = made.iter().collect();
         assert_eq!(unique.len(), made.len());
@@ -1265,7 +1327,40 @@ mod tests {
             "{in_order} of {} in order",
             made.len()
         );
-        assert_eq!(transfer_id(Ids::Sequential, 3, 7), "b3-7");
+        assert_eq!(transfer_id(Ids::Sequential, 3, 7).as_str(), "b3-7");
+    }
+
+    /// The ids written digit by digit are the text `format!` writes, at the ends of the
+    /// range too.
+    #[test]
+    fn ids_are_written_as_format_writes_them() {
+        let values = [
+            0,
+            1,
+            9,
+            10,
+            99,
+            100,
+            12_345,
+            1 << 40,
+            u64::MAX - 1,
+            u64::MAX,
+        ];
+        for client in values {
+            for n in values {
+                assert_eq!(
+                    transfer_id(Ids::Sequential, client, n).as_str(),
+                    format!("b{client}-{n}")
+                );
+            }
+        }
+        for (c, n) in [(0u64, 0u64), (0, 1), (3, 7), (1 << 23, (1 << 40) - 1)] {
+            let mut z = (c << 40) ^ n;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            let id = transfer_id(Ids::Scattered, c, n);
+            assert_eq!(id.as_str(), format!("{:016x}", z ^ (z >> 31)));
+        }
     }
 
     #[test]
@@ -1277,7 +1372,12 @@ mod tests {
         };
         let (mut rng, names) = (Rng::new(1), Names::new(&a));
         for i in 0..50 {
-            let s = next_spec(&a, &names, &mut rng, format!("t{i}"));
+            let s = next_spec(
+                &a,
+                &names,
+                &mut rng,
+                TransferId::new(&format!("t{i}")).unwrap(),
+            );
             assert_eq!(s.postings[0].to.as_str(), "usd-0");
             assert!(s.validate().is_ok());
         }
@@ -1294,7 +1394,7 @@ mod tests {
                 ..args(workload, Via::Library, 1, 1)
             };
             let (mut rng, names) = (Rng::new(1), Names::new(&a));
-            let s = next_spec(&a, &names, &mut rng, "t1".into());
+            let s = next_spec(&a, &names, &mut rng, TransferId::new("t1").unwrap());
             assert_eq!(s.timeout_ms, timeout_ms);
             assert!(s.validate().is_ok(), "{s:?}");
             let body = serde_json::to_value(body_of(&s)).expect("encodes");
@@ -1302,7 +1402,7 @@ mod tests {
         }
         let a = args(Workload::Uniform, Via::Library, 1, 1);
         let (mut rng, names) = (Rng::new(1), Names::new(&a));
-        let s = next_spec(&a, &names, &mut rng, "t1".into());
+        let s = next_spec(&a, &names, &mut rng, TransferId::new("t1").unwrap());
         assert_eq!(s.timeout_ms, TIMEOUT_MS_DEFAULT);
         let body = serde_json::to_value(body_of(&s)).expect("encodes");
         assert!(body.get("timeout_ms").is_none(), "{body}");
