@@ -44,8 +44,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 use xfer_core::{Account, AccountId, AccountStatus, Clock, Timestamp, TransferId, TransferRecord};
 use xfer_store::{
-    BoxFuture, Cut, FastSet, HistoryPage, LogDomain, MemoryShard, Op, Reply, Store, StoreError,
-    TransferOp,
+    BoxFuture, Cut, FastSet, HistoryPage, LogDomain, MemoryShard, Op, Reply, Room, RoomSizes,
+    Store, StoreError, TransferOp,
 };
 
 /// Settings of an embedded store.
@@ -250,6 +250,9 @@ struct Inner<F: Fs> {
     /// holds: a finished transfer is deleted from it only if it is there (most finish
     /// between two checkpoints and were never written live).
     checkpointing: Mutex<Vec<FastSet<TransferId>>>,
+    /// Each shard's room for the changes after its next cut ([`Room`]): as much as the
+    /// last cut took, and some. Only the checkpointer reads and sets it.
+    rooms: Mutex<Vec<RoomSizes>>,
     /// Log bytes replayed at open: they count towards the next checkpoint, so that a
     /// process killed again and again before writing `checkpoint_bytes` of its own still
     /// checkpoints, and replay stays bounded.
@@ -423,6 +426,7 @@ impl<F: Fs> Embedded<F> {
             commit_wake: Condvar::new(),
             failed: Mutex::new(None),
             checkpointing: Mutex::new(in_live),
+            rooms: Mutex::new(vec![RoomSizes::default(); usize::from(cfg.shards)]),
             backlog,
             checkpointed_at: Mutex::new(0),
             closing: AtomicBool::new(false),
@@ -803,15 +807,20 @@ impl<F: Fs> Inner<F> {
         let covered = self.log_bytes();
         let mut cuts = Vec::new();
         let mut batch = self.tables.begin_batch(self.cfg.shards);
+        let mut rooms = self.rooms.lock().expect("room sizes poisoned");
         for s in 0..self.cfg.shards {
+            // The lists that follow the cut, their pages written here, before the shard's
+            // lock is taken, rather than by the shard's steps under it.
+            let room = Room::touched(rooms[usize::from(s)]);
             let mut shard = self.shard(s);
             let meta = ShardMeta {
                 checkpoint_lsn: self.log.next_lsn(),
                 sequence: shard.mem.sequence(),
                 first_tombstone: shard.mem.first_tombstone(),
             };
-            let changes = shard.mem.begin_cut();
+            let changes = shard.mem.begin_cut_with(room);
             shard.unlock_fair();
+            rooms[usize::from(s)] = RoomSizes::after(&changes);
             let mut cut = ShardCut {
                 shard: s,
                 meta,

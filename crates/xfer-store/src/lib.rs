@@ -24,7 +24,9 @@ pub use coalesce::Coalesce;
 pub use faulty::{FaultPlan, Faulty};
 pub use id_map::{FastMap, FastSet, FastState};
 pub use intercept::{ExecuteHook, Intercept, PendingHook};
-pub use memory::{transfer_lines, Changes, Cut, HistoryEntry, MemoryShard, MemoryStore};
+pub use memory::{
+    transfer_lines, Changes, Cut, HistoryEntry, MemoryShard, MemoryStore, Room, RoomSizes,
+};
 pub use op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
 pub use prune_index::{prune_at, sort_bucket, PruneIndex, PRUNE_BUCKET_MS};
 pub use store::{answered_durable, BoxFuture, HistoryPage, LogDomain, Store, StoreError};

@@ -88,11 +88,11 @@ impl History {
 
     /// The entries added since the last take, to be saved elsewhere; still held until said
     /// saved. (Empty for an untracked shard, which keeps its entries.)
-    fn take(&mut self) -> Arc<Vec<HistoryEntry>> {
+    fn take(&mut self, room: Vec<HistoryEntry>) -> Arc<Vec<HistoryEntry>> {
         match self {
             History::ByAccount(_) => Arc::default(),
             History::Unsaved { taken, since } => {
-                let room = Vec::with_capacity(room_like(since));
+                let room = room_or_like(room, since);
                 let list = Arc::new(std::mem::replace(since, room));
                 taken.push_back(Arc::clone(&list));
                 list
@@ -211,16 +211,100 @@ pub struct Changes {
 }
 
 impl Changes {
-    /// Empty lists with room for as many entries as `c` holds, and some ([`room_like`]).
-    fn with_capacity_of(c: &Changes) -> Changes {
+    /// Empty lists with room for as many entries as `c` holds, and some ([`room_like`]):
+    /// `room`'s lists where they have that much.
+    fn with_room_like(c: &Changes, room: Room) -> Changes {
         Changes {
-            accounts: Vec::with_capacity(room_like(&c.accounts)),
-            transfers: Vec::with_capacity(room_like(&c.transfers)),
+            accounts: room_or_like(room.accounts, &c.accounts),
+            transfers: room_or_like(room.transfers, &c.transfers),
             history: Arc::default(),
-            tombstones: Vec::with_capacity(room_like(&c.tombstones)),
+            tombstones: room_or_like(room.tombstones, &c.tombstones),
             dropped_account: false,
         }
     }
+}
+
+/// `room` if it has [`room_like`] `last`'s room, else a list with that room.
+fn room_or_like<T>(room: Vec<T>, last: &Vec<T>) -> Vec<T> {
+    let wanted = room_like(last);
+    if room.capacity() >= wanted {
+        debug_assert!(room.is_empty(), "room is empty");
+        room
+    } else {
+        Vec::with_capacity(wanted)
+    }
+}
+
+/// Empty lists for the changes between two checkpoints, made before the cut that hands
+/// them to the shard ([`MemoryShard::begin_cut_with`]), with every page of their room
+/// written once. A list's room is untouched memory until the shard's steps fill it, and
+/// the first write to a page faults: the kernel zeroes it (a 2 MiB page with transparent
+/// huge pages), which on a virtual machine took about 5 ms a page
+/// (`docs/benchmarks.md`), every step on the shard waiting behind its lock meanwhile. A
+/// checkpointer makes the room in its own thread instead, before it takes the lock.
+#[derive(Debug, Default)]
+pub struct Room {
+    accounts: Vec<AccountId>,
+    transfers: Vec<TransferId>,
+    tombstones: Vec<(AccountId, TransferId, Intent)>,
+    history: Vec<HistoryEntry>,
+}
+
+/// The sizes of a [`Room`]: [`room_like`] the lists a cut took.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoomSizes {
+    accounts: usize,
+    transfers: usize,
+    tombstones: usize,
+    history: usize,
+}
+
+impl RoomSizes {
+    /// Room for as many entries as `taken` (what a cut answered) holds, and some: what the
+    /// lists that follow the next cut start with, unless they need more.
+    pub fn after(taken: &Changes) -> RoomSizes {
+        RoomSizes {
+            accounts: room_like(&taken.accounts),
+            transfers: room_like(&taken.transfers),
+            tombstones: room_like(&taken.tombstones),
+            history: room_like(&*taken.history),
+        }
+    }
+}
+
+impl Room {
+    /// Lists with `sizes`' room, every page of it written once.
+    pub fn touched(sizes: RoomSizes) -> Room {
+        Room {
+            accounts: touched_list(sizes.accounts),
+            transfers: touched_list(sizes.transfers),
+            tombstones: touched_list(sizes.tombstones),
+            history: touched_list(sizes.history),
+        }
+    }
+
+    /// The room of each list.
+    pub fn sizes(&self) -> RoomSizes {
+        RoomSizes {
+            accounts: self.accounts.capacity(),
+            transfers: self.transfers.capacity(),
+            tombstones: self.tombstones.capacity(),
+            history: self.history.capacity(),
+        }
+    }
+}
+
+/// An empty list with room for `n`, one slot in each 4 KiB of it written (with zeros, as
+/// uninitialised slots: nothing is pushed, nothing to drop).
+fn touched_list<T>(n: usize) -> Vec<T> {
+    let mut list = Vec::with_capacity(n);
+    let every = (4096 / std::mem::size_of::<T>().max(1)).max(1);
+    for slot in list.spare_capacity_mut().iter_mut().step_by(every) {
+        *slot = std::mem::MaybeUninit::zeroed();
+    }
+    // The writes go to memory nothing reads: keep the compiler from leaving them out.
+    std::hint::black_box(list.spare_capacity_mut());
+    list
 }
 
 /// The records of a checkpoint's cut, as they were when it began (see
@@ -277,18 +361,26 @@ impl MemoryShard {
 
     /// What changed since the last call (empty if the shard does not track changes).
     pub fn take_changes(&mut self) -> Changes {
-        self.take(false)
+        self.take(false, Room::default())
     }
 
-    fn take(&mut self, cut: bool) -> Changes {
+    fn take(&mut self, cut: bool, room: Room) -> Changes {
         let Some(c) = &mut self.changes else {
             return Changes::default();
         };
         // The next lists start as long as these: grown from empty by doubling, they were
         // copied over and over (1.7 % of `xfer bench`'s samples under `apply`,
         // `docs/benchmarks.md`).
-        let mut taken = std::mem::replace(c, Changes::with_capacity_of(c));
-        taken.history = self.history.take();
+        let history = room.history;
+        let next = Changes::with_room_like(
+            c,
+            Room {
+                history: Vec::new(),
+                ..room
+            },
+        );
+        let mut taken = std::mem::replace(c, next);
+        taken.history = self.history.take(history);
         if cut {
             self.accounts.start_cut();
             self.transfers.start_cut();
@@ -312,7 +404,13 @@ impl MemoryShard {
     /// 2.7 ms on average and up to 13 ms at 32,000 transfers/s, stalling every step on the
     /// shard (the latency tail; `docs/benchmarks.md`).
     pub fn begin_cut(&mut self) -> Changes {
-        self.take(true)
+        self.take(true, Room::default())
+    }
+
+    /// [`MemoryShard::begin_cut`], the lists that follow it taken from `room` where it has
+    /// as much room as they would start with.
+    pub fn begin_cut_with(&mut self, room: Room) -> Changes {
+        self.take(true, room)
     }
 
     /// Hands over the records of the cut named in `accounts` and `transfers` (a slice of
@@ -1279,6 +1377,98 @@ mod tests {
     #[test]
     fn a_cut_handed_over_in_slices_is_the_shard_as_it_was_when_it_began() {
         cut_in_slices(6, 40, 20);
+    }
+
+    /// A cut given room hands the shard those lists for what follows when they have as
+    /// much room as the cut would give (and lists of its own otherwise); what the next take
+    /// answers is the same either way.
+    #[test]
+    fn a_cut_hands_its_room_to_the_lists_that_follow() {
+        let usd = || AssetCode::new("USD", "asset").unwrap();
+        let run = |room: Option<RoomSizes>| {
+            let mut shard = MemoryShard::tracking();
+            let accounts: Vec<AccountId> = (0..8)
+                .map(|i| create(&mut shard, &format!("a{i}")))
+                .collect();
+            let step = |shard: &mut MemoryShard, n: u64| {
+                let a = &accounts[n as usize % accounts.len()];
+                let transfer = TransferId::new(&format!("t{n}")).unwrap();
+                let prepare = AccountOp::Prepare {
+                    transfer: transfer.clone(),
+                    asset: usd(),
+                    debit: 0,
+                    credit: 1,
+                    deadline: Timestamp(1_000),
+                    horizon: Timestamp(2_000),
+                };
+                shard.apply(&Op::Account(a.clone(), prepare), Timestamp(2));
+                shard.apply(
+                    &Op::Account(
+                        a.clone(),
+                        AccountOp::Post {
+                            transfer,
+                            asset: usd(),
+                        },
+                    ),
+                    Timestamp(3),
+                );
+            };
+            (0..40).for_each(|n| step(&mut shard, n));
+            let first = match room {
+                Some(sizes) => {
+                    let room = Room::touched(sizes);
+                    assert_eq!(room.sizes(), sizes, "as much room as asked");
+                    shard.begin_cut_with(room)
+                }
+                None => shard.begin_cut(),
+            };
+            let mut cut = Cut::default();
+            shard.end_cut(&mut cut);
+            (40..60).for_each(|n| step(&mut shard, n));
+            let next = shard.take_changes();
+            let sizes = RoomSizes {
+                accounts: next.accounts.capacity(),
+                transfers: next.transfers.capacity(),
+                tombstones: next.tombstones.capacity(),
+                history: next.history.capacity(),
+            };
+            (first, next, sizes)
+        };
+        let (first, next, own) = run(None);
+        assert_eq!((first.history.len(), first.tombstones.len()), (40, 40));
+        // The cut's own lists: room for a quarter more than it took.
+        assert_eq!(own, RoomSizes::after(&first));
+        let big = RoomSizes {
+            accounts: 64,
+            transfers: 64,
+            tombstones: 1_000,
+            history: 1_000,
+        };
+        let (first_big, next_big, used) = run(Some(big));
+        assert_eq!(used, big, "the room was handed on");
+        let small = RoomSizes {
+            tombstones: 3,
+            ..big
+        };
+        let (_, next_small, mixed) = run(Some(small));
+        assert_eq!(
+            mixed,
+            RoomSizes {
+                tombstones: own.tombstones,
+                ..big
+            },
+            "a list too short is not"
+        );
+        for (a, b) in [
+            (&first, &first_big),
+            (&next, &next_big),
+            (&next, &next_small),
+        ] {
+            assert_eq!(
+                (&a.accounts, &a.transfers, &*a.history, &a.tombstones),
+                (&b.accounts, &b.transfers, &*b.history, &b.tombstones)
+            );
+        }
     }
 
     /// The same with accounts of thousands of intents, nearly all tombstones.
