@@ -210,21 +210,8 @@ pub struct Changes {
     dropped_account: bool,
 }
 
-impl Changes {
-    /// Empty lists with room for as many entries as `c` holds, and some ([`room_like`]):
-    /// `room`'s lists where they have that much.
-    fn with_room_like(c: &Changes, room: Room) -> Changes {
-        Changes {
-            accounts: room_or_like(room.accounts, &c.accounts),
-            transfers: room_or_like(room.transfers, &c.transfers),
-            history: Arc::default(),
-            tombstones: room_or_like(room.tombstones, &c.tombstones),
-            dropped_account: false,
-        }
-    }
-}
-
-/// `room` if it has [`room_like`] `last`'s room, else a list with that room.
+/// The list that takes over from `last` ([`room_like`] its room): `room` if it has that
+/// much, else a new one.
 fn room_or_like<T>(room: Vec<T>, last: &Vec<T>) -> Vec<T> {
     let wanted = room_like(last);
     if room.capacity() >= wanted {
@@ -284,7 +271,8 @@ impl Room {
     }
 
     /// The room of each list.
-    pub fn sizes(&self) -> RoomSizes {
+    #[cfg(test)]
+    fn sizes(&self) -> RoomSizes {
         RoomSizes {
             accounts: self.accounts.capacity(),
             transfers: self.transfers.capacity(),
@@ -371,14 +359,19 @@ impl MemoryShard {
         // The next lists start as long as these: grown from empty by doubling, they were
         // copied over and over (1.7 % of `xfer bench`'s samples under `apply`,
         // `docs/benchmarks.md`).
-        let history = room.history;
-        let next = Changes::with_room_like(
-            c,
-            Room {
-                history: Vec::new(),
-                ..room
-            },
-        );
+        let Room {
+            accounts,
+            transfers,
+            tombstones,
+            history,
+        } = room;
+        let next = Changes {
+            accounts: room_or_like(accounts, &c.accounts),
+            transfers: room_or_like(transfers, &c.transfers),
+            history: Arc::default(),
+            tombstones: room_or_like(tombstones, &c.tombstones),
+            dropped_account: false,
+        };
         let mut taken = std::mem::replace(c, next);
         taken.history = self.history.take(history);
         if cut {
