@@ -147,8 +147,9 @@ fn transfer_id(ids: Ids, client: u64, n: u64) -> TransferId {
     TransferId::new(text.as_str()).expect("a bench id is valid")
 }
 
-/// A transfer id's text as [`transfer_id`] writes it: at most 42 bytes ("b", twenty digits,
-/// "-", twenty digits).
+/// An id's text as [`transfer_id`] and [`Names`] write it: at most 42 bytes ("b", twenty
+/// digits, "-", twenty digits; an asset code of at most sixteen letters, "-", twenty digits).
+#[derive(Clone)]
 struct IdText {
     bytes: [u8; 42],
     len: usize,
@@ -327,11 +328,15 @@ fn posting(from: String, to: String, asset: &str, amount: u64) -> Posting {
 }
 
 /// The names a workload's transfers use, made once: the clients pick accounts by number
-/// and clone ids (24 bytes, no allocation) instead of formatting and validating two ids
-/// and an asset code per posting, which was most of the clients' own CPU.
+/// and write each id digit by digit after its asset's prefix, instead of formatting and
+/// validating two ids and an asset code per posting with `format!` (most of the clients'
+/// own CPU once), or reading them from a table of every account's id (made once: its two
+/// reads per posting missed the cache, 1.6 % of `xfer bench`'s samples,
+/// `docs/benchmarks.md`).
 struct Names {
-    /// (asset code, its accounts by number) for each asset the workload uses.
-    assets: Vec<(AssetCode, Vec<AccountId>)>,
+    /// (asset code, its accounts' ids up to the number: the code in lower case and "-")
+    /// for each asset the workload uses.
+    assets: Vec<(AssetCode, IdText)>,
 }
 
 impl Names {
@@ -340,10 +345,12 @@ impl Names {
             .iter()
             .map(|asset| {
                 let code = AssetCode::new(asset, "asset").expect("valid asset");
-                let ids = (0..a.accounts)
-                    .map(|i| AccountId::new(&acct(asset, i)).expect("valid id"))
-                    .collect();
-                (code, ids)
+                let mut prefix = IdText::default();
+                for b in asset.to_ascii_lowercase().bytes() {
+                    prefix.push(b);
+                }
+                prefix.push(b'-');
+                (code, prefix)
             })
             .collect();
         Names { assets }
@@ -351,14 +358,19 @@ impl Names {
 
     /// A posting of `amount` of `asset` from account number `from` to number `to`.
     fn posting(&self, asset: &str, from: u64, to: u64, amount: u64) -> Posting {
-        let (code, ids) = self
+        let (code, prefix) = self
             .assets
             .iter()
             .find(|(c, _)| c.as_str() == asset)
             .expect("an asset of the workload");
+        let account = |n: u64| {
+            let mut text = prefix.clone();
+            text.decimal(n);
+            AccountId::new(text.as_str()).expect("a bench id is valid")
+        };
         Posting {
-            from: ids[from as usize].clone(),
-            to: ids[to as usize].clone(),
+            from: account(from),
+            to: account(to),
             asset: code.clone(),
             amount: Amount::new(amount, "amount").expect("positive"),
         }
@@ -1360,6 +1372,23 @@ mod tests {
             z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
             let id = transfer_id(Ids::Scattered, c, n);
             assert_eq!(id.as_str(), format!("{:016x}", z ^ (z >> 31)));
+        }
+    }
+
+    /// The accounts a posting names, written digit by digit, are the accounts the setup
+    /// made (`acct`), in every asset of every workload and at the ends of the range.
+    #[test]
+    fn postings_name_the_accounts_the_setup_made() {
+        for workload in [Workload::Uniform, Workload::MultiAsset, Workload::FlashSale] {
+            let names = Names::new(&args(workload, Via::Library, 1, 1));
+            for asset in assets(workload) {
+                for n in [0, 1, 9, 10, 9_999, 10_000, u64::MAX] {
+                    let p = names.posting(asset, n, 7, 1);
+                    assert_eq!(p.from.as_str(), acct(asset, n), "{asset} {n}");
+                    assert_eq!(p.to.as_str(), acct(asset, 7));
+                    assert_eq!(p.asset.as_str(), *asset);
+                }
+            }
         }
     }
 
