@@ -242,18 +242,13 @@ fn history_runs(entries: &[HistoryEntry]) -> Vec<(&AccountId, Vec<(u64, &Transfe
 /// it, so fewer, smaller merges rewrite less. `xfer bench --duration 25s`, alternated:
 /// +6 to +7 % transfers/s, and +5.7 % over 40 s (`docs/benchmarks.md`).
 fn growing() -> KeyspaceCreateOptions {
-    leveled(8)
-}
-
-/// Leveled compaction with tables of 16 MiB and `l0` tables in level 0 before a merge;
-/// each level from the second on ten times the size of the one before (fjall's default).
-fn leveled(l0: u8) -> KeyspaceCreateOptions {
-    leveled_with_ratio(l0, 10.0)
+    leveled(8, 10.0)
 }
 
 /// Leveled compaction with tables of 16 MiB, `l0` tables in level 0 before a merge, and
-/// each level from the second on `ratio` times the size of the one before.
-fn leveled_with_ratio(l0: u8, ratio: f32) -> KeyspaceCreateOptions {
+/// each level from the second on `ratio` times the size of the one before (fjall's
+/// default is ten).
+fn leveled(l0: u8, ratio: f32) -> KeyspaceCreateOptions {
     let leveled = fjall::compaction::Leveled::default()
         .with_table_target_size(16 << 20)
         .with_l0_threshold(l0)
@@ -284,7 +279,7 @@ fn leveled_with_ratio(l0: u8, ratio: f32) -> KeyspaceCreateOptions {
 /// fjall keeps a keyspace's options from its creation: a data directory made before keeps
 /// what it was made with.
 fn done_options() -> KeyspaceCreateOptions {
-    leveled_with_ratio(16, 4.0)
+    leveled(16, 4.0)
 }
 
 /// The tables. See the module docs.
