@@ -90,7 +90,7 @@ pub fn encode<T: Serialize + ?Sized>(value: &T) -> Vec<u8> {
 const SCRATCH_KEEP_MAX: usize = 1 << 20;
 
 thread_local! {
-    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SCRATCH: std::cell::RefCell<Scratch> = const { std::cell::RefCell::new(Scratch::new()) };
 }
 
 /// Encodes `value` into this thread's scratch buffer and hands `f` the bytes. The buffer
@@ -100,15 +100,107 @@ thread_local! {
 pub fn with_encoded<T: Serialize + ?Sized, R>(value: &T, f: impl FnOnce(&[u8]) -> R) -> R {
     SCRATCH.with(|cell| {
         // Taken, not borrowed: an `f` that encodes again finds an empty buffer of its own.
-        let mut buf = cell.take();
-        buf.clear();
-        let buf = postcard::to_extend(value, buf).expect("domain types always encode");
-        let out = f(&buf);
-        if buf.capacity() <= SCRATCH_KEEP_MAX {
-            cell.replace(buf);
+        let mut scratch = cell.take();
+        scratch.at = 0;
+        let scratch =
+            postcard::serialize_with_flavor(value, scratch).expect("domain types always encode");
+        let out = f(scratch.written());
+        if scratch.bytes.len() <= SCRATCH_KEEP_MAX {
+            cell.replace(scratch);
         }
         out
     })
+}
+
+/// postcard's output: bytes written up to `at` in a buffer kept zeroed beyond it (its
+/// length is what it can hold). postcard writes a value as many small pieces (a varint of
+/// one to ten bytes, an id of a few dozen), and `Vec::extend` copied each with a call to
+/// `memmove`: 2.3 % of the samples of `xfer bench`'s runtime threads, under postcard's
+/// `serialize_u64` and `serialize_bytes` (`docs/benchmarks.md`). Here a piece of up to 16
+/// bytes is two fixed-size copies that may overlap, which compile to moves.
+#[derive(Default)]
+struct Scratch {
+    bytes: Vec<u8>,
+    at: usize,
+}
+
+impl Scratch {
+    /// Room a scratch buffer starts with, and the least it grows by.
+    const ROOM: usize = 1024;
+    /// The most bytes [`Scratch::try_extend`] copies as fixed-size pieces.
+    const SMALL: usize = 16;
+
+    const fn new() -> Scratch {
+        Scratch {
+            bytes: Vec::new(),
+            at: 0,
+        }
+    }
+
+    fn written(&self) -> &[u8] {
+        &self.bytes[..self.at]
+    }
+
+    /// Makes room for `n` more bytes, and at least [`Scratch::SMALL`].
+    #[inline(always)]
+    fn reserve(&mut self, n: usize) {
+        if self.bytes.len() - self.at < n.max(Self::SMALL) {
+            self.grow(n);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, n: usize) {
+        let len = (self.at + n.max(Self::SMALL))
+            .max(self.bytes.len() * 2)
+            .max(Self::ROOM);
+        self.bytes.resize(len, 0);
+    }
+}
+
+impl postcard::ser_flavors::Flavor for Scratch {
+    type Output = Scratch;
+
+    #[inline(always)]
+    fn try_push(&mut self, byte: u8) -> postcard::Result<()> {
+        self.reserve(1);
+        self.bytes[self.at] = byte;
+        self.at += 1;
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn try_extend(&mut self, data: &[u8]) -> postcard::Result<()> {
+        let n = data.len();
+        self.reserve(n);
+        let to = &mut self.bytes[self.at..self.at + n.max(Self::SMALL)];
+        // Each case copies its first and its last `k` bytes (`k` a constant, so each
+        // copy is one move); where `n < 2k` the two overlap and write the same bytes.
+        match n {
+            0 => {}
+            1 => to[0] = data[0],
+            2..=3 => {
+                to[..2].copy_from_slice(&data[..2]);
+                to[n - 2..n].copy_from_slice(&data[n - 2..]);
+            }
+            4..=7 => {
+                to[..4].copy_from_slice(&data[..4]);
+                to[n - 4..n].copy_from_slice(&data[n - 4..]);
+            }
+            8..=Self::SMALL => {
+                to[..8].copy_from_slice(&data[..8]);
+                to[n - 8..n].copy_from_slice(&data[n - 8..]);
+            }
+            _ => to[..n].copy_from_slice(data),
+        }
+        self.at += n;
+        Ok(())
+    }
+
+    fn finalize(self) -> postcard::Result<Scratch> {
+        Ok(self)
+    }
 }
 
 /// Decodes a whole value; trailing bytes are an error.
@@ -289,6 +381,44 @@ mod tests {
         longer.push(0);
         assert!(decode::<Entry>(&longer).is_err());
         assert!(decode::<Entry>(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    /// The scratch buffer writes what postcard's own `Vec` output writes: pieces of every
+    /// length from empty to past the small copies, values of every varint length, one
+    /// after the other so that every copy starts at every offset and the buffer grows
+    /// mid-value, and again into a buffer kept from an encoding longer than the next.
+    #[test]
+    fn the_scratch_buffer_writes_what_postcard_writes() {
+        /// Bytes as one piece (a `Vec<u8>` is written byte by byte).
+        struct Piece(Vec<u8>);
+        impl Serialize for Piece {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_bytes(&self.0)
+            }
+        }
+        let pieces: Vec<(Piece, u64, String)> = (0..=40u8)
+            .map(|n| {
+                let bytes = (0..n).map(|i| i.wrapping_mul(37) ^ n).collect();
+                let text = "é".repeat(usize::from(n % 7));
+                (Piece(bytes), 1u64 << (u32::from(n) * 3 % 64), text)
+            })
+            .collect();
+        for k in [0, 1, 2, 3, 5, 17, 41] {
+            let value = &pieces[..k];
+            let want = postcard::to_allocvec(value).unwrap();
+            assert_eq!(encode(value), want, "{k} pieces");
+            with_encoded(&pieces, |all| {
+                // Encoding inside `f`: a buffer of its own, the outer bytes unchanged.
+                assert_eq!(encode(value), want);
+                assert_eq!(all, postcard::to_allocvec(&pieces).unwrap());
+            });
+        }
+        let big = vec![7u8; 3 * Scratch::ROOM];
+        assert_eq!(encode(&big), postcard::to_allocvec(&big).unwrap());
+        assert_eq!(
+            encode(&pieces[1]),
+            postcard::to_allocvec(&pieces[1]).unwrap()
+        );
     }
 
     #[test]
