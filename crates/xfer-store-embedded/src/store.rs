@@ -847,30 +847,31 @@ impl<F: Fs> Inner<F> {
             shard.unlock_fair();
             cut.accounts = records.accounts;
             cut.transfers = records.transfers;
-            let in_live = &mut in_live[usize::from(s)];
-            for chunk in cut.transfers.chunks(WARM_CHUNK) {
-                warm_records(chunk);
-                for r in chunk {
-                    let id = &r.spec.id;
-                    if !r.state.is_terminal() {
-                        in_live.insert(id.clone());
-                    } else if in_live.remove(id) {
-                        cut.left_live.push(id.clone());
-                    }
-                }
-            }
             // The rest (accounts handed over by `end_cut`, transfers, history, tombstones)
             // encoded at once, before the next shard's cut and before the log's sync: a
             // shard copies a transfer it writes while a cut still holds it, so the sooner
-            // the cut lets go the fewer copies. Nothing is written until the commit.
-            self.tables.add_cut(&mut batch, &mut cut);
-            cuts.push(cut);
+            // the cut lets go the fewer copies. Nothing is written until the commit. The
+            // finished ones' ids noted for eviction as they are encoded (a pass over the
+            // records after the commit missed on each one's record and spec again).
+            let in_live = &mut in_live[usize::from(s)];
+            let mut finished = Vec::with_capacity(cut.transfers.len());
+            self.tables.add_cut_with(&mut batch, &mut cut, |r| {
+                let id = &r.spec.id;
+                if r.state.is_terminal() {
+                    finished.push(id.clone());
+                    in_live.remove(id)
+                } else {
+                    in_live.insert(id.clone());
+                    false
+                }
+            });
+            cuts.push((cut, finished));
         }
         // Everything cut is in the log at an LSN below its shard's checkpoint LSN; the
         // tables must not get ahead of what is durable there.
         let newest = cuts
             .iter()
-            .map(|c| c.meta.checkpoint_lsn)
+            .map(|(c, _)| c.meta.checkpoint_lsn)
             .max()
             .unwrap_or(1);
         if newest > 1 {
@@ -885,17 +886,11 @@ impl<F: Fs> Inner<F> {
         // milliseconds, stalling every call to the shard (the latency tail). Each eviction
         // re-checks its record, so calls in between change nothing here. The records'
         // last references are the cut's, dropped after the lock.
-        for cut in &cuts {
+        for (cut, finished) in &cuts {
             let mut shard = self.shard(cut.shard);
             let fetched = std::mem::take(&mut shard.fetched);
             shard.unlock_fair();
-            let evict: Vec<&TransferId> = cut
-                .transfers
-                .iter()
-                .filter(|r| r.state.is_terminal())
-                .map(|r| &r.spec.id)
-                .chain(&fetched)
-                .collect();
+            let evict: Vec<&TransferId> = finished.iter().chain(&fetched).collect();
             for slice in evict.chunks(EVICT_SLICE) {
                 let mut shard = self.shard(cut.shard);
                 // In the filter before they leave memory: a call that no longer finds one
@@ -917,10 +912,10 @@ impl<F: Fs> Inner<F> {
             .expect("checkpoint mark poisoned") = covered;
         let oldest = cuts
             .iter()
-            .map(|c| c.meta.checkpoint_lsn)
+            .map(|(c, _)| c.meta.checkpoint_lsn)
             .min()
             .unwrap_or(1);
-        for cut in &mut cuts {
+        for (cut, _) in &mut cuts {
             drop_records(std::mem::take(&mut cut.transfers));
         }
         self.log.remove_before(oldest).map_err(|e| {
@@ -1304,5 +1299,68 @@ mod tests {
         drop(_slice);
         call.join().unwrap();
         assert_eq!(*order.lock().unwrap(), ["call", "next slice"]);
+    }
+
+    /// A checkpoint lets go of the finished transfers it saved (their ids noted for
+    /// eviction as they are encoded) and keeps the unfinished ones; one that finishes
+    /// after a checkpoint saved it live goes at the next. Without the eviction nothing
+    /// else notices: every call still answers, from memory, which only grows.
+    #[test]
+    fn a_checkpoint_lets_go_of_the_finished_transfers_it_saved() {
+        use xfer_core::{
+            Amount, AssetCode, OwnerId, Posting, SystemClock, TransferKind, TransferSpec,
+            TransferState,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = EmbeddedConfig {
+            shards: 1,
+            background_checkpoints: false,
+            ..EmbeddedConfig::default()
+        };
+        let (store, _) = Embedded::open(dir.path(), cfg, Arc::new(SystemClock)).unwrap();
+        let shard = store.shards().remove(0);
+        let id = |s: &str| TransferId::new(s).unwrap();
+        let now = SystemClock.now();
+        let insert = |s: &str| {
+            let spec = TransferSpec {
+                id: id(s),
+                postings: vec![Posting {
+                    from: AccountId::new("a").unwrap(),
+                    to: AccountId::new("b").unwrap(),
+                    asset: AssetCode::new("USD", "asset").unwrap(),
+                    amount: Amount::new(1, "amount").unwrap(),
+                }],
+                metadata: String::new(),
+                kind: TransferKind::Transfer,
+                refund_of: None,
+                timeout_ms: 10_000,
+            };
+            let owner = OwnerId::new("me").unwrap();
+            let r = TransferRecord::accept_claimed(spec, now, owner, now.plus_ms(60_000));
+            Op::Transfer(id(s), TransferOp::Insert(Arc::new(r)))
+        };
+        let finish = |s: &str| {
+            let decide = TransferOp::Decide {
+                epoch: 1,
+                to: TransferState::Canceling,
+                reason: None,
+                now,
+            };
+            [
+                Op::Transfer(id(s), decide),
+                Op::Transfer(id(s), TransferOp::Finish { now }),
+            ]
+        };
+        let in_memory = |s: &str| store.inner.shard(0).mem.has_transfer(&id(s));
+        let mut ops = vec![insert("finished"), insert("running"), insert("later")];
+        ops.extend(finish("finished"));
+        shard.execute_now(&ops).unwrap();
+        store.checkpoint().unwrap();
+        assert!(!in_memory("finished"));
+        assert!(in_memory("running") && in_memory("later"));
+        shard.execute_now(&finish("later")).unwrap();
+        store.checkpoint().unwrap();
+        assert!(!in_memory("later"));
+        assert!(in_memory("running"));
     }
 }

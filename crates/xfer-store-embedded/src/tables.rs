@@ -87,8 +87,6 @@ pub struct ShardCut {
     /// Transfers changed, shared with the shard: terminal ones go to `done`, the others to
     /// `live`.
     pub transfers: Vec<Arc<TransferRecord>>,
-    /// Transfers to delete from `live` (they were written there and have finished).
-    pub left_live: Vec<TransferId>,
     /// History entries added, in sequence order (as the shard numbered them), shared with
     /// the shard until they are saved.
     pub history: Arc<Vec<HistoryEntry>>,
@@ -552,17 +550,32 @@ impl Tables {
     /// Encodes one shard's cut into `batch`, taking out and releasing its accounts (those
     /// not already added with [`Tables::add_accounts`]) as they are encoded.
     pub fn add_cut(&self, batch: &mut CheckpointBatch, cut: &mut ShardCut) {
+        self.add_cut_with(batch, cut, |_| false);
+    }
+
+    /// [`Tables::add_cut`], handing `each` every transfer of the cut as it is encoded, while
+    /// its lines are in the cache: the checkpointer notes there which transfers are live
+    /// and which to evict, where a pass of its own over the cut missed on every record
+    /// again. `each` answers whether the transfer's row in `live` is to be deleted (it was
+    /// written there and has finished).
+    pub fn add_cut_with(
+        &self,
+        batch: &mut CheckpointBatch,
+        cut: &mut ShardCut,
+        mut each: impl FnMut(&TransferRecord) -> bool,
+    ) {
         let s = cut.shard;
         batch.insert(&self.meta, meta_key(s), &cut.meta);
         self.add_accounts(batch, s, std::mem::take(&mut cut.accounts));
-        for id in &cut.left_live {
-            batch.remove(&self.live, record_key(s, id.as_bytes()));
-        }
         for chunk in cut.transfers.chunks(WARM_CHUNK) {
             warm_records(chunk);
             for r in chunk {
                 let key = record_key(s, r.spec.id.as_bytes());
+                let left_live = each(r);
                 if r.state.is_terminal() {
+                    if left_live {
+                        batch.remove(&self.live, key.clone());
+                    }
                     batch.insert_done(key, r);
                 } else {
                     batch.insert(&self.live, key, &**r);
