@@ -125,9 +125,9 @@ struct Scratch {
 }
 
 impl Scratch {
-    /// Room a scratch buffer starts with, and the least it grows by.
+    /// The least room a scratch buffer has once it holds anything.
     const ROOM: usize = 1024;
-    /// The most bytes [`Scratch::try_extend`] copies as fixed-size pieces.
+    /// The most bytes a piece may have to be copied as two fixed-size moves.
     const SMALL: usize = 16;
 
     const fn new() -> Scratch {
