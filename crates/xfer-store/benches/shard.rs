@@ -1,6 +1,7 @@
 //! `MemoryShard::apply` on a warm shard: batches of one protocol step (insert — already
 //! claimed, as a submitting executor inserts —, prepare, decide, post, finish) for 128
-//! transfers, the whole transfer, and pruning the tombstones that fell due meanwhile.
+//! transfers, the whole transfer, and pruning the tombstones that fell due meanwhile; and
+//! the pruner's sort of one due bucket of its index (`sort_bucket`).
 //!
 //! The shard looks like one of `xfer bench`'s four shards in steady state: 2,500 funded
 //! accounts, uniform single-posting transfers at about 9 per millisecond of store clock, so
