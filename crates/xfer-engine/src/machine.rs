@@ -258,11 +258,6 @@ impl Machine {
         }
     }
 
-    /// The transfer record as the machine last saw it.
-    pub fn record(&self) -> Option<&TransferRecord> {
-        self.record.as_ref()
-    }
-
     /// True while a reply to `tag` would still be used (a driver resends only these).
     pub fn wants(&self, tag: u32) -> bool {
         self.waiting & self.bit(tag) != 0
@@ -769,11 +764,7 @@ impl Machine {
                 self.run_from(now)
             }
             // Another owner's epoch: a sweeper took over while we were slow. Stop.
-            Reply::Unchanged(rec) => {
-                let rec = Arc::unwrap_or_clone(rec);
-                self.record = Some(rec.clone());
-                self.stop(Outcome::Left(rec))
-            }
+            Reply::Unchanged(rec) => self.stop(Outcome::Left(Arc::unwrap_or_clone(rec))),
             other => self.unexpected("decide", other),
         }
     }
@@ -825,10 +816,10 @@ impl Machine {
 
     fn on_finished(&mut self, reply: Reply) {
         match reply {
+            // The record goes into the outcome, not into the machine as well: a stopped
+            // machine reads no more replies (one copy of the record less per transfer).
             Reply::Transfer(rec) | Reply::Unchanged(rec) if rec.state.is_terminal() => {
-                let rec = Arc::unwrap_or_clone(rec);
-                self.record = Some(rec.clone());
-                self.stop(Outcome::Finished(rec))
+                self.stop(Outcome::Finished(Arc::unwrap_or_clone(rec)))
             }
             other => self.unexpected("finish", other),
         }
