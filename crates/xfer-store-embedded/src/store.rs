@@ -1179,6 +1179,19 @@ mod tests {
         }))
     }
 
+    /// A store of one shard in `dir`, checkpointed only when a test asks, and its shard.
+    fn one_shard(dir: &Path) -> (Embedded, Arc<EmbeddedShard>) {
+        let cfg = EmbeddedConfig {
+            shards: 1,
+            background_checkpoints: false,
+            ..EmbeddedConfig::default()
+        };
+        let clock = Arc::new(xfer_core::SystemClock);
+        let (store, _) = Embedded::open(dir, cfg, clock).unwrap();
+        let shard = store.shards().remove(0);
+        (store, shard)
+    }
+
     #[test]
     fn a_panic_while_a_shard_is_held_poisons_it_for_every_later_call() {
         let lock = shard_lock();
@@ -1212,15 +1225,9 @@ mod tests {
     /// lock, and applies once it is let go.
     #[test]
     fn a_call_to_a_held_shard_is_put_off_once_then_waits_for_it() {
-        use xfer_core::{AssetCode, LowerBound, SystemClock};
+        use xfer_core::{AssetCode, LowerBound};
         let dir = tempfile::tempdir().unwrap();
-        let cfg = EmbeddedConfig {
-            shards: 1,
-            background_checkpoints: false,
-            ..EmbeddedConfig::default()
-        };
-        let (store, _) = Embedded::open(dir.path(), cfg, Arc::new(SystemClock)).unwrap();
-        let shard = store.shards().remove(0);
+        let (_store, shard) = one_shard(dir.path());
         let id = AccountId::new("a").unwrap();
         let create = Op::Account(
             id.clone(),
@@ -1312,13 +1319,7 @@ mod tests {
             TransferState,
         };
         let dir = tempfile::tempdir().unwrap();
-        let cfg = EmbeddedConfig {
-            shards: 1,
-            background_checkpoints: false,
-            ..EmbeddedConfig::default()
-        };
-        let (store, _) = Embedded::open(dir.path(), cfg, Arc::new(SystemClock)).unwrap();
-        let shard = store.shards().remove(0);
+        let (store, shard) = one_shard(dir.path());
         let id = |s: &str| TransferId::new(s).unwrap();
         let now = SystemClock.now();
         let insert = |s: &str| {
