@@ -251,8 +251,9 @@ struct Inner<F: Fs> {
     /// between two checkpoints and were never written live).
     checkpointing: Mutex<Vec<FastSet<TransferId>>>,
     /// Each shard's room for the changes after its next cut ([`Room`]): as much as the
-    /// last cut took, and some. Only the checkpointer reads and sets it.
-    rooms: Mutex<Vec<RoomSizes>>,
+    /// last cut took, and some; and the lists of the last cut saved, kept for their room.
+    /// Only the checkpointer reads and sets it.
+    rooms: Mutex<Vec<(RoomSizes, Room)>>,
     /// Log bytes replayed at open: they count towards the next checkpoint, so that a
     /// process killed again and again before writing `checkpoint_bytes` of its own still
     /// checkpoints, and replay stays bounded.
@@ -426,7 +427,11 @@ impl<F: Fs> Embedded<F> {
             commit_wake: Condvar::new(),
             failed: Mutex::new(None),
             checkpointing: Mutex::new(in_live),
-            rooms: Mutex::new(vec![RoomSizes::default(); usize::from(cfg.shards)]),
+            rooms: Mutex::new(
+                (0..cfg.shards)
+                    .map(|_| (RoomSizes::default(), Room::default()))
+                    .collect(),
+            ),
             backlog,
             checkpointed_at: Mutex::new(0),
             closing: AtomicBool::new(false),
@@ -808,10 +813,13 @@ impl<F: Fs> Inner<F> {
         let mut cuts = Vec::new();
         let mut batch = self.tables.begin_batch(self.cfg.shards);
         let mut rooms = self.rooms.lock().expect("room sizes poisoned");
+        let mut lists = Vec::with_capacity(usize::from(self.cfg.shards));
         for s in 0..self.cfg.shards {
-            // The lists that follow the cut, their pages written here, before the shard's
-            // lock is taken, rather than by the shard's steps under it.
-            let room = Room::touched(rooms[usize::from(s)]);
+            // The lists that follow the cut: the last cut's where they have room enough,
+            // else new ones, their pages written here, before the shard's lock is taken,
+            // rather than by the shard's steps under it.
+            let (sizes, spent) = &mut rooms[usize::from(s)];
+            let room = Room::touched_from(std::mem::take(spent), *sizes);
             let mut shard = self.shard(s);
             let meta = ShardMeta {
                 checkpoint_lsn: self.log.next_lsn(),
@@ -820,7 +828,7 @@ impl<F: Fs> Inner<F> {
             };
             let changes = shard.mem.begin_cut_with(room);
             shard.unlock_fair();
-            rooms[usize::from(s)] = RoomSizes::after(&changes);
+            *sizes = RoomSizes::after(&changes);
             let mut cut = ShardCut {
                 shard: s,
                 meta,
@@ -866,6 +874,7 @@ impl<F: Fs> Inner<F> {
                 }
             });
             cuts.push((cut, finished));
+            lists.push((changes.accounts, changes.transfers));
         }
         // Everything cut is in the log at an LSN below its shard's checkpoint LSN; the
         // tables must not get ahead of what is durable there.
@@ -915,8 +924,12 @@ impl<F: Fs> Inner<F> {
             .map(|(c, _)| c.meta.checkpoint_lsn)
             .min()
             .unwrap_or(1);
-        for (cut, _) in &mut cuts {
-            drop_records(std::mem::take(&mut cut.transfers));
+        for ((cut, _), (accounts, transfers)) in cuts.into_iter().zip(lists) {
+            drop_records(cut.transfers);
+            // Saved, so the shard let go of the history list: the cut's is the last.
+            let history = Arc::try_unwrap(cut.history).unwrap_or_default();
+            rooms[usize::from(cut.shard)].1 =
+                Room::spent(accounts, transfers, cut.tombstones, history);
         }
         self.log.remove_before(oldest).map_err(|e| {
             StoreError::Unavailable(format!("embedded log: removing old segments: {e}"))
@@ -1359,6 +1372,9 @@ mod tests {
         store.checkpoint().unwrap();
         assert!(!in_memory("finished"));
         assert!(in_memory("running") && in_memory("later"));
+        // The lists the cut took are kept, for their room, for the next cut.
+        let kept = store.inner.rooms.lock().unwrap()[0].1.sizes();
+        assert_ne!(kept, RoomSizes::default(), "the cut's lists kept");
         shard.execute_now(&finish("later")).unwrap();
         store.checkpoint().unwrap();
         assert!(!in_memory("later"));

@@ -187,18 +187,31 @@ pub struct PruneIndex {
     /// [`ROOM_MAX`]): a new bucket starts with room for as many, not grown from empty by
     /// doubling (copied over and over).
     room: usize,
+    /// The largest vector of a bucket emptied, kept for its room: a new bucket takes it if
+    /// it holds as many entries as the last bucket sorted (`room` less the fifth
+    /// [`crate::room_for`] adds; if the new bucket is larger, it grows once and keeps the
+    /// larger room from then on). A new vector's pages are fresh memory, zeroed by the
+    /// kernel on first write (2 MiB a fault, which on a virtual machine took milliseconds
+    /// each), and the pruner's buckets were a sixth of a uniform run's page faults
+    /// (`docs/benchmarks.md`); one bucket is emptied for each one begun, so one spare is
+    /// enough.
+    spare: Vec<(AccountId, TransferId)>,
 }
 
 impl PruneIndex {
     /// Adds the tombstone of `account` for `transfer` whose horizon is `horizon` (adding
     /// one already there changes nothing).
     pub fn insert(&mut self, horizon: Timestamp, account: AccountId, transfer: TransferId) {
-        let room = self.room;
+        let (room, spare) = (self.room, &mut self.spare);
         let bucket = self
             .buckets
             .entry(prune_at(horizon))
             .or_insert_with(|| Bucket {
-                entries: Vec::with_capacity(room),
+                entries: if spare.capacity() >= room - room / 5 {
+                    std::mem::take(spare)
+                } else {
+                    Vec::with_capacity(room)
+                },
                 sorted: false,
                 out: None,
                 least_unsorted: None,
@@ -233,7 +246,10 @@ impl PruneIndex {
         let sorted = bucket.sort();
         let entry = bucket.entries.pop().expect("buckets are never empty");
         if bucket.entries.is_empty() {
-            first.remove();
+            let emptied = first.remove().entries;
+            if emptied.capacity() > self.spare.capacity() {
+                self.spare = emptied;
+            }
         }
         self.note_room(sorted);
         Some(entry)
@@ -369,6 +385,36 @@ mod tests {
             .map(|a| id(a, "1"))
             .collect();
         assert_eq!(popped, want);
+    }
+
+    #[test]
+    fn a_bucket_begun_after_one_was_emptied_takes_its_memory() {
+        // The second bucket writes into the first one's vector (pages already touched),
+        // not into a new one: the same buffer, and no growth from empty.
+        let id = |n: usize| {
+            (
+                AccountId::new(&format!("a{}", n % 7)).unwrap(),
+                TransferId::new(&format!("t{n}")).unwrap(),
+            )
+        };
+        let mut index = PruneIndex::default();
+        let first = Timestamp(10);
+        for n in 0..1_000 {
+            let (a, t) = id(n);
+            index.insert(first, a, t);
+        }
+        let buffer = index.buckets[&prune_at(first)].entries.as_ptr();
+        let room = index.buckets[&prune_at(first)].entries.capacity();
+        let popped = std::iter::from_fn(|| index.pop_due(prune_at(first))).count();
+        assert_eq!(popped, 1_000);
+        assert!(index.is_empty());
+        let next = Timestamp(10 + 5 * PRUNE_BUCKET_MS);
+        let (a, t) = id(0);
+        index.insert(next, a, t);
+        let bucket = &index.buckets[&prune_at(next)];
+        assert_eq!(bucket.entries.as_ptr(), buffer);
+        assert_eq!(bucket.entries.capacity(), room);
+        assert_eq!(index.pop_due(prune_at(next)), Some(id(0)));
     }
 
     #[test]
