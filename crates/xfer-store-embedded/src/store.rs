@@ -812,7 +812,7 @@ impl<F: Fs> Inner<F> {
         let covered = self.log_bytes();
         let mut cuts = Vec::new();
         let mut batch = self.tables.begin_batch(self.cfg.shards);
-        let mut rooms = self.rooms.lock().expect("room sizes poisoned");
+        let mut rooms = self.rooms.lock().expect("rooms poisoned");
         let mut lists = Vec::with_capacity(usize::from(self.cfg.shards));
         for s in 0..self.cfg.shards {
             // The lists that follow the cut: the last cut's where they have room enough,

@@ -265,12 +265,13 @@ impl Room {
         Room::touched_from(Room::default(), sizes)
     }
 
-    /// Lists with `sizes`' room: each of `spent`'s lists, emptied, where it has that much,
-    /// else a new one with every page written once. A checkpointer that keeps the lists of
-    /// a cut it is done with ([`Room::spent`]) and makes the next room from them writes
-    /// into memory it has touched already: new lists for every cut were the first to touch
-    /// two fifths of the pages a uniform run took, each a fault of 2 MiB zeroed
-    /// (`docs/benchmarks.md`).
+    /// Lists with `sizes`' room, every page of it written once: each of `spent`'s lists
+    /// where it has that much room, else a new one. A checkpointer that keeps the lists of
+    /// a cut it is done with ([`Room::spent`]) and makes the next room from them takes no
+    /// new memory for them from one cut to the next: new lists for every cut were the first
+    /// to touch two fifths of the pages a uniform run took in its first half-minute (each a
+    /// fault of 2 MiB zeroed), though other code touched as many new pages once they were
+    /// kept (`docs/benchmarks.md`).
     pub fn touched_from(spent: Room, sizes: RoomSizes) -> Room {
         Room {
             accounts: reused_or_touched(spent.accounts, sizes.accounts),
@@ -281,13 +282,18 @@ impl Room {
     }
 
     /// The lists of a cut (what [`MemoryShard::begin_cut_with`] answered) that their
-    /// checkpoint is done with, kept for their room ([`Room::touched_from`]).
+    /// checkpoint is done with, emptied (what they held let go of now, not at the next
+    /// cut), kept for their room ([`Room::touched_from`]).
     pub fn spent(
-        accounts: Vec<AccountId>,
-        transfers: Vec<TransferId>,
-        tombstones: Vec<(AccountId, TransferId, Intent)>,
-        history: Vec<HistoryEntry>,
+        mut accounts: Vec<AccountId>,
+        mut transfers: Vec<TransferId>,
+        mut tombstones: Vec<(AccountId, TransferId, Intent)>,
+        mut history: Vec<HistoryEntry>,
     ) -> Room {
+        accounts.clear();
+        transfers.clear();
+        tombstones.clear();
+        history.clear();
         Room {
             accounts,
             transfers,
@@ -307,27 +313,36 @@ impl Room {
     }
 }
 
-/// `list`, emptied, if it has room for `n`; else a new [`touched_list`].
+/// `list`, emptied, if it has room for `n`, else a new list with room for `n`; one slot
+/// in each 4 KiB of its room written either way: a kept list's room past what it held may
+/// never have been written (the shard grew it, or made it without a [`Room`]), and those
+/// writes cost nothing where the pages are there already.
 fn reused_or_touched<T>(mut list: Vec<T>, n: usize) -> Vec<T> {
     if list.capacity() >= n {
         list.clear();
+        touch(&mut list);
         list
     } else {
         touched_list(n)
     }
 }
 
-/// An empty list with room for `n`, one slot in each 4 KiB of it written (with zeros, as
-/// uninitialised slots: nothing is pushed, nothing to drop).
+/// An empty list with room for `n`, one slot in each 4 KiB of it written.
 fn touched_list<T>(n: usize) -> Vec<T> {
     let mut list = Vec::with_capacity(n);
+    touch(&mut list);
+    list
+}
+
+/// Writes one slot in each 4 KiB of `list`'s room past its length (with zeros, as
+/// uninitialised slots: nothing is pushed, nothing to drop).
+fn touch<T>(list: &mut Vec<T>) {
     let every = (4096 / std::mem::size_of::<T>().max(1)).max(1);
     for slot in list.spare_capacity_mut().iter_mut().step_by(every) {
         *slot = std::mem::MaybeUninit::zeroed();
     }
     // The writes go to memory nothing reads: keep the compiler from leaving them out.
     std::hint::black_box(list.spare_capacity_mut());
-    list
 }
 
 /// The records of a checkpoint's cut, as they were when it began (see

@@ -39,6 +39,10 @@ pub fn prune_at(horizon: Timestamp) -> Timestamp {
 /// The most entries a new bucket makes room for (3 MiB).
 const ROOM_MAX: usize = 1 << 16;
 
+/// How many times a new bucket's room the kept vector of an emptied one may hold and still
+/// be taken ([`PruneIndex`]'s `spare`).
+const SPARE_ROOMS: usize = 4;
+
 /// One bucket's entries; when `sorted`, in descending order (the first is last, to pop).
 #[derive(Debug)]
 struct Bucket {
@@ -187,14 +191,15 @@ pub struct PruneIndex {
     /// [`ROOM_MAX`]): a new bucket starts with room for as many, not grown from empty by
     /// doubling (copied over and over).
     room: usize,
-    /// The largest vector of a bucket emptied, kept for its room: a new bucket takes it if
-    /// it holds as many entries as the last bucket sorted (`room` less the fifth
-    /// [`crate::room_for`] adds; if the new bucket is larger, it grows once and keeps the
-    /// larger room from then on). A new vector's pages are fresh memory, zeroed by the
-    /// kernel on first write (2 MiB a fault, which on a virtual machine took milliseconds
-    /// each), and the pruner's buckets were a sixth of a uniform run's page faults
-    /// (`docs/benchmarks.md`); one bucket is emptied for each one begun, so one spare is
-    /// enough.
+    /// The largest vector of a bucket emptied since a new bucket last took one, kept for
+    /// its room: a new bucket takes it if it holds as many entries as the last bucket
+    /// sorted (`room` less the fifth [`crate::room_for`] adds; a larger bucket grows it by
+    /// doubling and keeps the larger room), and not more than [`SPARE_ROOMS`] times
+    /// `room` (the vector of a burst long past is let go, not kept for ever). One bucket
+    /// is emptied for each one begun, so one spare is enough. A new vector's pages are
+    /// fresh memory, zeroed by the kernel on first write; keeping the spare made the
+    /// process touch less in all, though not fewer pages within one window of a run
+    /// (`docs/benchmarks.md`).
     spare: Vec<(AccountId, TransferId)>,
 }
 
@@ -207,10 +212,14 @@ impl PruneIndex {
             .buckets
             .entry(prune_at(horizon))
             .or_insert_with(|| Bucket {
-                entries: if spare.capacity() >= room - room / 5 {
-                    std::mem::take(spare)
-                } else {
-                    Vec::with_capacity(room)
+                entries: {
+                    let spare = std::mem::take(spare);
+                    let fits = room - room / 5..=room.saturating_mul(SPARE_ROOMS);
+                    if fits.contains(&spare.capacity()) {
+                        spare
+                    } else {
+                        Vec::with_capacity(room)
+                    }
                 },
                 sorted: false,
                 out: None,
@@ -415,6 +424,41 @@ mod tests {
         assert_eq!(bucket.entries.as_ptr(), buffer);
         assert_eq!(bucket.entries.capacity(), room);
         assert_eq!(index.pop_due(prune_at(next)), Some(id(0)));
+    }
+
+    #[test]
+    fn the_vector_of_a_burst_is_let_go_once_buckets_are_small_again() {
+        // A big bucket and a small one, emptied in turn: the big one's vector is kept, but a
+        // bucket begun after the small one was sorted does not take it (more than
+        // SPARE_ROOMS times its room).
+        let id = |n: usize| {
+            (
+                AccountId::new(&format!("a{}", n % 7)).unwrap(),
+                TransferId::new(&format!("t{n}")).unwrap(),
+            )
+        };
+        let mut index = PruneIndex::default();
+        let (big, small) = (Timestamp(10), Timestamp(10 + PRUNE_BUCKET_MS));
+        for n in 0..10_000 {
+            let (a, t) = id(n);
+            index.insert(big, a, t);
+        }
+        for n in 0..10 {
+            let (a, t) = id(n);
+            index.insert(small, a, t);
+        }
+        let popped = std::iter::from_fn(|| index.pop_due(prune_at(small))).count();
+        assert_eq!(popped, 10_010);
+        assert!(
+            index.spare.capacity() >= 10_000,
+            "the big bucket's vector kept"
+        );
+        let next = Timestamp(10 + 5 * PRUNE_BUCKET_MS);
+        let (a, t) = id(0);
+        index.insert(next, a, t);
+        let room = index.buckets[&prune_at(next)].entries.capacity();
+        assert_eq!(room, crate::room_for(10), "a room like the last bucket's");
+        assert_eq!(index.spare.capacity(), 0, "the burst's vector let go");
     }
 
     #[test]
