@@ -1,7 +1,8 @@
 //! `MemoryShard::apply` on a warm shard: batches of one protocol step (insert — already
 //! claimed, as a submitting executor inserts —, prepare, decide, post, finish) for 128
 //! transfers, the whole transfer, and pruning the tombstones that fell due meanwhile; and
-//! the pruner's sort of one due bucket of its index (`sort_bucket`).
+//! the pruner's sort of one due bucket of its index (`sort_bucket`); and the sweeper's wake
+//! index through the holds workload's moves, against the B-tree of pairs it replaced.
 //!
 //! The shard looks like one of `xfer bench`'s four shards in steady state: 2,500 funded
 //! accounts, uniform single-posting transfers at about 9 per millisecond of store clock, so
@@ -355,5 +356,76 @@ fn sort(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, steps, sort);
+/// The sweeper's wake index through the holds workload's moves, against the B-tree of
+/// `(time, id)` pairs it replaced (measured in the same run): each transfer is added at
+/// its lease, moved to its hold's expiry when held, back to a new lease when captured and
+/// removed when done, 750 of them in the index at once (a shard's share of `xfer bench
+/// --workload holds`' transfers in flight), about 12 per millisecond of store clock.
+fn wake(c: &mut Criterion) {
+    use std::collections::BTreeSet;
+    use xfer_store::wake_index::WakeIndex;
+    const N: u64 = 100_000;
+    const LAG: u64 = 250;
+    const LEASE_MS: u64 = 5_000;
+    const HOLD_MS: u64 = 60_000;
+    let ids: Vec<TransferId> = (0..N)
+        .map(|n| TransferId::new(&format!("b{}-{}", n % 4, n / 4)).expect("valid"))
+        .collect();
+    let at = |n: u64| Timestamp(n / 12);
+    let mut group = c.benchmark_group("wake_index");
+    group.throughput(Throughput::Elements(N));
+    group.bench_function("holds_moves_pairs_btree", |b| {
+        b.iter(|| {
+            let mut index: BTreeSet<(Timestamp, TransferId)> = BTreeSet::new();
+            for n in 0..N + 3 * LAG {
+                if n < N {
+                    index.insert((at(n).plus_ms(LEASE_MS), ids[n as usize].clone()));
+                }
+                if let Some(h) = n.checked_sub(LAG).filter(|h| *h < N) {
+                    let id = &ids[h as usize];
+                    index.remove(&(at(h).plus_ms(LEASE_MS), id.clone()));
+                    index.insert((at(n).plus_ms(HOLD_MS), id.clone()));
+                }
+                if let Some(k) = n.checked_sub(2 * LAG).filter(|k| *k < N) {
+                    let id = &ids[k as usize];
+                    index.remove(&(at(k + LAG).plus_ms(HOLD_MS), id.clone()));
+                    index.insert((at(n).plus_ms(LEASE_MS), id.clone()));
+                }
+                if let Some(d) = n.checked_sub(3 * LAG).filter(|d| *d < N) {
+                    let id = &ids[d as usize];
+                    index.remove(&(at(d + 2 * LAG).plus_ms(LEASE_MS), id.clone()));
+                }
+            }
+            black_box(index.len())
+        })
+    });
+    group.bench_function("holds_moves", |b| {
+        b.iter(|| {
+            let mut index = WakeIndex::default();
+            for n in 0..N + 3 * LAG {
+                if n < N {
+                    index.insert(at(n).plus_ms(LEASE_MS), ids[n as usize].clone());
+                }
+                if let Some(h) = n.checked_sub(LAG).filter(|h| *h < N) {
+                    let id = &ids[h as usize];
+                    index.remove(at(h).plus_ms(LEASE_MS), id);
+                    index.insert(at(n).plus_ms(HOLD_MS), id.clone());
+                }
+                if let Some(k) = n.checked_sub(2 * LAG).filter(|k| *k < N) {
+                    let id = &ids[k as usize];
+                    index.remove(at(k + LAG).plus_ms(HOLD_MS), id);
+                    index.insert(at(n).plus_ms(LEASE_MS), id.clone());
+                }
+                if let Some(d) = n.checked_sub(3 * LAG).filter(|d| *d < N) {
+                    let id = &ids[d as usize];
+                    index.remove(at(d + 2 * LAG).plus_ms(LEASE_MS), id);
+                }
+            }
+            black_box(index.due(Timestamp::NEVER, 1).len())
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, steps, sort, wake);
 criterion_main!(benches);

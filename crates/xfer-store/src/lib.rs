@@ -19,6 +19,7 @@ pub mod op;
 pub mod prune_index;
 pub mod record;
 pub mod store;
+pub mod wake_index;
 
 pub use coalesce::Coalesce;
 pub use faulty::{FaultPlan, Faulty};

@@ -16,7 +16,8 @@ use crate::record::{
 };
 use crate::room_like;
 use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use crate::wake_index::WakeIndex;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{
@@ -37,7 +38,7 @@ pub struct MemoryShard {
     /// scanned (`id_map.rs`).
     transfers: IdMap<TransferId, Arc<TransferRecord>, false>,
     /// (wake_at, id) of every non-terminal transfer: the sweeper's index.
-    wake: BTreeSet<(Timestamp, TransferId)>,
+    wake: WakeIndex,
     /// Every tombstone, in the order the pruner takes them (`prune_index.rs`).
     tombstones: PruneIndex,
     /// The history index.
@@ -568,10 +569,10 @@ impl MemoryShard {
                     let reply = step.reply(shared);
                     if before != after {
                         if let Some(w) = before {
-                            self.wake.remove(&(w, id.clone()));
+                            self.wake.remove(w, id);
                         }
                         if let Some(w) = after {
-                            self.wake.insert((w, id.clone()));
+                            self.wake.insert(w, id.clone());
                         }
                     }
                     if first {
@@ -583,7 +584,7 @@ impl MemoryShard {
                     let (kept, reply) = apply_transfer_absent(op);
                     if let Some(r) = kept {
                         if let Some(w) = r.wake_at() {
-                            self.wake.insert((w, id.clone()));
+                            self.wake.insert(w, id.clone());
                         }
                         self.transfers.insert_marking(id.clone(), r);
                         self.note_transfer(id);
@@ -597,10 +598,9 @@ impl MemoryShard {
     /// See [`Store::scan_due`].
     pub fn scan_due(&self, now: Timestamp, limit: usize) -> Vec<TransferRecord> {
         self.wake
-            .iter()
-            .take_while(|(w, _)| *w <= now)
-            .take(limit)
-            .map(|(_, id)| {
+            .due(now, limit)
+            .into_iter()
+            .map(|id| {
                 TransferRecord::clone(
                     self.transfers
                         .get(id)
@@ -667,11 +667,11 @@ impl MemoryShard {
         // The old entry out before the new one in: the two may be the same.
         if let Some(old) = self.transfers.insert(id.clone(), Arc::new(record)) {
             if let Some(w) = old.wake_at() {
-                self.wake.remove(&(w, id.clone()));
+                self.wake.remove(w, &id);
             }
         }
         if let Some(w) = wake {
-            self.wake.insert((w, id));
+            self.wake.insert(w, id);
         }
     }
 

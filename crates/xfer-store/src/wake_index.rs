@@ -1,0 +1,126 @@
+//! [`WakeIndex`]: a shard's unfinished transfers by the time the sweeper should look at
+//! them again ([`xfer_core::TransferRecord::wake_at`]), for [`crate::Store::scan_due`].
+//!
+//! Held as a B-tree of wake times, each with the ids that wake then in a vector, rather than
+//! one B-tree of `(time, id)` pairs. A shard takes hundreds of transfers a second whose
+//! wake times fall on the same millisecond (a lease from now), and the pairs' tree compared
+//! ids at every level of every insert and removal, missing the caches at each: 4–7 % of the
+//! runtime threads' samples in the holds workload, whose transfers move in it three times
+//! (`docs/benchmarks.md`). Here a step finds its millisecond by comparing integers, and
+//! the vector of the millisecond being filled is in the cache. The order the sweeper
+//! sees is the same: by time, then by id, each millisecond's ids sorted when scanned
+//! (rarely: only what is due).
+
+use std::collections::BTreeMap;
+use xfer_core::{Timestamp, TransferId};
+
+/// See the module docs. Holds each `(time, id)` at most once; every vector held is
+/// non-empty.
+#[derive(Debug, Default)]
+pub struct WakeIndex {
+    by_time: BTreeMap<Timestamp, Vec<TransferId>>,
+    /// Emptied vectors, kept (at most [`SPARE_MAX`]) for the times to come: a new
+    /// millisecond's vector grown from empty was an allocation and three regrowths.
+    spare: Vec<Vec<TransferId>>,
+}
+
+/// The most emptied vectors a [`WakeIndex`] keeps.
+const SPARE_MAX: usize = 64;
+
+impl WakeIndex {
+    /// Adds `id` at `at`. It must not be there already (a shard moves a transfer by removing
+    /// it from its old time first).
+    pub fn insert(&mut self, at: Timestamp, id: TransferId) {
+        let spare = &mut self.spare;
+        let ids = self
+            .by_time
+            .entry(at)
+            .or_insert_with(|| spare.pop().unwrap_or_default());
+        debug_assert!(!ids.contains(&id), "{id} is already due at {at:?}");
+        ids.push(id);
+    }
+
+    /// Removes `id` from `at`, if it is there.
+    pub fn remove(&mut self, at: Timestamp, id: &TransferId) {
+        let Some(ids) = self.by_time.get_mut(&at) else {
+            return;
+        };
+        if let Some(k) = ids.iter().position(|i| i == id) {
+            ids.swap_remove(k);
+            if ids.is_empty() {
+                let emptied = self.by_time.remove(&at).expect("found above");
+                if self.spare.len() < SPARE_MAX {
+                    self.spare.push(emptied);
+                }
+            }
+        }
+    }
+
+    /// At most `limit` ids due at `now` (time at or before it), earliest first, and by id
+    /// among those due at the same time.
+    pub fn due(&self, now: Timestamp, limit: usize) -> Vec<&TransferId> {
+        let mut due = Vec::new();
+        for (_, ids) in self.by_time.range(..=now) {
+            if due.len() >= limit {
+                break;
+            }
+            let from = due.len();
+            due.extend(ids);
+            due[from..].sort_unstable();
+        }
+        due.truncate(limit);
+        due
+    }
+
+    /// How many ids it holds.
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.by_time.values().map(Vec::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+    use xfer_core::Rng;
+
+    #[test]
+    fn it_answers_what_a_sorted_set_of_the_pairs_answers() {
+        // Random inserts of absent pairs, removals of present and absent ones, and scans at
+        // random instants with random limits, against a B-tree set of (time, id): the same
+        // ids in the same order, and the same size.
+        let mut rng = Rng::new(5);
+        let mut index = WakeIndex::default();
+        let mut model: BTreeSet<(Timestamp, TransferId)> = BTreeSet::new();
+        for step in 0..30_000 {
+            let at = Timestamp(rng.below(200));
+            let id = TransferId::new(&format!("t{}", rng.below(500))).unwrap();
+            match rng.below(10) {
+                0..=4 => {
+                    if !model.contains(&(at, id.clone())) {
+                        index.insert(at, id.clone());
+                        model.insert((at, id));
+                    }
+                }
+                5..=7 => {
+                    index.remove(at, &id);
+                    model.remove(&(at, id));
+                }
+                _ => {
+                    let now = Timestamp(rng.below(220));
+                    let limit = rng.below(40) as usize;
+                    let want: Vec<&TransferId> = model
+                        .iter()
+                        .take_while(|(w, _)| *w <= now)
+                        .take(limit)
+                        .map(|(_, id)| id)
+                        .collect();
+                    assert_eq!(index.due(now, limit), want, "step {step}");
+                }
+            }
+            assert_eq!(index.len(), model.len(), "step {step}");
+        }
+        assert!(index.by_time.values().all(|ids| !ids.is_empty()));
+    }
+}
