@@ -261,11 +261,6 @@ impl RoomSizes {
 }
 
 impl Room {
-    /// Lists with `sizes`' room, every page of it written once.
-    pub fn touched(sizes: RoomSizes) -> Room {
-        Room::touched_from(Room::default(), sizes)
-    }
-
     /// Lists with `sizes`' room, every page of it written once: each of `spent`'s lists
     /// where it has that much room, else a new one. A checkpointer that keeps the lists of
     /// a cut it is done with ([`Room::spent`]) and makes the next room from them takes no
@@ -314,36 +309,25 @@ impl Room {
     }
 }
 
-/// `list`, emptied, if it has room for `n`, else a new list with room for `n`; one slot
-/// in each 4 KiB of its room written either way: a kept list's room past what it held may
-/// never have been written (the shard grew it, or made it without a [`Room`]), and those
-/// writes cost nothing where the pages are there already.
-fn reused_or_touched<T>(mut list: Vec<T>, n: usize) -> Vec<T> {
-    if list.capacity() >= n {
-        list.clear();
-        touch(&mut list);
+/// `list` (empty, as a [`Room`]'s lists are) if it has room for `n`, else a new list with
+/// room for `n`; one slot in each 4 KiB of its room written either way (with zeros, as
+/// uninitialised slots: nothing is pushed, nothing to drop): a kept list's room past what
+/// it held may never have been written (the shard grew it, or made it without a [`Room`]),
+/// and those writes cost nothing where the pages are there already.
+fn reused_or_touched<T>(list: Vec<T>, n: usize) -> Vec<T> {
+    debug_assert!(list.is_empty(), "a room's lists are empty");
+    let mut list = if list.capacity() >= n {
         list
     } else {
-        touched_list(n)
-    }
-}
-
-/// An empty list with room for `n`, one slot in each 4 KiB of it written.
-fn touched_list<T>(n: usize) -> Vec<T> {
-    let mut list = Vec::with_capacity(n);
-    touch(&mut list);
-    list
-}
-
-/// Writes one slot in each 4 KiB of `list`'s room past its length (with zeros, as
-/// uninitialised slots: nothing is pushed, nothing to drop).
-fn touch<T>(list: &mut Vec<T>) {
+        Vec::with_capacity(n)
+    };
     let every = (4096 / std::mem::size_of::<T>().max(1)).max(1);
     for slot in list.spare_capacity_mut().iter_mut().step_by(every) {
         *slot = std::mem::MaybeUninit::zeroed();
     }
     // The writes go to memory nothing reads: keep the compiler from leaving them out.
     std::hint::black_box(list.spare_capacity_mut());
+    list
 }
 
 /// The records of a checkpoint's cut, as they were when it began (see
@@ -1487,7 +1471,7 @@ mod tests {
             (0..40).for_each(|n| step(&mut shard, n));
             let first = match room {
                 Some(sizes) => {
-                    let room = Room::touched(sizes);
+                    let room = Room::touched_from(Room::default(), sizes);
                     assert_eq!(room.sizes(), sizes, "as much room as asked");
                     shard.begin_cut_with(room)
                 }

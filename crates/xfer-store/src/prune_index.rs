@@ -396,30 +396,36 @@ mod tests {
         assert_eq!(popped, want);
     }
 
+    /// The `n`-th of a run of entries over seven accounts.
+    fn id(n: usize) -> (AccountId, TransferId) {
+        (
+            AccountId::new(&format!("a{}", n % 7)).unwrap(),
+            TransferId::new(&format!("t{n}")).unwrap(),
+        )
+    }
+
+    /// Adds entries `ns` with horizon `at`.
+    fn fill(index: &mut PruneIndex, at: Timestamp, ns: std::ops::Range<usize>) {
+        for n in ns {
+            let (a, t) = id(n);
+            index.insert(at, a, t);
+        }
+    }
+
     #[test]
     fn a_bucket_begun_after_one_was_emptied_takes_its_memory() {
         // The second bucket writes into the first one's vector (pages already touched),
         // not into a new one: the same buffer, and no growth from empty.
-        let id = |n: usize| {
-            (
-                AccountId::new(&format!("a{}", n % 7)).unwrap(),
-                TransferId::new(&format!("t{n}")).unwrap(),
-            )
-        };
         let mut index = PruneIndex::default();
         let first = Timestamp(10);
-        for n in 0..1_000 {
-            let (a, t) = id(n);
-            index.insert(first, a, t);
-        }
+        fill(&mut index, first, 0..1_000);
         let buffer = index.buckets[&prune_at(first)].entries.as_ptr();
         let room = index.buckets[&prune_at(first)].entries.capacity();
         let popped = std::iter::from_fn(|| index.pop_due(prune_at(first))).count();
         assert_eq!(popped, 1_000);
         assert!(index.is_empty());
         let next = Timestamp(10 + 5 * PRUNE_BUCKET_MS);
-        let (a, t) = id(0);
-        index.insert(next, a, t);
+        fill(&mut index, next, 0..1);
         let bucket = &index.buckets[&prune_at(next)];
         assert_eq!(bucket.entries.as_ptr(), buffer);
         assert_eq!(bucket.entries.capacity(), room);
@@ -431,22 +437,10 @@ mod tests {
         // A big bucket and a small one, emptied in turn: the big one's vector is kept, but a
         // bucket begun after the small one was sorted does not take it (more than
         // SPARE_ROOMS times its room).
-        let id = |n: usize| {
-            (
-                AccountId::new(&format!("a{}", n % 7)).unwrap(),
-                TransferId::new(&format!("t{n}")).unwrap(),
-            )
-        };
         let mut index = PruneIndex::default();
         let (big, small) = (Timestamp(10), Timestamp(10 + PRUNE_BUCKET_MS));
-        for n in 0..10_000 {
-            let (a, t) = id(n);
-            index.insert(big, a, t);
-        }
-        for n in 0..10 {
-            let (a, t) = id(n);
-            index.insert(small, a, t);
-        }
+        fill(&mut index, big, 0..10_000);
+        fill(&mut index, small, 0..10);
         let popped = std::iter::from_fn(|| index.pop_due(prune_at(small))).count();
         assert_eq!(popped, 10_010);
         assert!(
@@ -454,8 +448,7 @@ mod tests {
             "the big bucket's vector kept"
         );
         let next = Timestamp(10 + 5 * PRUNE_BUCKET_MS);
-        let (a, t) = id(0);
-        index.insert(next, a, t);
+        fill(&mut index, next, 0..1);
         let room = index.buckets[&prune_at(next)].entries.capacity();
         assert_eq!(room, crate::room_for(10), "a room like the last bucket's");
         assert_eq!(index.spare.capacity(), 0, "the burst's vector let go");
