@@ -110,7 +110,8 @@ pub struct Machine {
     owner: OwnerId,
     id: TransferId,
     phase: Phase,
-    record: Option<TransferRecord>,
+    /// What the next steps need of the last record a store answered (none before one did).
+    seen: Option<Seen>,
     legs: Vec<Leg>,
     /// The tag of the current phase's first request: its `i`-th has tag `phase_tag + i`,
     /// and in a phase of one request per leg the `i`-th is leg `i`'s.
@@ -128,6 +129,36 @@ pub struct Machine {
     sink: Vec<Request>,
     /// Started by [`Machine::recover`] (only mutants care).
     recovering: bool,
+}
+
+/// What a machine keeps of the transfer's record: the few fields its next steps read. The
+/// record itself stays the store's, shared with the answer: a copy of it kept here was a
+/// copy of the whole record for every answer taken (on the insert's and the decide's, two
+/// per transfer), and the answer's `Arc` kept here instead would make the store's next write
+/// to the record copy it under the shard's lock. A machine that stops with the record
+/// copies it then, from the answer in hand.
+#[derive(Clone, Debug)]
+struct Seen {
+    epoch: u64,
+    deadline: Timestamp,
+    hold: bool,
+    /// A refund's original and postings (its link is made, and made again, from them).
+    refund: Option<(TransferId, Vec<xfer_core::Posting>)>,
+}
+
+impl Seen {
+    fn of(rec: &TransferRecord) -> Seen {
+        Seen {
+            epoch: rec.epoch,
+            deadline: rec.deadline,
+            hold: matches!(rec.spec.kind, TransferKind::Hold { .. }),
+            refund: rec
+                .spec
+                .refund_of
+                .as_ref()
+                .map(|original| (original.clone(), rec.spec.postings.clone())),
+        }
+    }
 }
 
 /// The most legs (accounts) a transfer has: each posting names two.
@@ -227,7 +258,7 @@ impl Machine {
             owner,
             id,
             phase: Phase::Inserting,
-            record: None,
+            seen: None,
             legs: Vec::new(),
             phase_tag: 0,
             waiting: 0,
@@ -311,7 +342,7 @@ impl Machine {
     }
 
     fn tick(&mut self, now: Timestamp) {
-        match (&self.phase, &self.record) {
+        match (&self.phase, &self.seen) {
             (Phase::Preparing, Some(r)) if now >= r.deadline.plus_ms(self.cfg.skew_ms) => self
                 .decide(
                     TransferState::Canceling,
@@ -421,26 +452,21 @@ impl Machine {
         self.whole(Phase::Claiming, op)
     }
 
-    /// Takes the record a store answered as the machine's own (copied if the store still
-    /// holds it).
-    fn adopt(&mut self, rec: Arc<TransferRecord>) -> &TransferRecord {
-        let rec = Arc::unwrap_or_clone(rec);
+    /// Takes what the next steps need from the record a store answered ([`Seen`]).
+    fn adopt(&mut self, rec: &TransferRecord) {
         if self.legs.is_empty() {
             // Validated when accepted; a record that no longer validates is corrupt.
             self.legs = rec.spec.validate().unwrap_or_default();
         }
-        self.record.insert(rec)
+        self.seen = Some(Seen::of(rec));
     }
 
-    /// Continues from the state of a record this machine now owns (epoch is ours).
-    fn run_from(&mut self, now: Timestamp) {
-        // What the next step needs, read off the record; a copy of the whole record only
-        // where the machine stops with it (this ran twice per transfer, and copying the
-        // record each time was most of the machine's allocations).
-        let rec = self.record.as_ref().expect("run_from needs a record");
+    /// Continues from the state of `rec`, a record this machine has just taken (its epoch
+    /// is ours); the record is copied only where the machine stops with it.
+    fn run_from(&mut self, now: Timestamp, rec: Arc<TransferRecord>) {
         let (state, deadline) = (rec.state, rec.deadline);
         let refund_of = rec.spec.refund_of.clone();
-        let copy = |m: &Machine| m.record.clone().expect("run_from needs a record");
+        let copy = move || Arc::unwrap_or_clone(rec);
         if self.legs.is_empty() {
             return self.stop(Outcome::Violation(format!(
                 "{}: record has no valid postings",
@@ -452,7 +478,7 @@ impl Machine {
             TransferState::Pending
                 if self.recovering && mutant::is(Mutant::SweeperIgnoresPending) =>
             {
-                self.stop(Outcome::Left(copy(self)))
+                self.stop(Outcome::Left(copy()))
             }
             TransferState::Pending if past_deadline => self.decide(
                 TransferState::Canceling,
@@ -472,21 +498,19 @@ impl Machine {
             }
             TransferState::Applied => self.post_all(),
             TransferState::Canceling => self.release_all(),
-            TransferState::Held => self.stop(Outcome::Held(copy(self))),
-            TransferState::Done | TransferState::Canceled => {
-                self.stop(Outcome::Finished(copy(self)))
-            }
+            TransferState::Held => self.stop(Outcome::Held(copy())),
+            TransferState::Done | TransferState::Canceled => self.stop(Outcome::Finished(copy())),
             TransferState::Initial => self.claim(now),
         }
     }
 
     fn link(&mut self, original: TransferId, replacing: Option<TransferId>) {
         let postings = self
-            .record
+            .seen
             .as_ref()
-            .expect("linked after claim")
-            .spec
-            .postings
+            .and_then(|s| s.refund.as_ref())
+            .expect("a refund links after its claim")
+            .1
             .clone();
         let op = TransferOp::LinkRefund {
             refund: self.id.clone(),
@@ -498,8 +522,8 @@ impl Machine {
     }
 
     fn prepare_all(&mut self) {
-        let rec = self.record.as_ref().expect("prepare after claim");
-        let (deadline, horizon) = (rec.deadline, rec.deadline.plus_ms(self.cfg.skew_ms));
+        let deadline = self.seen.as_ref().expect("prepare after claim").deadline;
+        let horizon = deadline.plus_ms(self.cfg.skew_ms);
         self.each_leg(Phase::Preparing, |transfer, l| AccountOp::Prepare {
             transfer: transfer.clone(),
             asset: l.asset.clone(),
@@ -519,7 +543,7 @@ impl Machine {
 
     fn release_all(&mut self) {
         let horizon = self
-            .record
+            .seen
             .as_ref()
             .expect("release after claim")
             .deadline
@@ -550,7 +574,7 @@ impl Machine {
     }
 
     fn decide(&mut self, to: TransferState, reason: Option<CancelReason>, now: Timestamp) {
-        let epoch = self.record.as_ref().expect("decide after claim").epoch;
+        let epoch = self.seen.as_ref().expect("decide after claim").epoch;
         self.whole(
             Phase::Deciding,
             TransferOp::Decide {
@@ -580,11 +604,11 @@ impl Machine {
                 if rec.state == TransferState::Pending
                     && rec.owner.as_ref() == Some(&self.owner) =>
             {
-                self.adopt(rec);
-                self.run_from(now)
+                self.adopt(&rec);
+                self.run_from(now, rec)
             }
             Reply::Transfer(rec) | Reply::Unchanged(rec) => {
-                self.adopt(rec);
+                self.adopt(&rec);
                 self.claim(now)
             }
             Reply::Refused(code) => self.stop(Outcome::Rejected(Rejection::new(
@@ -599,19 +623,19 @@ impl Machine {
     fn on_claimed(&mut self, reply: Reply, now: Timestamp) {
         match reply {
             Reply::Transfer(rec) => {
-                self.adopt(rec);
-                self.run_from(now)
+                self.adopt(&rec);
+                self.run_from(now, rec)
             }
             Reply::Unchanged(rec) => {
-                let rec = self.adopt(rec).clone();
+                self.adopt(&rec);
                 match rec.state {
                     TransferState::Done | TransferState::Canceled => {
-                        self.stop(Outcome::Finished(rec))
+                        self.stop(Outcome::Finished(Arc::unwrap_or_clone(rec)))
                     }
-                    TransferState::Held => self.stop(Outcome::Held(rec)),
+                    TransferState::Held => self.stop(Outcome::Held(Arc::unwrap_or_clone(rec))),
                     // Our own claim whose reply was lost: the lease is ours, carry on.
-                    _ if rec.owner.as_ref() == Some(&self.owner) => self.run_from(now),
-                    _ => self.stop(Outcome::Left(rec)),
+                    _ if rec.owner.as_ref() == Some(&self.owner) => self.run_from(now, rec),
+                    _ => self.stop(Outcome::Left(Arc::unwrap_or_clone(rec))),
                 }
             }
             Reply::NotFound => self.stop(Outcome::NotFound),
@@ -622,18 +646,18 @@ impl Machine {
     fn on_captured(&mut self, reply: Reply, now: Timestamp, goal: TransferState) {
         match reply {
             Reply::Transfer(rec) => {
-                self.adopt(rec);
-                self.run_from(now)
+                self.adopt(&rec);
+                self.run_from(now, rec)
             }
             Reply::Unchanged(rec) => {
-                let rec = self.adopt(rec).clone();
+                self.adopt(&rec);
                 if rec.state.is_terminal() {
-                    self.stop(Outcome::Finished(rec))
+                    self.stop(Outcome::Finished(Arc::unwrap_or_clone(rec)))
                 } else if rec.state == goal && rec.owner.as_ref() == Some(&self.owner) {
                     // Our own capture or void whose reply was lost: carry on.
-                    self.run_from(now)
+                    self.run_from(now, rec)
                 } else {
-                    self.stop(Outcome::Left(rec))
+                    self.stop(Outcome::Left(Arc::unwrap_or_clone(rec)))
                 }
             }
             Reply::Refused(code) => {
@@ -693,9 +717,10 @@ impl Machine {
     }
 
     fn original(&self) -> TransferId {
-        self.record
+        self.seen
             .as_ref()
-            .and_then(|r| r.spec.refund_of.clone())
+            .and_then(|s| s.refund.as_ref())
+            .map(|(original, _)| original.clone())
             .expect("a refund has an original")
     }
 
@@ -718,10 +743,7 @@ impl Machine {
             | PrepareOutcome::AlreadyPosted => {
                 // Every leg answered: none waits (`reply` took this one's bit out).
                 if self.waiting == 0 {
-                    let hold = matches!(
-                        self.record.as_ref().map(|r| r.spec.kind),
-                        Some(TransferKind::Hold { .. })
-                    );
+                    let hold = self.seen.as_ref().is_some_and(|s| s.hold);
                     let to = if hold {
                         TransferState::Held
                     } else {
@@ -750,18 +772,18 @@ impl Machine {
     }
 
     fn on_decided(&mut self, reply: Reply, now: Timestamp) {
-        let my_epoch = self.record.as_ref().map(|r| r.epoch);
+        let my_epoch = self.seen.as_ref().map(|s| s.epoch);
         match reply {
             Reply::Transfer(rec) => {
-                self.adopt(rec);
-                self.run_from(now)
+                self.adopt(&rec);
+                self.run_from(now, rec)
             }
             // Same epoch: our own earlier decide whose reply was lost, or a state we follow.
             Reply::Unchanged(rec)
                 if Some(rec.epoch) == my_epoch && rec.state != TransferState::Pending =>
             {
-                self.adopt(rec);
-                self.run_from(now)
+                self.adopt(&rec);
+                self.run_from(now, rec)
             }
             // Another owner's epoch: a sweeper took over while we were slow. Stop.
             Reply::Unchanged(rec) => self.stop(Outcome::Left(Arc::unwrap_or_clone(rec))),
