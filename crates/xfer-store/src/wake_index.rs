@@ -11,25 +11,33 @@
 //! the vector of the millisecond being filled is in the cache. The order the sweeper
 //! sees is the same: by time, then by id, each millisecond's ids sorted when scanned
 //! (rarely: only what is due).
+//!
+//! Each millisecond's ids are a queue kept in the order they came: transfers leave a wake
+//! time in about the order they came to it (their leases' ends when decided or finished,
+//! their holds' expiries when captured), so the id a step removes is near the front, where
+//! the scan starts, and taking it off moves only the ids before it. Removals that swapped
+//! the last id into the gap scrambled that order, and in-order removals then scanned half
+//! the millisecond on average (`WakeIndex::remove` 3 % of the runtime threads' samples in
+//! the holds workload, `docs/benchmarks.md`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use xfer_core::{Timestamp, TransferId};
 
-/// See the module docs. Holds each `(time, id)` at most once; every vector held is
+/// See the module docs. Holds each `(time, id)` at most once; every queue held is
 /// non-empty.
 #[derive(Debug, Default)]
 pub struct WakeIndex {
-    by_time: BTreeMap<Timestamp, Vec<TransferId>>,
-    /// Emptied vectors, kept (at most [`SPARE_MAX`], of room for at most [`SPARE_ROOM_MAX`]
+    by_time: BTreeMap<Timestamp, VecDeque<TransferId>>,
+    /// Emptied queues, kept (at most [`SPARE_MAX`], of room for at most [`SPARE_ROOM_MAX`]
     /// ids each, so that a burst's are let go) for the times to come: a new millisecond's
-    /// vector grown from empty was an allocation and three regrowths.
-    spare: Vec<Vec<TransferId>>,
+    /// queue grown from empty was an allocation and three regrowths.
+    spare: Vec<VecDeque<TransferId>>,
 }
 
-/// The most emptied vectors a [`WakeIndex`] keeps.
+/// The most emptied queues a [`WakeIndex`] keeps.
 const SPARE_MAX: usize = 64;
 
-/// The most ids a kept vector has room for.
+/// The most ids a kept queue has room for.
 const SPARE_ROOM_MAX: usize = 256;
 
 impl WakeIndex {
@@ -42,7 +50,7 @@ impl WakeIndex {
             .entry(at)
             .or_insert_with(|| spare.pop().unwrap_or_default());
         debug_assert!(!ids.contains(&id), "{id} is already due at {at:?}");
-        ids.push(id);
+        ids.push_back(id);
     }
 
     /// Removes `id` from `at`, if it is there.
@@ -51,7 +59,7 @@ impl WakeIndex {
             return;
         };
         if let Some(k) = ids.iter().position(|i| i == id) {
-            ids.swap_remove(k);
+            ids.remove(k);
             if ids.is_empty() {
                 let emptied = self.by_time.remove(&at).expect("found above");
                 if self.spare.len() < SPARE_MAX && emptied.capacity() <= SPARE_ROOM_MAX {
@@ -80,7 +88,7 @@ impl WakeIndex {
     /// How many ids it holds.
     #[cfg(test)]
     fn len(&self) -> usize {
-        self.by_time.values().map(Vec::len).sum()
+        self.by_time.values().map(VecDeque::len).sum()
     }
 }
 
