@@ -1,21 +1,21 @@
 //! [`WakeIndex`]: a shard's unfinished transfers by the time the sweeper should look at
 //! them again ([`xfer_core::TransferRecord::wake_at`]), for [`crate::Store::scan_due`].
 //!
-//! Held as a B-tree of wake times, each with the ids that wake then in a vector, rather than
+//! Held as a B-tree of wake times, each with the ids that wake then in a queue, rather than
 //! one B-tree of `(time, id)` pairs. Tens of a shard's transfers share each millisecond of
 //! wake time (a lease from now: some 30 per millisecond per shard in `xfer bench`), and the
 //! pairs' tree compared
 //! ids at every level of every insert and removal, missing the caches at each: 4–7 % of the
 //! runtime threads' samples in the holds workload, whose transfers move in it three times
 //! (`docs/benchmarks.md`). Here a step finds its millisecond by comparing integers, and
-//! the vector of the millisecond being filled is in the cache. The order the sweeper
+//! the queue of the millisecond being filled is in the cache. The order the sweeper
 //! sees is the same: by time, then by id, each millisecond's ids sorted when scanned
 //! (rarely: only what is due).
 //!
 //! Each millisecond's ids are a queue kept in the order they came: transfers leave a wake
 //! time in about the order they came to it (their leases' ends when decided or finished,
 //! their holds' expiries when captured), so the id a step removes is near the front, where
-//! the scan starts, and taking it off moves only the ids before it. Removals that swapped
+//! the scan starts, and taking it off moves the few ids before it. Removals that swapped
 //! the last id into the gap scrambled that order, and in-order removals then scanned half
 //! the millisecond on average (`WakeIndex::remove` 3 % of the runtime threads' samples in
 //! the holds workload, `docs/benchmarks.md`).
@@ -104,7 +104,7 @@ mod tests {
         // random instants with random limits, against a B-tree set of (time, id): the same
         // ids in the same order, and the same size.
         // Few times and ids, and removals mostly of pairs present, so that milliseconds
-        // empty and their vectors are kept and taken again.
+        // empty and their queues are kept and taken again.
         let mut rng = Rng::new(5);
         let mut index = WakeIndex::default();
         let mut model: BTreeSet<(Timestamp, TransferId)> = BTreeSet::new();

@@ -339,7 +339,7 @@ impl BenchAsset {
     }
 }
 
-use BenchAsset::{Points as POINTS, Quota as QUOTA, Sku as SKU, Usd as USD};
+use BenchAsset::{Points, Quota, Sku, Usd};
 /// How long the holds workload's holds last before they expire.
 const HOLD_TTL_MS: u64 = 60_000;
 
@@ -402,9 +402,9 @@ impl Names {
 /// The assets a workload uses.
 fn assets(w: Workload) -> &'static [BenchAsset] {
     match w {
-        Workload::Uniform | Workload::Hot | Workload::Holds => &[USD],
-        Workload::MultiAsset => &[USD, POINTS],
-        Workload::FlashSale => &[USD, SKU, QUOTA],
+        Workload::Uniform | Workload::Hot | Workload::Holds => &[Usd],
+        Workload::MultiAsset => &[Usd, Points],
+        Workload::FlashSale => &[Usd, Sku, Quota],
     }
 }
 
@@ -418,7 +418,7 @@ fn next_spec(a: &BenchArgs, names: &Names, rng: &mut Rng, id: TransferId) -> Tra
     let postings = match a.workload {
         Workload::Uniform | Workload::Holds => {
             let (f, t) = pair(rng);
-            vec![names.posting(USD, f, t, 1 + rng.below(100))]
+            vec![names.posting(Usd, f, t, 1 + rng.below(100))]
         }
         Workload::Hot => {
             let (mut f, mut t) = pair(rng);
@@ -428,13 +428,13 @@ fn next_spec(a: &BenchArgs, names: &Names, rng: &mut Rng, id: TransferId) -> Tra
                     HotSide::Credit => (f, t) = (1 + rng.below(n - 1), 0),
                 }
             }
-            vec![names.posting(USD, f, t, 1 + rng.below(100))]
+            vec![names.posting(Usd, f, t, 1 + rng.below(100))]
         }
         Workload::MultiAsset => {
             let (f, t) = pair(rng);
             vec![
-                names.posting(USD, f, t, 1 + rng.below(100)),
-                names.posting(POINTS, f, t, 1 + rng.below(100)),
+                names.posting(Usd, f, t, 1 + rng.below(100)),
+                names.posting(Points, f, t, 1 + rng.below(100)),
             ]
         }
         Workload::FlashSale => {
@@ -442,9 +442,9 @@ fn next_spec(a: &BenchArgs, names: &Names, rng: &mut Rng, id: TransferId) -> Tra
             // shop (USD account 0), and spends one unit of their quota.
             let u = 1 + rng.below(n - 1);
             vec![
-                names.posting(SKU, 0, u, 1),
-                names.posting(USD, u, 0, 999),
-                names.posting(QUOTA, u, 0, 1),
+                names.posting(Sku, 0, u, 1),
+                names.posting(Usd, u, 0, 999),
+                names.posting(Quota, u, 0, 1),
             ]
         }
     };
@@ -1132,7 +1132,7 @@ async fn setup(a: &BenchArgs, server: &Server) -> Result<(), String> {
                 }
             }
         }
-        let fund = if bench_asset == QUOTA {
+        let fund = if bench_asset == Quota {
             1_000_000
         } else {
             1_000_000_000_000
