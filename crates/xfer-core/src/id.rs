@@ -5,6 +5,7 @@ use crate::rejection::{Code, Rejection};
 use std::cmp::Ordering;
 use std::fmt;
 use std::hash::{Hash, Hasher};
+use std::num::NonZeroU64;
 use std::sync::Arc;
 
 /// The longest id, in bytes.
@@ -138,7 +139,75 @@ macro_rules! serde_as_validated_str {
 pub(crate) use serde_as_validated_str;
 
 /// Ids of at most this many bytes are held inline, in the id itself.
-pub const ID_INLINE_MAX: usize = 22;
+pub const ID_INLINE_MAX: usize = 23;
+
+/// An id held inline: 24 bytes in memory order, its length (never 0: an id is not empty),
+/// then its bytes, zero-padded. Three words, so that the compiler copies one as three
+/// words. Held as the enum's tag byte, a length byte and 22 bytes, an id was copied as the
+/// tag, then 4 + 4 overlapping bytes, then words; read back at once in other pieces, such
+/// a copy cannot be forwarded from the CPU's store buffer, and the read waits until every
+/// older store has reached the cache: in a shard's step, behind stores to records that
+/// missed it (`docs/benchmarks.md`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(C)]
+struct Inline {
+    /// Bytes 0..8: the length, then the id's bytes 0..7. Never 0, which is where the
+    /// enum keeps the shared form's tag (a niche): `Text` stays 24 bytes.
+    head: NonZeroU64,
+    /// Bytes 8..24: the id's bytes 7..23.
+    rest: [u64; 2],
+}
+
+impl Inline {
+    /// `s` inline, if it fits and is not empty.
+    fn new(s: &str) -> Option<Inline> {
+        if s.is_empty() || s.len() > ID_INLINE_MAX {
+            return None;
+        }
+        let mut all = [0u8; 24];
+        all[0] = s.len() as u8;
+        all[1..=s.len()].copy_from_slice(s.as_bytes());
+        let word = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&all[at..at + 8]);
+            u64::from_ne_bytes(w)
+        };
+        Some(Inline {
+            head: NonZeroU64::new(word(0)).expect("the length byte is not 0"),
+            rest: [word(8), word(16)],
+        })
+    }
+
+    /// The 24 bytes in memory order.
+    #[inline(always)]
+    fn all(&self) -> &[u8; 24] {
+        // SAFETY: `Inline` is `repr(C)` of three 8-byte integers: 24 bytes, no padding,
+        // every byte initialized. `[u8; 24]` has alignment 1 and takes any bytes, and the
+        // reference borrows `self`, so it lives no longer and nothing writes meanwhile.
+        // Why not safe code: a copy of the bytes (`to_ne_bytes`) cannot be borrowed as
+        // the id's `&str`, and holding the bytes as an array (safe to borrow) gives the
+        // enum no niche in a word, so the tag goes back into a byte of its own.
+        #[allow(unsafe_code)]
+        unsafe {
+            &*(self as *const Inline).cast::<[u8; 24]>()
+        }
+    }
+
+    #[inline(always)]
+    fn as_bytes(&self) -> &[u8] {
+        let all = self.all();
+        &all[1..=usize::from(all[0])]
+    }
+
+    /// The three words as numbers that compare as the text does: its bytes in order,
+    /// most significant first (the length byte shifted out; ids hold no 0 byte, so the
+    /// zero padding orders a prefix first).
+    #[inline(always)]
+    fn order(&self) -> (u64, u64, u64) {
+        let be = |w: u64| u64::from_be_bytes(w.to_ne_bytes());
+        (be(self.head.get()) << 8, be(self.rest[0]), be(self.rest[1]))
+    }
+}
 
 /// An id's bytes: inline when short (the common case: `usd-1234`, an order number), so
 /// that hashing, comparing and cloning one reads no other memory and touches no shared
@@ -146,28 +215,22 @@ pub const ID_INLINE_MAX: usize = 22;
 /// form (only [`Text::new`] makes one), so the form never decides equality.
 #[derive(Clone)]
 enum Text {
-    Inline { len: u8, bytes: [u8; ID_INLINE_MAX] },
+    Inline(Inline),
     Shared(Arc<str>),
 }
 
 impl Text {
     fn new(s: &str) -> Text {
-        if s.len() <= ID_INLINE_MAX {
-            let mut bytes = [0u8; ID_INLINE_MAX];
-            bytes[..s.len()].copy_from_slice(s.as_bytes());
-            Text::Inline {
-                len: s.len() as u8,
-                bytes,
-            }
-        } else {
-            Text::Shared(Arc::from(s))
+        match Inline::new(s) {
+            Some(i) => Text::Inline(i),
+            None => Text::Shared(Arc::from(s)),
         }
     }
 
     #[inline(always)]
     fn as_bytes(&self) -> &[u8] {
         match self {
-            Text::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Text::Inline(i) => i.as_bytes(),
             Text::Shared(s) => s.as_bytes(),
         }
     }
@@ -176,11 +239,46 @@ impl Text {
     fn as_str(&self) -> &str {
         match self {
             // The bytes of a `&str`, copied whole in `new` and never changed (ASCII, at
-            // that): the check is of at most 22 bytes, and no `unsafe` is needed.
-            Text::Inline { .. } => {
-                std::str::from_utf8(self.as_bytes()).expect("an id is the bytes of a str")
+            // that): the check is of at most 23 bytes.
+            Text::Inline(i) => {
+                std::str::from_utf8(i.as_bytes()).expect("an id is the bytes of a str")
             }
             Text::Shared(s) => s,
+        }
+    }
+
+    #[inline(always)]
+    fn eq(&self, other: &Text) -> bool {
+        match (self, other) {
+            (Text::Inline(a), Text::Inline(b)) => a == b,
+            (Text::Shared(a), Text::Shared(b)) => bytes_eq(a.as_bytes(), b.as_bytes()),
+            // The same text always takes the same form.
+            _ => false,
+        }
+    }
+
+    #[inline(always)]
+    fn cmp(&self, other: &Text) -> Ordering {
+        match (self, other) {
+            (Text::Inline(a), Text::Inline(b)) => a.order().cmp(&b.order()),
+            _ => bytes_cmp(self.as_bytes(), other.as_bytes()),
+        }
+    }
+
+    #[inline(always)]
+    fn hash<H: Hasher>(&self, h: &mut H) {
+        match self {
+            // Equal ids are equal words (the same text always takes the same form).
+            Text::Inline(i) => {
+                h.write_u64(i.head.get());
+                h.write_u64(i.rest[0]);
+                h.write_u64(i.rest[1]);
+            }
+            // As `str` hashes (its bytes, then 0xff).
+            Text::Shared(s) => {
+                h.write(s.as_bytes());
+                h.write_u8(0xff);
+            }
         }
     }
 }
@@ -192,12 +290,13 @@ macro_rules! id_type {
         pub struct $name(Text);
 
         // Ids are compared all the time (the keys of every hash map once the hash matches,
-        // the shard's ordered indexes): by [`bytes_eq`] and [`bytes_cmp`], inline, not by a
-        // call to the C library's memcmp. The order is the text's byte order, as `str`'s.
+        // the shard's ordered indexes): inline ones by their three words, shared ones by
+        // [`bytes_eq`] and [`bytes_cmp`], not by a call to the C library's memcmp. The
+        // order is the text's byte order, as `str`'s.
         impl PartialEq for $name {
             #[inline]
             fn eq(&self, other: &Self) -> bool {
-                bytes_eq(self.0.as_bytes(), other.0.as_bytes())
+                self.0.eq(&other.0)
             }
         }
 
@@ -213,16 +312,14 @@ macro_rules! id_type {
         impl Ord for $name {
             #[inline]
             fn cmp(&self, other: &Self) -> Ordering {
-                bytes_cmp(self.0.as_bytes(), other.0.as_bytes())
+                self.0.cmp(&other.0)
             }
         }
 
         impl Hash for $name {
             #[inline]
             fn hash<H: Hasher>(&self, h: &mut H) {
-                // As `str` hashes (its bytes, then 0xff): equal ids hash equal.
-                h.write(self.0.as_bytes());
-                h.write_u8(0xff);
+                self.0.hash(h)
             }
         }
 
@@ -331,7 +428,7 @@ mod tests {
             .chain("_:.-".chars())
             .collect();
         let mut texts = vec![];
-        // 21..=23: inline ids against shared ones (`ID_INLINE_MAX` is 22).
+        // 22..=24: inline ids against shared ones (`ID_INLINE_MAX` is 23).
         for len in [0usize, 1, 2, 7, 8, 9, 15, 16, 17, 20, 21, 22, 23, 31, 63] {
             let base = "x".repeat(len);
             texts.push(base.clone());
@@ -366,11 +463,28 @@ mod tests {
                     assert_eq!(a == b, ta == tb, "{ta:?} {tb:?}");
                     // Another allocation of the same text is the same id.
                     assert_eq!(a, &TransferId::new(ta).expect("valid"));
-                    // Hashed as its text is, whether held inline or shared.
-                    assert_eq!(hash(a) == hash(b), hash(ta.as_str()) == hash(tb.as_str()));
-                    assert_eq!(hash(a), hash(ta.as_str()), "{ta:?}");
+                    // Equal ids hash equal, inline or shared; different ones do not.
+                    assert_eq!(hash(a) == hash(b), ta == tb, "{ta:?} {tb:?}");
+                    assert_eq!(hash(a), hash(&TransferId::new(ta).expect("valid")));
                 }
             }
+        }
+    }
+
+    #[test]
+    fn an_id_is_three_words_and_holds_up_to_23_bytes_inline() {
+        assert_eq!(std::mem::size_of::<TransferId>(), 24);
+        for len in 1..=ID_LEN_MAX {
+            let text = "7".repeat(len);
+            let id = TransferId::new(&text).unwrap();
+            assert_eq!(
+                matches!(id.0, Text::Inline(_)),
+                len <= ID_INLINE_MAX,
+                "{len}"
+            );
+            assert_eq!(id.as_str(), text);
+            assert_eq!(id.as_bytes(), text.as_bytes());
+            assert_eq!(id.clone(), id);
         }
     }
 

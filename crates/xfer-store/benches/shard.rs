@@ -404,17 +404,17 @@ fn wake(c: &mut Criterion) {
             let mut index = WakeIndex::default();
             for n in 0..N + 3 * LAG {
                 if n < N {
-                    index.insert(at(n).plus_ms(LEASE_MS), ids[n as usize].clone());
+                    index.insert(at(n).plus_ms(LEASE_MS), &ids[n as usize]);
                 }
                 if let Some(h) = n.checked_sub(LAG).filter(|h| *h < N) {
                     let id = &ids[h as usize];
                     index.remove(at(h).plus_ms(LEASE_MS), id);
-                    index.insert(at(n).plus_ms(HOLD_MS), id.clone());
+                    index.insert(at(n).plus_ms(HOLD_MS), id);
                 }
                 if let Some(k) = n.checked_sub(2 * LAG).filter(|k| *k < N) {
                     let id = &ids[k as usize];
                     index.remove(at(k + LAG).plus_ms(HOLD_MS), id);
-                    index.insert(at(n).plus_ms(LEASE_MS), id.clone());
+                    index.insert(at(n).plus_ms(LEASE_MS), id);
                 }
                 if let Some(d) = n.checked_sub(3 * LAG).filter(|d| *d < N) {
                     let id = &ids[d as usize];

@@ -32,6 +32,19 @@ pub use op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, 
 pub use prune_index::{prune_at, sort_bucket, PruneIndex, PRUNE_BUCKET_MS};
 pub use store::{answered_durable, BoxFuture, HistoryPage, LogDomain, Store, StoreError};
 
+/// Appends what `make` builds to `v`, building it once `v` has room for it.
+///
+/// `v.push(make())` builds the value first and keeps it across `push`'s call to grow the
+/// vector, so the compiler writes it to the stack and reads it back. An id is written in
+/// pieces (its variant's tag, then 4 + 4 overlapping bytes, then words) and read back in
+/// other pieces, which the CPU cannot forward from its store buffer: the read waits until
+/// every older store has reached the cache, in a shard's step behind the stores to records
+/// that missed it. Built here, the value goes straight into the vector's room.
+#[inline(always)]
+pub fn push_made<T>(v: &mut Vec<T>, make: impl FnOnce() -> T) {
+    v.extend(std::iter::once_with(make));
+}
+
 /// The room to give a list that starts over each checkpoint (or bucket) and last held
 /// `last` entries: that many and a quarter more. With exactly as many, a list that held
 /// a few more than the last one was copied whole into one twice its size (`Vec` growth:
@@ -51,7 +64,18 @@ pub fn room_like<T>(last: &Vec<T>) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::{room_for, room_like};
+    use super::{push_made, room_for, room_like};
+
+    #[test]
+    fn a_made_value_is_appended_once_and_grows_a_full_list() {
+        let mut v: Vec<String> = Vec::new();
+        for n in 0..100 {
+            push_made(&mut v, || n.to_string());
+        }
+        assert_eq!(v.len(), 100);
+        assert_eq!(v[0], "0");
+        assert_eq!(v[99], "99");
+    }
 
     #[test]
     fn a_new_list_has_a_quarter_more_room_and_never_less_than_the_last_had() {

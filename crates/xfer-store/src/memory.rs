@@ -14,9 +14,9 @@ use crate::record::{
     apply_account_absent, apply_account_to, apply_transfer_absent, apply_transfer_to,
     get_account_shared, IndexEffect,
 };
-use crate::room_like;
 use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
 use crate::wake_index::WakeIndex;
+use crate::{push_made, room_like};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use xfer_core::mutant::{self, Mutant};
@@ -76,14 +76,16 @@ impl Default for History {
 }
 
 impl History {
-    fn add(&mut self, sequence: u64, account: &AccountId, transfer: TransferId) {
+    fn add(&mut self, sequence: u64, account: &AccountId, transfer: &TransferId) {
         match self {
             History::ByAccount(by) => {
                 by.entry(account.clone())
                     .or_default()
-                    .insert(sequence, transfer);
+                    .insert(sequence, transfer.clone());
             }
-            History::Unsaved { since, .. } => since.push((sequence, account.clone(), transfer)),
+            History::Unsaved { since, .. } => {
+                push_made(since, || (sequence, account.clone(), transfer.clone()))
+            }
         }
     }
 
@@ -482,14 +484,14 @@ impl MemoryShard {
     /// is made again after being dropped).
     fn note_account(&mut self, id: &AccountId) {
         if let Some(c) = &mut self.changes {
-            c.accounts.push(id.clone());
+            push_made(&mut c.accounts, || id.clone());
         }
     }
 
     /// Lists transfer `id` as changed (on its first change since the last take).
     fn note_transfer(&mut self, id: &TransferId) {
         if let Some(c) = &mut self.changes {
-            c.transfers.push(id.clone());
+            push_made(&mut c.transfers, || id.clone());
         }
     }
 
@@ -536,9 +538,9 @@ impl MemoryShard {
                     }
                     Some(IndexEffect::Tombstone(t, intent)) => {
                         if let Some(c) = &mut self.changes {
-                            c.tombstones.push((id.clone(), t.clone(), intent));
+                            push_made(&mut c.tombstones, || (id.clone(), t.clone(), intent));
                         }
-                        self.tombstones.insert(intent.horizon, id.clone(), t);
+                        self.tombstones.insert(intent.horizon, id, t);
                     }
                     None => {}
                 }
@@ -556,7 +558,7 @@ impl MemoryShard {
                             self.wake.remove(w, id);
                         }
                         if let Some(w) = after {
-                            self.wake.insert(w, id.clone());
+                            self.wake.insert(w, id);
                         }
                     }
                     if first {
@@ -568,7 +570,7 @@ impl MemoryShard {
                     let (kept, reply) = apply_transfer_absent(op);
                     if let Some(r) = kept {
                         if let Some(w) = r.wake_at() {
-                            self.wake.insert(w, id.clone());
+                            self.wake.insert(w, id);
                         }
                         self.transfers.insert_marking(id.clone(), r);
                         self.note_transfer(id);
@@ -630,7 +632,7 @@ impl MemoryShard {
             // Into an ordered set: the intents' order does not matter.
             for (t, i) in a.intents.unordered() {
                 if i.state != IntentState::Open {
-                    self.tombstones.insert(i.horizon, a.id.clone(), t.clone());
+                    self.tombstones.insert(i.horizon, &a.id, t);
                 }
             }
         }
@@ -655,7 +657,7 @@ impl MemoryShard {
             }
         }
         if let Some(w) = wake {
-            self.wake.insert(w, id);
+            self.wake.insert(w, &id);
         }
     }
 
@@ -844,8 +846,7 @@ impl MemoryShard {
             let Some(a) = self.accounts.get_mut_unmarked(&account) else {
                 continue;
             };
-            self.tombstones
-                .insert(intent.horizon, account, transfer.clone());
+            self.tombstones.insert(intent.horizon, &account, &transfer);
             Arc::make_mut(a).intents.insert(transfer, intent);
         }
     }

@@ -72,16 +72,20 @@ impl Bucket {
     }
 
     /// Adds an entry: the bucket is not sorted any more.
-    fn push(&mut self, entry: (AccountId, TransferId)) {
+    fn push(&mut self, account: &AccountId, transfer: &TransferId) {
         if self.sorted {
             // A sorted bucket's least entry is its last.
             self.least_unsorted = self.entries.last().cloned();
             self.sorted = false;
         }
-        if self.least_unsorted.as_ref().is_none_or(|l| entry < *l) {
-            self.least_unsorted = Some(entry.clone());
+        if self
+            .least_unsorted
+            .as_ref()
+            .is_none_or(|(a, t)| (account, transfer) < (a, t))
+        {
+            self.least_unsorted = Some((account.clone(), transfer.clone()));
         }
-        self.entries.push(entry);
+        crate::push_made(&mut self.entries, || (account.clone(), transfer.clone()));
     }
 
     /// The least entry, without sorting.
@@ -206,7 +210,7 @@ pub struct PruneIndex {
 impl PruneIndex {
     /// Adds the tombstone of `account` for `transfer` whose horizon is `horizon` (adding
     /// one already there changes nothing).
-    pub fn insert(&mut self, horizon: Timestamp, account: AccountId, transfer: TransferId) {
+    pub fn insert(&mut self, horizon: Timestamp, account: &AccountId, transfer: &TransferId) {
         let (room, spare) = (self.room, &mut self.spare);
         let bucket = self
             .buckets
@@ -225,7 +229,7 @@ impl PruneIndex {
                 out: None,
                 least_unsorted: None,
             });
-        bucket.push((account, transfer));
+        bucket.push(account, transfer);
     }
 
     /// Notes how many entries a bucket held when sorted (0: it was sorted already).
@@ -315,8 +319,8 @@ impl PruneIndex {
         bucket.out = None;
         bucket.sorted = true;
         bucket.least_unsorted = None;
-        for entry in added {
-            bucket.push(entry);
+        for (account, transfer) in &added {
+            bucket.push(account, transfer);
         }
         self.note_room(n);
     }
@@ -375,16 +379,16 @@ mod tests {
         let at = prune_at(h);
         let mut index = PruneIndex::default();
         for (a, t) in [("b", "1"), ("c", "1"), ("d", "1")] {
-            index.insert(h, id(a, t).0, id(a, t).1);
+            index.insert(h, &id(a, t).0, &id(a, t).1);
         }
         assert_eq!(index.pop_due(at), Some(id("b", "1")));
-        index.insert(h, id("e", "1").0, id("e", "1").1);
+        index.insert(h, &id("e", "1").0, &id("e", "1").1);
         assert_eq!(index.first(), Some((at, id("c", "1").0, id("c", "1").1)));
-        index.insert(h, id("a", "1").0, id("a", "1").1);
+        index.insert(h, &id("a", "1").0, &id("a", "1").1);
         assert_eq!(index.first(), Some((at, id("a", "1").0, id("a", "1").1)));
         // Taken out to sort, with one added meanwhile, and put back.
         let (out_at, mut entries) = index.take_to_sort(at, 0).expect("due and unsorted");
-        index.insert(h, id("cc", "1").0, id("cc", "1").1);
+        index.insert(h, &id("cc", "1").0, &id("cc", "1").1);
         assert_eq!(index.first(), Some((at, id("a", "1").0, id("a", "1").1)));
         sort_bucket(&mut entries);
         index.put_sorted(out_at, entries);
@@ -408,7 +412,7 @@ mod tests {
     fn fill(index: &mut PruneIndex, at: Timestamp, ns: std::ops::Range<usize>) {
         for n in ns {
             let (a, t) = id(n);
-            index.insert(at, a, t);
+            index.insert(at, &a, &t);
         }
     }
 
@@ -468,7 +472,7 @@ mod tests {
                     let horizon = Timestamp(now + rng.below(5_000));
                     let a = AccountId::new(&format!("a{}", rng.below(30))).unwrap();
                     let t = TransferId::new(&format!("t{}", rng.below(2_000))).unwrap();
-                    index.insert(horizon, a.clone(), t.clone());
+                    index.insert(horizon, &a, &t);
                     model.insert((prune_at(horizon), a, t));
                 }
                 6 => assert_eq!(index.first(), model.first().cloned(), "step {step}"),
@@ -485,7 +489,7 @@ mod tests {
                             let horizon = Timestamp(at.0 - back);
                             let a = AccountId::new(&format!("a{}", rng.below(30))).unwrap();
                             let t = TransferId::new(&format!("t{}", rng.below(2_000))).unwrap();
-                            index.insert(horizon, a.clone(), t.clone());
+                            index.insert(horizon, &a, &t);
                             model.insert((prune_at(horizon), a, t));
                         }
                         assert_eq!(index.first(), model.first().cloned(), "step {step}");

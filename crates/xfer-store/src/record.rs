@@ -13,22 +13,24 @@ use xfer_core::{
     TransferId, TransferRecord, TransferState,
 };
 
-/// A side effect on the shard's indexes that an account operation asks for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum IndexEffect {
+/// A side effect on the shard's indexes that an account operation asks for. It names the
+/// transfer by the op's own id: the shard copies the id once, into the index, rather than
+/// into this answer first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IndexEffect<'op> {
     /// An intent was written: add the transfer to the account's history.
-    History(TransferId),
+    History(&'op TransferId),
     /// A tombstone was written (as it now is on the account): drop it after its horizon.
-    Tombstone(TransferId, Intent),
+    Tombstone(&'op TransferId, Intent),
 }
 
 /// Applies `op` to the account `id`, which may not exist (`slot` is `None`).
-pub fn apply_account(
+pub fn apply_account<'op>(
     slot: &mut Option<Account>,
     id: &AccountId,
-    op: &AccountOp,
+    op: &'op AccountOp,
     now: Timestamp,
-) -> (Reply, Option<IndexEffect>) {
+) -> (Reply, Option<IndexEffect<'op>>) {
     match slot {
         Some(a) => apply_account_to(a, id, op, now),
         None => {
@@ -41,10 +43,10 @@ pub fn apply_account(
 
 /// [`apply_account`] on a record that is absent: answers the reply, the record the op
 /// creates (if any) and its index effect.
-pub fn apply_account_absent(
+pub fn apply_account_absent<'op>(
     id: &AccountId,
-    op: &AccountOp,
-) -> (Reply, Option<Account>, Option<IndexEffect>) {
+    op: &'op AccountOp,
+) -> (Reply, Option<Account>, Option<IndexEffect<'op>>) {
     let mut slot = None;
     let (reply, effect) = match op {
         AccountOp::Create { asset, lower_bound } => {
@@ -65,7 +67,7 @@ pub fn apply_account_absent(
             let mark = tombstone(IntentState::Released, *horizon);
             placeholder.intents.insert(transfer.clone(), mark);
             slot = Some(placeholder);
-            let effect = IndexEffect::Tombstone(transfer.clone(), mark);
+            let effect = IndexEffect::Tombstone(transfer, mark);
             (Reply::Release(ReleaseOutcome::Marked), Some(effect))
         }
         AccountOp::Prepare { .. } => (
@@ -80,12 +82,12 @@ pub fn apply_account_absent(
 
 /// [`apply_account`] on a record that exists (changed in place; the rules never remove
 /// one).
-pub fn apply_account_to(
+pub fn apply_account_to<'op>(
     a: &mut Account,
     id: &AccountId,
-    op: &AccountOp,
+    op: &'op AccountOp,
     now: Timestamp,
-) -> (Reply, Option<IndexEffect>) {
+) -> (Reply, Option<IndexEffect<'op>>) {
     debug_assert_eq!(&a.id, id, "the record is the op's");
     match op {
         AccountOp::Create { asset, lower_bound } => (create_over(a, asset, *lower_bound), None),
@@ -100,15 +102,15 @@ pub fn apply_account_to(
             let outcome = prepare(
                 a, transfer, asset, *debit, *credit, *deadline, *horizon, now,
             );
-            let effect = (outcome == PrepareOutcome::Prepared)
-                .then(|| IndexEffect::History(transfer.clone()));
+            let effect =
+                (outcome == PrepareOutcome::Prepared).then_some(IndexEffect::History(transfer));
             (Reply::Prepare(outcome), effect)
         }
         AccountOp::Post { transfer, .. } => {
             let (outcome, intent) = post(a, transfer);
             let effect = intent
                 .filter(|_| outcome == PostOutcome::Posted)
-                .map(|i| IndexEffect::Tombstone(transfer.clone(), i));
+                .map(|i| IndexEffect::Tombstone(transfer, i));
             (Reply::Post(outcome), effect)
         }
         AccountOp::Release {
@@ -119,7 +121,7 @@ pub fn apply_account_to(
                 .then(|| {
                     a.intents
                         .get(transfer)
-                        .map(|i| IndexEffect::Tombstone(transfer.clone(), *i))
+                        .map(|i| IndexEffect::Tombstone(transfer, *i))
                 })
                 .flatten();
             (Reply::Release(outcome), effect)

@@ -43,14 +43,15 @@ const SPARE_ROOM_MAX: usize = 256;
 impl WakeIndex {
     /// Adds `id` at `at`. It must not be there already (a shard moves a transfer by removing
     /// it from its old time first).
-    pub fn insert(&mut self, at: Timestamp, id: TransferId) {
+    pub fn insert(&mut self, at: Timestamp, id: &TransferId) {
         let spare = &mut self.spare;
         let ids = self
             .by_time
             .entry(at)
             .or_insert_with(|| spare.pop().unwrap_or_default());
-        debug_assert!(!ids.contains(&id), "{id} is already due at {at:?}");
-        ids.push_back(id);
+        debug_assert!(!ids.contains(id), "{id} is already due at {at:?}");
+        // Cloned into the queue's room, not before (see `crate::push_made`).
+        ids.extend(std::iter::once_with(|| id.clone()));
     }
 
     /// Removes `id` from `at`, if it is there.
@@ -116,7 +117,7 @@ mod tests {
                 0..=4 => {
                     if !model.contains(&(at, id.clone())) {
                         let spares = index.spare.len();
-                        index.insert(at, id.clone());
+                        index.insert(at, &id);
                         reused += usize::from(index.spare.len() < spares);
                         model.insert((at, id));
                     }

@@ -228,7 +228,7 @@ async fn sweep_loop(app: Arc<App>, mut stopped: watch::Receiver<bool>, interval_
 
 /// The owner id of this process's `role` (`serve`, `worker`, their `.sweep`): unique per
 /// process incarnation, by its pid and its start in ms, both in base 36 so that
-/// `serve-<pid>-<ms>` and `worker-…` fit the 22 bytes an id holds inline
+/// `serve-<pid>-<ms>` and `worker-…` fit the 23 bytes an id holds inline
 /// ([`xfer_core::id::ID_INLINE_MAX`]). Longer (`serve-4677-1764110431234` in decimal), every
 /// transfer record shared one `Arc` for it, whose count both runtime threads changed at each
 /// copy of a record or op: 2 % of `xfer bench`'s throughput (`docs/benchmarks.md`).
