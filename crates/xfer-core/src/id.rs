@@ -268,7 +268,9 @@ impl Text {
     #[inline(always)]
     fn hash<H: Hasher>(&self, h: &mut H) {
         match self {
-            // Equal ids are equal words (the same text always takes the same form).
+            // Equal ids are equal words (the same text always takes the same form). Not as
+            // `str` hashes: so no id type may be looked up by its text (no `Borrow<str>`,
+            // no `Equivalent<str>`), or such lookups would miss.
             Text::Inline(i) => {
                 h.write_u64(i.head.get());
                 h.write_u64(i.rest[0]);
