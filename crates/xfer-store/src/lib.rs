@@ -32,17 +32,18 @@ pub use op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, 
 pub use prune_index::{prune_at, sort_bucket, PruneIndex, PRUNE_BUCKET_MS};
 pub use store::{answered_durable, BoxFuture, HistoryPage, LogDomain, Store, StoreError};
 
-/// Appends what `make` builds to `v`, building it once `v` has room for it.
+/// Appends what `make` builds to `list` (a `Vec`, a `VecDeque`), building it once `list`
+/// has room for it.
 ///
 /// `v.push(make())` builds the value first and keeps it across `push`'s call to grow the
-/// vector, so the compiler writes it to the stack and reads it back. An id is written in
-/// pieces (its variant's tag, then 4 + 4 overlapping bytes, then words) and read back in
-/// other pieces, which the CPU cannot forward from its store buffer: the read waits until
-/// every older store has reached the cache, in a shard's step behind the stores to records
-/// that missed it. Built here, the value goes straight into the vector's room.
+/// list, so the compiler writes it to the stack and reads it back, at times in other
+/// pieces than it wrote, which the CPU cannot forward from its store buffer: the read
+/// waits until every older store has reached the cache, in a shard's step behind the
+/// stores to records that missed it (`docs/benchmarks.md`). Built here, the value goes
+/// straight into the list's room (`extend` of one item reserves before it asks for it).
 #[inline(always)]
-pub fn push_made<T>(v: &mut Vec<T>, make: impl FnOnce() -> T) {
-    v.extend(std::iter::once_with(make));
+pub fn push_made<T>(list: &mut impl Extend<T>, make: impl FnOnce() -> T) {
+    list.extend(std::iter::once_with(make));
 }
 
 /// The room to give a list that starts over each checkpoint (or bucket) and last held

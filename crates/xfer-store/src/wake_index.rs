@@ -50,8 +50,7 @@ impl WakeIndex {
             .entry(at)
             .or_insert_with(|| spare.pop().unwrap_or_default());
         debug_assert!(!ids.contains(id), "{id} is already due at {at:?}");
-        // Cloned into the queue's room, not before (see `crate::push_made`).
-        ids.extend(std::iter::once_with(|| id.clone()));
+        crate::push_made(ids, || id.clone());
     }
 
     /// Removes `id` from `at`, if it is there.
