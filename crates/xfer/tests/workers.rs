@@ -64,17 +64,8 @@ struct RedisCluster {
 
 impl RedisCluster {
     fn start() -> RedisCluster {
-        // A node also listens on its port + 10000 (the cluster bus): pick ports below 55535
-        // with both free.
-        let mut ports = vec![];
-        let mut candidate = 20_000 + (std::process::id() % 20_000) as u16;
-        while ports.len() < 3 {
-            candidate += 1;
-            let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
-            if free(candidate) && free(candidate + 10_000) {
-                ports.push(candidate);
-            }
-        }
+        // A node also listens on its port + 10000 (the cluster bus).
+        let ports = restartable_ports(3, 10_000);
         let dir =
             std::env::temp_dir().join(format!("xfer-redis-{}-{}", std::process::id(), ports[0]));
         let cluster = RedisCluster {
@@ -138,6 +129,49 @@ impl RedisCluster {
     }
 }
 
+/// `n` free loopback ports for servers the test kills and starts again on the same ports,
+/// each with `port + span` free too (a Redis Cluster node's bus port; 0 for none). They
+/// lie below the kernel's ephemeral range: a port in it may be held when the server binds it
+/// again, by an outgoing connection or by one of the TIME_WAIT sockets (60 s each) that the
+/// test's many short client connections leave, and the server then refuses to start
+/// ("bind: Address already in use"). A CI run on 2026-11-27 lost a Cluster node so: its bus
+/// port, 37810, was ephemeral, and the node never answered after the fourth restart.
+fn restartable_ports(n: usize, span: u16) -> Vec<u16> {
+    const LOW: u16 = 10_000;
+    let high = ephemeral_low() - span;
+    assert!(high > LOW + n as u16, "no room below {high} for {n} ports");
+    let width = u32::from(high - LOW);
+    let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
+    let start = std::process::id() % width;
+    let ports: Vec<u16> = (0..width)
+        .map(|i| LOW + ((start + i) % width) as u16)
+        .filter(|p| free(*p) && free(p + span))
+        .take(n)
+        .collect();
+    assert_eq!(ports.len(), n, "{n} free ports in {LOW}..{high}");
+    ports
+}
+
+/// The first port the kernel hands out to outgoing connections.
+fn ephemeral_low() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
+}
+
+#[test]
+fn restarted_servers_ports_lie_below_the_ephemeral_range() {
+    let low = ephemeral_low();
+    for (n, span) in [(3, 10_000), (1, 0)] {
+        let ports = restartable_ports(n, span);
+        assert_eq!(ports.len(), n);
+        for p in ports {
+            assert!(p >= 10_000 && p + span < low, "{p} (+{span}) against {low}");
+        }
+    }
+}
+
 impl Database for RedisCluster {
     fn what(&self) -> &'static str {
         "every Redis Cluster master"
@@ -180,15 +214,27 @@ impl Database for RedisCluster {
                 .expect("redis-server (scripts/services installs it)");
             nodes.push(child);
         }
-        drop(nodes);
-        for p in &self.ports {
-            for _ in 0..500 {
-                if self.cli(*p, &["ping"]).contains("PONG") {
-                    break;
+        // Until each answers PING (it answers LOADING while it replays its append-only
+        // file); a node that exited, or never answers, fails the test with its log's end.
+        for (p, node) in self.ports.iter().zip(nodes.iter_mut()) {
+            let mut waited_ms = 0;
+            while !self.cli(*p, &["ping"]).contains("PONG") {
+                let exited = node.try_wait().expect("the node's status");
+                if exited.is_some() || waited_ms >= 60_000 {
+                    let log = self.dir.join(p.to_string()).join("redis.log");
+                    let log = std::fs::read_to_string(log).unwrap_or_default();
+                    let lines: Vec<&str> = log.lines().collect();
+                    let tail = &lines[lines.len().saturating_sub(5)..];
+                    panic!(
+                        "the test's Redis node on port {p} does not answer ({exited:?} after \
+                         {waited_ms} ms); its log ends: {tail:?}"
+                    );
                 }
                 std::thread::sleep(std::time::Duration::from_millis(10));
+                waited_ms += 10;
             }
         }
+        drop(nodes);
         if self
             .ports
             .iter()
@@ -259,10 +305,7 @@ impl Postgres {
             .filter(|b| b.join("initdb").exists())
             .max()
             .expect("an initdb");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
+        let port = restartable_ports(1, 0)[0];
         let dir = std::env::temp_dir().join(format!("xfer-pg-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).expect("the PostgreSQL directory");
         let _ = Command::new("chown")
