@@ -138,7 +138,7 @@ impl RedisCluster {
 /// port, 37810, was ephemeral, and the node never answered after the fourth restart.
 fn restartable_ports(n: usize, span: u16) -> Vec<u16> {
     const LOW: u16 = 10_000;
-    let high = ephemeral_low() - span;
+    let high = ephemeral_low().saturating_sub(span);
     assert!(high > LOW + n as u16, "no room below {high} for {n} ports");
     let width = u32::from(high - LOW);
     let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
