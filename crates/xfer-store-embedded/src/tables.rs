@@ -254,16 +254,26 @@ fn leveled(l0: u8, ratio: f32) -> KeyspaceCreateOptions {
     KeyspaceCreateOptions::default().compaction_strategy(Arc::new(leveled))
 }
 
-/// `done`'s options: as [`growing`], but sixteen tables in level 0 before they are merged
-/// into level 1, not eight, and each level four times the size of the one before, not ten.
+/// `done`'s options: as [`growing`], but [`DONE_L0_TABLES`] tables in level 0 before they
+/// are merged into level 1, not eight, and each level four times the size of the one
+/// before, not ten.
 ///
 /// Every checkpoint ingests its finished transfers as a table of its own, so level 0 fills
 /// by one table per checkpoint, and each merge rewrites the level 1 the random ids overlap,
-/// all of it: half as many merges rewrite about half as much (`xfer bench --duration
-/// 60s`, three pairs: fjall's worker 6.1–8.1 s of CPU against 10.1–13.1 s, +8 %
-/// transfers/s; `docs/benchmarks.md`). A point read asks each level-0 table's filter, and
-/// `done` is read only for ids its filter of done ids may hold. (Below fjall's 20 tables in
-/// level 0, where it would slow writes down.)
+/// all of it. Level 1's size is the level-0 count times the table size, so a larger count
+/// merges more new bytes per rewrite of level 1 and leaves fewer levels under it: from 8
+/// to 16, `xfer bench --duration 60s`, three pairs: fjall's worker 6.1–8.1 s of CPU against
+/// 10.1–13.1 s, +8 % transfers/s; from 16 to 48, `xfer bench --duration 180s`, two
+/// pairs: fjall's worker 1.64 / 1.61 µs of CPU per transfer against 2.64 / 2.48, and in
+/// three pairs of 30 s runs 0.28–0.30 µs against 1.31–1.56, all threads −12 %
+/// (`docs/benchmarks.md`).
+///
+/// A point read asks each level-0 table's filter, so a read of `done` costs more with
+/// more of them; `done` is read only for ids its filter of done ids may hold, and that
+/// filter is sized for few false "maybe"s ([`crate::done_filter::BITS_PER_ID`]). fjall
+/// slows a keyspace's writes from 20 tables in its level 0 and halts them from 30
+/// (`Keyspace::local_backpressure`, on inserts and batches); `done` is only ever ingested
+/// into, which neither does, so its level 0 may hold more.
 ///
 /// `done` only grows, and its keys are random, so a byte moved into a level rewrites about
 /// the ratio's worth of that level: a tree of ratio `r` rewrites each byte about `r` times
@@ -271,14 +281,16 @@ fn leveled(l0: u8, ratio: f32) -> KeyspaceCreateOptions {
 /// and filtered (one more level is one more filter probe), so writes decide. `xfer bench
 /// --duration 180s`, three runs each: fjall's worker 1.84 / 1.80 / 1.91 µs of CPU per
 /// transfer against 2.12 / 2.08 / 1.97 µs at ten (−10 %), 3 % fewer bytes written; the
-/// whole CPU per transfer within the host's spread (`docs/benchmarks.md`). A run shorter
-/// than about a minute never fills level 2 (1 GiB here) and is unchanged.
+/// whole CPU per transfer within the host's spread (`docs/benchmarks.md`).
 ///
 /// fjall keeps a keyspace's options from its creation: a data directory made before keeps
 /// what it was made with.
 fn done_options() -> KeyspaceCreateOptions {
-    leveled(16, 4.0)
+    leveled(DONE_L0_TABLES, 4.0)
 }
+
+/// Tables in `done`'s level 0 before they are merged into level 1 (see [`done_options`]).
+pub const DONE_L0_TABLES: u8 = 48;
 
 /// The tables. See the module docs.
 pub struct Tables {
@@ -753,6 +765,78 @@ mod tests {
                 key_order(&entries).map(|i| entries[i].clone()).collect();
             assert_eq!(got, expected, "round {round}");
         }
+    }
+
+    /// `done`'s level 0 holds more tables than fjall lets an inserted-into keyspace hold
+    /// (it slows writes from 20 and halts them from 30): `done` is only ingested into, so
+    /// neither its ingestions nor the checkpoint batches after them wait, and a read finds
+    /// every id across all of its tables. With 16 tables before a merge, as before
+    /// [`DONE_L0_TABLES`], fjall's worker merged them as they came.
+    #[test]
+    fn done_takes_more_level_0_tables_than_fjall_lets_writes_pile_up_and_finds_every_id() {
+        use xfer_core::{Amount, AssetCode, Posting, TransferKind, TransferSpec};
+        let dir = tempfile::tempdir().unwrap();
+        let tables = Arc::new(Tables::open(dir.path()).unwrap());
+        let record = |i: usize| {
+            let spec = TransferSpec {
+                id: TransferId::new(&format!("t-{i:04}")).unwrap(),
+                postings: vec![Posting {
+                    from: AccountId::new("a").unwrap(),
+                    to: AccountId::new("b").unwrap(),
+                    asset: AssetCode::new("USD", "asset").unwrap(),
+                    amount: Amount::new(1, "amount").unwrap(),
+                }],
+                metadata: String::new(),
+                kind: TransferKind::Transfer,
+                refund_of: None,
+                timeout_ms: 1_000,
+            };
+            TransferRecord::accept(spec, Timestamp(1), 100)
+        };
+        let tables_made = 36;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let writer = Arc::clone(&tables);
+        std::thread::spawn(move || {
+            for n in 0..tables_made {
+                // One table per checkpoint, its ids spread over the whole range (as random
+                // ids are), then the checkpoint's batch.
+                let records: Vec<TransferRecord> =
+                    (0..8).map(|k| record(k * tables_made + n)).collect();
+                writer.write_done(0, &records).unwrap();
+                let mut cut = ShardCut {
+                    meta: ShardMeta {
+                        checkpoint_lsn: n as u64 + 1,
+                        ..ShardMeta::default()
+                    },
+                    ..ShardCut::default()
+                };
+                writer
+                    .commit(writer.batch(1, std::slice::from_mut(&mut cut)))
+                    .unwrap();
+            }
+            tx.send(()).unwrap();
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .expect("36 ingestions and checkpoints within 60 s: nothing waited on level 0");
+        assert!(
+            tables.done.l0_table_count() >= 30,
+            "{} tables in done's level 0",
+            tables.done.l0_table_count()
+        );
+        for i in 0..8 * tables_made {
+            let id = TransferId::new(&format!("t-{i:04}")).unwrap();
+            let found = tables
+                .done(0, &id)
+                .unwrap()
+                .expect("every id ingested is found");
+            assert_eq!(found.spec.id, id);
+        }
+        let absent = TransferId::new("t-9999").unwrap();
+        assert_eq!(tables.done(0, &absent).unwrap(), None);
+        assert_eq!(
+            tables.shard_meta(0).unwrap().checkpoint_lsn,
+            tables_made as u64
+        );
     }
 
     #[test]
