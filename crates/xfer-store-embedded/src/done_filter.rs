@@ -24,7 +24,7 @@ use xfer_core::TransferId;
 
 /// Bits per id a filter is sized for. Each false "maybe" is a read of `done`, which asks
 /// the filter of every table in its level 0 ([`crate::tables::DONE_L0_TABLES`] of them
-/// before a merge), under the shard's lock: at 12 bits three grown filters answered 0.82 %
+/// before a merge), under the shard's lock: at 12 bits three grown filters answered 0.85 %
 /// of absent ids "maybe", at 16 bits 0.18 %, for a third more memory (2 bytes per
 /// finished transfer; `docs/benchmarks.md`).
 pub const BITS_PER_ID: usize = 16;
@@ -221,7 +221,7 @@ mod tests {
         assert!((0..n).all(|i| f.may_hold(&id(i))), "no id added is missed");
         let tries = 200_000;
         let maybe = (n..n + tries).filter(|i| f.may_hold(&id(*i))).count();
-        // About 0.1 % per filter at full load (16 bits per id; 12 gave 0.82 % here in
+        // About 0.1 % per filter at full load (16 bits per id; 12 gave 0.85 % here in
         // all); a few filters asked.
         assert!(
             maybe < tries * 4 / 1000,
