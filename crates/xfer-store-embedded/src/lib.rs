@@ -27,3 +27,23 @@ pub mod tables;
 pub use fs::{Fs, LogFile, RealFs, SimFs};
 pub use log::{Log, LogConfig, LogError, Recovered, SyncCount};
 pub use store::{Embedded, EmbeddedConfig, EmbeddedShard, OpenError, OpenReport};
+
+/// A transfer of one unit of USD from account `a` to account `b`, with id `id` (the
+/// crate's unit tests).
+#[cfg(test)]
+pub(crate) fn one_usd_a_to_b(id: &str) -> xfer_core::TransferSpec {
+    use xfer_core::{AccountId, Amount, AssetCode, Posting, TransferId, TransferKind};
+    xfer_core::TransferSpec {
+        id: TransferId::new(id).unwrap(),
+        postings: vec![Posting {
+            from: AccountId::new("a").unwrap(),
+            to: AccountId::new("b").unwrap(),
+            asset: AssetCode::new("USD", "asset").unwrap(),
+            amount: Amount::new(1, "amount").unwrap(),
+        }],
+        metadata: String::new(),
+        kind: TransferKind::Transfer,
+        refund_of: None,
+        timeout_ms: 10_000,
+    }
+}

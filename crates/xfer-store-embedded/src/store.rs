@@ -1327,28 +1327,13 @@ mod tests {
     /// else notices: every call still answers, from memory, which only grows.
     #[test]
     fn a_checkpoint_lets_go_of_the_finished_transfers_it_saved() {
-        use xfer_core::{
-            Amount, AssetCode, OwnerId, Posting, SystemClock, TransferKind, TransferSpec,
-            TransferState,
-        };
+        use xfer_core::{OwnerId, SystemClock, TransferState};
         let dir = tempfile::tempdir().unwrap();
         let (store, shard) = one_shard(dir.path());
         let id = |s: &str| TransferId::new(s).unwrap();
         let now = SystemClock.now();
         let insert = |s: &str| {
-            let spec = TransferSpec {
-                id: id(s),
-                postings: vec![Posting {
-                    from: AccountId::new("a").unwrap(),
-                    to: AccountId::new("b").unwrap(),
-                    asset: AssetCode::new("USD", "asset").unwrap(),
-                    amount: Amount::new(1, "amount").unwrap(),
-                }],
-                metadata: String::new(),
-                kind: TransferKind::Transfer,
-                refund_of: None,
-                timeout_ms: 10_000,
-            };
+            let spec = crate::one_usd_a_to_b(s);
             let owner = OwnerId::new("me").unwrap();
             let r = TransferRecord::accept_claimed(spec, now, owner, now.plus_ms(60_000));
             Op::Transfer(id(s), TransferOp::Insert(Arc::new(r)))

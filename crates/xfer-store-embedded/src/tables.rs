@@ -822,23 +822,10 @@ mod tests {
     /// [`DONE_L0_TABLES`], fjall's worker merged them as they came.
     #[test]
     fn done_takes_more_level_0_tables_than_fjall_lets_writes_pile_up_and_finds_every_id() {
-        use xfer_core::{Amount, AssetCode, Posting, TransferKind, TransferSpec};
         let dir = tempfile::tempdir().unwrap();
         let tables = Arc::new(Tables::open(dir.path()).unwrap());
         let record = |i: usize| {
-            let spec = TransferSpec {
-                id: TransferId::new(&format!("t-{i:04}")).unwrap(),
-                postings: vec![Posting {
-                    from: AccountId::new("a").unwrap(),
-                    to: AccountId::new("b").unwrap(),
-                    asset: AssetCode::new("USD", "asset").unwrap(),
-                    amount: Amount::new(1, "amount").unwrap(),
-                }],
-                metadata: String::new(),
-                kind: TransferKind::Transfer,
-                refund_of: None,
-                timeout_ms: 1_000,
-            };
+            let spec = crate::one_usd_a_to_b(&format!("t-{i:04}"));
             TransferRecord::accept(spec, Timestamp(1), 100)
         };
         let tables_made = 36;
