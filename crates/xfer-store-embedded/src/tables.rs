@@ -337,7 +337,7 @@ fn done_options() -> KeyspaceCreateOptions {
     leveled(DONE_L0_TABLES, 4.0)
 }
 
-/// Tables in `done`'s level 0 before they are merged into level 1 (see [`done_options`]).
+/// Tables in `done`'s level 0 before they are merged into level 1 (`done_options` says why).
 pub const DONE_L0_TABLES: u8 = 48;
 
 /// The tables. See the module docs.
