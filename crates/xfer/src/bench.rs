@@ -49,8 +49,10 @@ pub struct BenchArgs {
     /// Accounts per asset.
     #[arg(long, default_value_t = 10_000)]
     pub accounts: u64,
-    /// Transfers in flight (clients × batch).
-    #[arg(long, default_value_t = 1_024)]
+    /// Transfers in flight (clients × batch). Eight clients of the default batch: with
+    /// four, every client was at times waiting for the log's sync at once and the runtime
+    /// threads had nothing to run (`docs/benchmarks.md`: idle 14.0 % against 10.8 %).
+    #[arg(long, default_value_t = 2_048)]
     pub in_flight: u64,
     /// Transfers per request (1 to 8,192).
     #[arg(long, default_value_t = 256)]
