@@ -314,9 +314,10 @@ fn leveled(l0: u8, ratio: f32) -> KeyspaceCreateOptions {
 /// 10.1–13.1 s, +8 % transfers/s; from 16 to 48, `xfer bench --duration 180s`, two
 /// pairs: fjall's worker 1.64 / 1.61 µs of CPU per transfer against 2.64 / 2.48, and in
 /// three pairs of 30 s runs 0.28–0.30 µs against 1.31–1.56, all threads −12 %; from 48
-/// to 128, `xfer bench --duration 180s`: fjall's worker 0.98 µs against 1.45, 11 % fewer
-/// bytes written, and the 30 s uniform run no longer slows for a second of its seconds
-/// while a merge of 48 tables takes one of the two cores (`docs/benchmarks.md`).
+/// to 128, `xfer bench --duration 180s`, two pairs: fjall's worker 0.98 / 0.98 µs against
+/// 1.45 / 1.35, 11–13 % fewer bytes written, the whole within 2 % either way; and the 30 s
+/// uniform run no longer slows for several of its seconds while a merge of 48 tables
+/// takes one of the two cores (`docs/benchmarks.md`).
 ///
 /// A point read asks each level-0 table's filter, so a read of `done` costs more with
 /// more of them; `done` is read only for ids its filter of done ids may hold, and that
