@@ -821,8 +821,8 @@ mod tests {
     /// `done`'s level 0 holds more tables than fjall lets an inserted-into keyspace hold
     /// (it slows writes from 20 and halts them from 30): `done` is only ingested into, so
     /// neither its ingestions nor the checkpoint batches after them wait, and a read finds
-    /// every id across all of its tables. With 48 tables before a merge, as before
-    /// [`DONE_L0_TABLES`] was 128, fjall's worker merged them once there were 48.
+    /// every id across all of its tables. With 48 tables before a merge (the value before
+    /// [`DONE_L0_TABLES`] became 128), fjall's worker merged them once there were 48.
     #[test]
     fn done_takes_more_level_0_tables_than_fjall_lets_writes_pile_up_and_finds_every_id() {
         let dir = tempfile::tempdir().unwrap();
