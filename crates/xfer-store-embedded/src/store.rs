@@ -605,13 +605,25 @@ fn fetch_finished<O: Borrow<Op>>(
     shard: &mut ShardState,
     ops: &[O],
 ) -> Result<(), StoreError> {
-    for op in ops {
-        if let Op::Transfer(id, _) = op.borrow() {
-            if !shard.mem.has_transfer(id) && shard.done.may_hold(id) {
-                if let Some(r) = tables.done(s, id)? {
-                    shard.mem.restore_transfer(r);
-                    shard.fetched.push(id.clone());
-                }
+    // The ids not in memory (new ones, nearly all), then the filter's lines of each read
+    // ahead (`DoneFilter::warm`), then asked.
+    let absent: Vec<&TransferId> = ops
+        .iter()
+        .filter_map(|op| match op.borrow() {
+            Op::Transfer(id, _) if !shard.mem.has_transfer(id) => Some(id),
+            _ => None,
+        })
+        .collect();
+    if absent.is_empty() {
+        return Ok(());
+    }
+    let hashes = shard.done.warm(&absent);
+    for (id, h) in absent.into_iter().zip(hashes) {
+        // Asked again: an id named twice in the batch is fetched once.
+        if shard.done.may_hold_hash(h) && !shard.mem.has_transfer(id) {
+            if let Some(r) = tables.done(s, id)? {
+                shard.mem.restore_transfer(r);
+                shard.fetched.push(id.clone());
             }
         }
     }
@@ -1357,6 +1369,20 @@ mod tests {
         store.checkpoint().unwrap();
         assert!(!in_memory("finished"));
         assert!(in_memory("running") && in_memory("later"));
+        // A batch naming a saved transfer twice brings it back from `done` once, and both
+        // reads answer it.
+        let get = || Op::Transfer(id("finished"), TransferOp::Get);
+        let (replies, _) = shard.execute_now(&[get(), get()]).unwrap();
+        for reply in &replies {
+            assert!(
+                matches!(reply, Reply::Unchanged(r) if r.state == TransferState::Canceled),
+                "{reply:?}"
+            );
+        }
+        assert!(in_memory("finished"));
+        assert_eq!(store.inner.shard(0).fetched, vec![id("finished")]);
+        store.checkpoint().unwrap();
+        assert!(!in_memory("finished"), "a fetched transfer leaves again");
         // The lists the cut took are kept, for their room, for the next cut.
         let kept = store.inner.rooms.lock().unwrap()[0].1.sizes();
         assert_ne!(kept, RoomSizes::default(), "the cut's lists kept");
