@@ -242,7 +242,8 @@ mod tests {
         let absent = (0..2_000)
             .filter(|i| i % 2 == 1 && !f.may_hold(&id(*i)))
             .count();
-        assert!(absent > 990, "{absent} of 1,000 absent ids answered no");
+        // About 0.2 % answer "maybe" (`BITS_PER_ID`); 2 % leaves room for a bad seed.
+        assert!(absent >= 980, "{absent} of 1,000 absent ids answered no");
     }
 
     #[test]
