@@ -82,6 +82,14 @@ impl Bloom {
         self.held += 1;
     }
 
+    /// Reads the block of each of `hashes`, and throws it away (see
+    /// [`DoneFilter::insert_all`] and [`DoneFilter::warm`]).
+    fn warm(&self, hashes: &[u64]) {
+        for &h in hashes {
+            std::hint::black_box(self.blocks[self.block(h)][0]);
+        }
+    }
+
     #[inline]
     fn may_hold(&self, h: u64) -> bool {
         let block = &self.blocks[self.block(h)];
@@ -130,14 +138,8 @@ impl DoneFilter {
     /// the cache misses of a filter of millions of ids overlap instead of being waited for
     /// one by one.
     pub fn insert_all(&mut self, ids: &[&TransferId]) {
-        let hashes: Vec<u64> = ids
-            .iter()
-            .map(|id| DoneFilter::hash_with(&self.hasher, id.as_bytes()))
-            .collect();
-        let last = self.blooms.last().expect("never empty");
-        for &h in &hashes {
-            std::hint::black_box(last.blocks[last.block(h)][0]);
-        }
+        let hashes = self.hash_all(ids);
+        self.blooms.last().expect("never empty").warm(&hashes);
         for h in hashes {
             self.insert_hash(h);
         }
@@ -184,18 +186,19 @@ impl DoneFilter {
     /// then finds the lines in cache. Reads nothing while the filter is incomplete (every
     /// answer is "maybe" then).
     pub fn warm(&self, ids: &[&TransferId]) -> Vec<u64> {
-        let hashes: Vec<u64> = ids
-            .iter()
-            .map(|id| DoneFilter::hash_with(&self.hasher, id.as_bytes()))
-            .collect();
+        let hashes = self.hash_all(ids);
         if self.complete {
-            for b in &self.blooms {
-                for &h in &hashes {
-                    std::hint::black_box(b.blocks[b.block(h)][0]);
-                }
-            }
+            self.blooms.iter().for_each(|b| b.warm(&hashes));
         }
         hashes
+    }
+
+    /// The hashes of `ids` (by [`DoneFilter::hash_with`] with this filter's hasher), in
+    /// order.
+    fn hash_all(&self, ids: &[&TransferId]) -> Vec<u64> {
+        ids.iter()
+            .map(|id| DoneFilter::hash_with(&self.hasher, id.as_bytes()))
+            .collect()
     }
 }
 
