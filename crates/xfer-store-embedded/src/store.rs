@@ -978,11 +978,9 @@ impl<F: Fs> EmbeddedShard<F> {
             .iter()
             .map(|op| shard.mem.apply(op.borrow(), now))
             .collect();
-        let writes: Vec<&Op> = ops
-            .iter()
-            .map(Borrow::borrow)
-            .filter(|op| !is_read(op))
-            .collect();
+        // Room for them all: collected through the filter, the list grew by doubling.
+        let mut writes: Vec<&Op> = Vec::with_capacity(ops.len());
+        writes.extend(ops.iter().map(Borrow::borrow).filter(|op| !is_read(op)));
         if !writes.is_empty() {
             self.inner.append(&EntryRef::Ops {
                 shard: self.index,
