@@ -35,5 +35,6 @@ pub use rng::Rng;
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
 pub use transfer::Posting;
 pub use transfer::{
-    CancelReason, Leg, TransferKind, TransferRecord, TransferSpec, TransferState, POSTINGS_MAX,
+    CancelReason, Leg, Legs, TransferKind, TransferRecord, TransferSpec, TransferState,
+    POSTINGS_MAX,
 };

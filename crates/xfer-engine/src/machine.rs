@@ -23,7 +23,7 @@
 use std::sync::Arc;
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{
-    CancelReason, Code, Leg, OwnerId, Rejection, Timestamp, TransferId, TransferKind,
+    CancelReason, Code, Leg, Legs, OwnerId, Rejection, Timestamp, TransferId, TransferKind,
     TransferRecord, TransferSpec, TransferState, POSTINGS_MAX,
 };
 use xfer_store::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
@@ -112,7 +112,7 @@ pub struct Machine {
     phase: Phase,
     /// What the next steps need of the last record a store answered (none before one did).
     seen: Option<Seen>,
-    legs: Vec<Leg>,
+    legs: Legs,
     /// The tag of the current phase's first request: its `i`-th has tag `phase_tag + i`,
     /// and in a phase of one request per leg the `i`-th is leg `i`'s.
     phase_tag: u32,
@@ -259,7 +259,7 @@ impl Machine {
             id,
             phase: Phase::Inserting,
             seen: None,
-            legs: Vec::new(),
+            legs: Legs::new(),
             phase_tag: 0,
             waiting: 0,
             next_tag: 0,
