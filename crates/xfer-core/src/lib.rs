@@ -35,6 +35,6 @@ pub use rng::Rng;
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
 pub use transfer::Posting;
 pub use transfer::{
-    CancelReason, Leg, Legs, TransferKind, TransferRecord, TransferSpec, TransferState,
+    CancelReason, Leg, Legs, Postings, TransferKind, TransferRecord, TransferSpec, TransferState,
     POSTINGS_MAX,
 };

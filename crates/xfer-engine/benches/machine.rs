@@ -84,7 +84,8 @@ impl World {
                 to,
                 asset: self.asset.clone(),
                 amount: Amount::new(amount, "amount").expect("valid amount"),
-            }],
+            }]
+            .into(),
             metadata: String::new(),
             kind: TransferKind::Transfer,
             refund_of: None,

@@ -156,7 +156,7 @@ impl Seen {
                 .spec
                 .refund_of
                 .as_ref()
-                .map(|original| (original.clone(), rec.spec.postings.clone())),
+                .map(|original| (original.clone(), rec.spec.postings.to_vec())),
         }
     }
 }
@@ -869,7 +869,8 @@ mod tests {
                 to: AccountId::new("b").unwrap(),
                 asset: AssetCode::new("USD", "asset").unwrap(),
                 amount: Amount::new(5, "amount").unwrap(),
-            }],
+            }]
+            .into(),
             metadata: String::new(),
             kind: TransferKind::Transfer,
             refund_of: None,

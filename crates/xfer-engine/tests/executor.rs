@@ -157,7 +157,7 @@ fn posting(from: &str, to: &str, asset: &str, amount: u64) -> Posting {
 fn spec(id: &str, postings: Vec<Posting>) -> TransferSpec {
     TransferSpec {
         id: tid(id),
-        postings,
+        postings: postings.into(),
         metadata: String::new(),
         kind: TransferKind::Transfer,
         refund_of: None,

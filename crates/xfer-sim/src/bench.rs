@@ -182,7 +182,8 @@ fn spec(rng: &mut Rng, accounts: u64, id: String) -> TransferSpec {
             to: account(to),
             asset: usd(),
             amount: Amount::new(1, "amount").expect("positive"),
-        }],
+        }]
+        .into(),
         metadata: String::new(),
         kind: TransferKind::Transfer,
         refund_of: None,

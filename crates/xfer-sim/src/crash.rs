@@ -171,7 +171,7 @@ async fn set_up(exec: &Executor, out: &Mutex<std::io::Stdout>) -> Result<(), Str
     for i in 0..USERS {
         let spec = TransferSpec {
             id: TransferId::new(&format!("fund-{i}")).expect("valid"),
-            postings: vec![posting(issuer(), user(i), FUNDING)],
+            postings: vec![posting(issuer(), user(i), FUNDING)].into(),
             metadata: String::new(),
             kind: TransferKind::Transfer,
             refund_of: None,
@@ -256,7 +256,7 @@ fn random_spec(rng: &mut Rng, id: String) -> TransferSpec {
     };
     TransferSpec {
         id: TransferId::new(&id).expect("valid"),
-        postings,
+        postings: postings.into(),
         metadata: String::new(),
         kind,
         refund_of: None,

@@ -89,7 +89,8 @@ pub fn populate(dir: &Path, accounts: u64, finished: u64) -> Result<(), String> 
                     to: account((n * 7 + 1) % accounts),
                     asset: usd.clone(),
                     amount: Amount::new(1 + n % 1000, "amount").expect("positive"),
-                }],
+                }]
+                .into(),
                 metadata: String::new(),
                 kind: TransferKind::Transfer,
                 refund_of: None,

@@ -198,7 +198,7 @@ impl Workload {
         self.next_id += 1;
         TransferSpec {
             id: TransferId::new(&format!("t{}", self.next_id)).expect("valid"),
-            postings,
+            postings: postings.into(),
             metadata: String::new(),
             kind: TransferKind::Transfer,
             refund_of: None,

@@ -81,7 +81,8 @@ fn done_transfer() -> TransferRecord {
             to: account_id(2_345),
             asset: asset(),
             amount: Amount::new(42, "amount").expect("valid amount"),
-        }],
+        }]
+        .into(),
         metadata: String::new(),
         kind: TransferKind::Transfer,
         refund_of: None,

@@ -40,7 +40,8 @@ pub(crate) fn one_usd_a_to_b(id: &str) -> xfer_core::TransferSpec {
             to: AccountId::new("b").unwrap(),
             asset: AssetCode::new("USD", "asset").unwrap(),
             amount: Amount::new(1, "amount").unwrap(),
-        }],
+        }]
+        .into(),
         metadata: String::new(),
         kind: TransferKind::Transfer,
         refund_of: None,

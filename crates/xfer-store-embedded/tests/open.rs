@@ -100,7 +100,8 @@ async fn insert(store: &Embedded, id: &str) -> Reply {
             to: AccountId::new("b").unwrap(),
             asset: AssetCode::new("USD", "asset").unwrap(),
             amount: Amount::new(1, "amount").unwrap(),
-        }],
+        }]
+        .into(),
         metadata: String::new(),
         kind: TransferKind::Transfer,
         refund_of: None,

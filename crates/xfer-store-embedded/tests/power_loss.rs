@@ -36,7 +36,8 @@ fn record(id: TransferId) -> TransferRecord {
             to: AccountId::new("a1").unwrap(),
             asset: usd(),
             amount: Amount::new(5, "amount").unwrap(),
-        }],
+        }]
+        .into(),
         metadata: String::new(),
         kind: TransferKind::Transfer,
         refund_of: None,

@@ -123,7 +123,8 @@ impl World {
                 to: to.clone(),
                 asset: self.asset.clone(),
                 amount: Amount::new(amount, "amount").expect("valid amount"),
-            }],
+            }]
+            .into(),
             metadata: String::new(),
             kind: TransferKind::Transfer,
             refund_of: None,

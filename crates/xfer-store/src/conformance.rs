@@ -160,7 +160,8 @@ fn spec(id: &str, kind: TransferKind) -> TransferSpec {
             to: acct("b"),
             asset: usd(),
             amount: Amount::new(5, "amount").expect("valid"),
-        }],
+        }]
+        .into(),
         metadata: String::new(),
         kind,
         refund_of: None,
@@ -656,7 +657,7 @@ async fn refunds_link_once(s: &dyn Store) {
             postings,
         };
     assert_eq!(
-        transfer_op(s, "o1", link("r1", None, r.spec.postings.clone())).await,
+        transfer_op(s, "o1", link("r1", None, r.spec.postings.to_vec())).await,
         Reply::Refused(Code::RefundMustReverseOriginal)
     );
     assert!(

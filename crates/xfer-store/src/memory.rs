@@ -1009,7 +1009,8 @@ mod tests {
                 to: to.clone(),
                 asset: AssetCode::new("USD", "asset").unwrap(),
                 amount: xfer_core::Amount::new(amount, "amount").unwrap(),
-            }],
+            }]
+            .into(),
             metadata: String::new(),
             kind: xfer_core::TransferKind::Transfer,
             refund_of: None,

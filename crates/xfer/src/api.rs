@@ -524,7 +524,7 @@ async fn refund(State(app): Shared, Path(id): Path<String>, headers: HeaderMap, 
     }
     let spec = TransferSpec {
         id: refund_id,
-        postings: original.spec.reversed_postings(),
+        postings: original.spec.reversed_postings().into(),
         metadata: req.metadata,
         kind: TransferKind::Transfer,
         refund_of: Some(original_id),

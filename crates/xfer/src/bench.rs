@@ -31,8 +31,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use xfer_core::transfer::TIMEOUT_MS_MAX;
 use xfer_core::{
-    AccountId, Amount, AssetCode, Clock, Posting, Rng, SystemClock, TransferId, TransferKind,
-    TransferSpec, TransferState,
+    AccountId, Amount, AssetCode, Clock, Posting, Postings, Rng, SystemClock, TransferId,
+    TransferKind, TransferSpec, TransferState,
 };
 use xfer_engine::{Decisions, Machine, Outcome, Sleeper, TokioSleeper};
 use xfer_store_redis::RedisStore;
@@ -417,10 +417,11 @@ fn next_spec(a: &BenchArgs, names: &Names, rng: &mut Rng, id: TransferId) -> Tra
         let from = rng.below(n);
         (from, (from + 1 + rng.below(n - 1)) % n)
     };
+    // Built in place: one posting needs no list of its own (`Postings`).
     let postings = match a.workload {
         Workload::Uniform | Workload::Holds => {
             let (f, t) = pair(rng);
-            vec![names.posting(Usd, f, t, 1 + rng.below(100))]
+            Postings::from_buf([names.posting(Usd, f, t, 1 + rng.below(100))])
         }
         Workload::Hot => {
             let (mut f, mut t) = pair(rng);
@@ -430,24 +431,24 @@ fn next_spec(a: &BenchArgs, names: &Names, rng: &mut Rng, id: TransferId) -> Tra
                     HotSide::Credit => (f, t) = (1 + rng.below(n - 1), 0),
                 }
             }
-            vec![names.posting(Usd, f, t, 1 + rng.below(100))]
+            Postings::from_buf([names.posting(Usd, f, t, 1 + rng.below(100))])
         }
         Workload::MultiAsset => {
             let (f, t) = pair(rng);
-            vec![
+            Postings::from_iter([
                 names.posting(Usd, f, t, 1 + rng.below(100)),
                 names.posting(Points, f, t, 1 + rng.below(100)),
-            ]
+            ])
         }
         Workload::FlashSale => {
             // Shopper u buys one item from the shop's stock (account 0 of SKU), pays the
             // shop (USD account 0), and spends one unit of their quota.
             let u = 1 + rng.below(n - 1);
-            vec![
+            Postings::from_iter([
                 names.posting(Sku, 0, u, 1),
                 names.posting(Usd, u, 0, 999),
                 names.posting(Quota, u, 0, 1),
-            ]
+            ])
         }
     };
     TransferSpec {
@@ -1143,7 +1144,7 @@ async fn setup(a: &BenchArgs, server: &Server) -> Result<(), String> {
             .map(|i| TransferSpec {
                 id: TransferId::new(&format!("fund-{}-{i}", asset.to_ascii_lowercase()))
                     .expect("valid"),
-                postings: vec![posting(issuer.clone(), acct(asset, i), asset, fund)],
+                postings: vec![posting(issuer.clone(), acct(asset, i), asset, fund)].into(),
                 metadata: String::new(),
                 kind: TransferKind::Transfer,
                 refund_of: None,

@@ -179,7 +179,8 @@ mod tests {
                 to: AccountId::new("b").unwrap(),
                 asset: AssetCode::new("USD", "asset").unwrap(),
                 amount: xfer_core::Amount::new(amount, "amount").unwrap(),
-            }],
+            }]
+            .into(),
             metadata: String::new(),
             kind: TransferKind::Transfer,
             refund_of: None,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use xfer_core::amount::AMOUNT_MAX;
 use xfer_core::{
     Account, AccountId, AccountStatus, Amount, AssetCode, CancelReason, Code, LowerBound, Posting,
-    Rejection, TransferId, TransferKind, TransferRecord, TransferSpec,
+    Postings, Rejection, TransferId, TransferKind, TransferRecord, TransferSpec,
 };
 
 /// How long prepares may take when a request does not say.
@@ -172,7 +172,7 @@ impl TransferIn {
     /// batch (`transfers[3].`).
     pub fn to_spec(&self, prefix: &str) -> Result<TransferSpec, ApiError> {
         let id = transfer_id(&self.id, &format!("{prefix}id"))?;
-        let mut postings = Vec::with_capacity(self.postings.len());
+        let mut postings = Postings::with_capacity(self.postings.len());
         for (i, p) in self.postings.iter().enumerate() {
             let at = |name: &str| format!("{prefix}postings[{i}].{name}");
             postings.push(Posting {
