@@ -245,7 +245,7 @@ pub struct PruneIndex {
     /// a new vector's room by copies into fresh pages; and the test was against `room`
     /// capped at [`ROOM_MAX`], so the buckets of a hot account's shard (about 500,000
     /// entries in `xfer bench --workload hot`, in vectors of 524,288) never took a spare
-    /// at all. Bucket growth was 0.6 % of that run's samples and its page zeroing 0.7 %
+    /// at all. Bucket growth was 0.66 % of that run's samples and its page zeroing 0.70 %
     /// (`docs/benchmarks.md`).
     spares: Vec<Vec<(AccountId, TransferId)>>,
 }
