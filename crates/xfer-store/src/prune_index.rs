@@ -107,8 +107,8 @@ const SPARES_MAX: usize = 3;
 
 /// A vector for a new bucket: the largest of `spares` that holds as many entries as the
 /// last bucket sorted (or at least a new vector's room) and at most [`SPARE_ROOMS`] times
-/// `room`, else a new one. The spares that do not
-/// fit are let go (see [`PruneIndex`]'s `spares`); those that fit stay for the next.
+/// `room`, else a new one. The spares that do not fit are let go (see [`PruneIndex`]'s
+/// `spares`); those that fit stay for the next.
 fn take_spare(
     spares: &mut Vec<Vec<(AccountId, TransferId)>>,
     room: usize,
@@ -118,24 +118,19 @@ fn take_spare(
     // vector's room if that is less.
     let fits = (room - room / 5).min(fresh)..=room.saturating_mul(SPARE_ROOMS);
     spares.retain(|v| fits.contains(&v.capacity()));
-    let largest = (0..spares.len()).max_by_key(|&i| spares[i].capacity());
-    match largest {
-        Some(i) => spares.swap_remove(i),
-        None => Vec::with_capacity(fresh),
-    }
+    spares.pop().unwrap_or_else(|| Vec::with_capacity(fresh))
 }
 
-/// Keeps an emptied bucket's vector for a new bucket: the largest [`SPARES_MAX`] are kept.
+/// Keeps an emptied bucket's vector for a new bucket, `spares` in order of capacity: the
+/// largest [`SPARES_MAX`] are kept.
 fn keep_spare(
     spares: &mut Vec<Vec<(AccountId, TransferId)>>,
     emptied: Vec<(AccountId, TransferId)>,
 ) {
-    spares.push(emptied);
+    let at = spares.partition_point(|v| v.capacity() < emptied.capacity());
+    spares.insert(at, emptied);
     if spares.len() > SPARES_MAX {
-        let least = (0..spares.len())
-            .min_by_key(|&i| spares[i].capacity())
-            .expect("not empty");
-        spares.swap_remove(least);
+        spares.remove(0);
     }
 }
 
@@ -233,12 +228,13 @@ pub struct PruneIndex {
     /// doubling (copied over and over).
     room: usize,
     /// The vectors of buckets emptied since new buckets last took them, kept for their
-    /// room (at most [`SPARES_MAX`], the largest). A new bucket takes the largest that
-    /// holds as many entries as the last bucket sorted (or at least a new vector's room)
-    /// and not more than [`SPARE_ROOMS`] times `room`
-    /// (the vector of a burst long past is let go, not kept for ever); those that do not
-    /// fit are let go then too. A new vector's pages are fresh memory, zeroed by the kernel on first
-    /// write; keeping the spares made the process touch less in all (`docs/benchmarks.md`).
+    /// room (at most [`SPARES_MAX`], the largest, in order of capacity). A new bucket
+    /// takes the largest that holds as many entries as the last bucket sorted (or at
+    /// least a new vector's room) and not more than [`SPARE_ROOMS`] times `room` (the
+    /// vector of a burst long past is let go, not kept for ever); those that do not fit
+    /// are let go then too. A new vector's pages are fresh memory, zeroed by the kernel on
+    /// first write; keeping the spares made the process touch less in all
+    /// (`docs/benchmarks.md`).
     ///
     /// One spare was not enough: buckets begin as transfers come and are emptied as the
     /// pruner's passes go, so two may begin between two emptied, the second growing from
