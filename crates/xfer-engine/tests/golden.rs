@@ -5,6 +5,10 @@
 //! Run with `UPDATE_GOLDEN=1` to rewrite the files after an intended change, then read the
 //! diff before committing it.
 //!
+//! The zombie tests pause an executor before its decide, let a sweeper take the transfer
+//! over (a new epoch) and wake the executor in the middle of the sweeper's run: every write
+//! the zombie still makes is refused or changes nothing.
+//!
 //! The crash-point tests at the bottom stop the executor after each operation in turn (the
 //! operation applied, its reply lost, the process gone) and let a sweeper finish the
 //! transfer, before and after its deadline: one test per crash point.
@@ -16,7 +20,7 @@ use xfer_core::{
     TransferKind, TransferSpec, TransferState,
 };
 use xfer_engine::{Config, Machine, Outcome, Request, Router};
-use xfer_store::{AccountOp, MemoryShard, Op};
+use xfer_store::{AccountOp, MemoryShard, Op, Reply, TransferOp};
 
 const CFG: Config = Config {
     lease_ms: 1_000,
@@ -31,6 +35,8 @@ struct Bench {
     now: u64,
     log: String,
     step: usize,
+    /// Every operation sent through [`Bench::send`], with its reply.
+    sent: Vec<(Op, Reply)>,
 }
 
 fn acct(s: &str) -> AccountId {
@@ -68,6 +74,47 @@ fn spec(id: &str, postings: &[(&str, &str, u64)], kind: TransferKind) -> Transfe
     }
 }
 
+/// How `m` stopped, for the log.
+fn outcome_text(m: &Machine) -> String {
+    match m.outcome() {
+        Some(Outcome::Finished(r)) => format!(
+            "finished {}{}",
+            r.state,
+            r.reason
+                .as_ref()
+                .map(|x| format!(" ({x})"))
+                .unwrap_or_default()
+        ),
+        Some(Outcome::Held(_)) => "held".to_string(),
+        Some(Outcome::Left(r)) => format!("left to its owner: {} epoch={}", r.state, r.epoch),
+        Some(Outcome::Rejected(r)) => format!("rejected: {r}"),
+        Some(other) => format!("{other:?}"),
+        None => "still running".to_string(),
+    }
+}
+
+/// One executor driven an operation at a time, so that a test can pause it between any two
+/// of its operations and run another one meanwhile.
+struct Actor {
+    who: &'static str,
+    m: Machine,
+    /// The requests it made and has not sent yet, in the order it made them.
+    queue: VecDeque<Request>,
+    /// Every operation it sent, in order.
+    sent: Vec<Op>,
+}
+
+impl Actor {
+    fn new(who: &'static str, (m, reqs): (Machine, Vec<Request>)) -> Actor {
+        Actor {
+            who,
+            m,
+            queue: reqs.into(),
+            sent: Vec::new(),
+        }
+    }
+}
+
 impl Bench {
     /// Accounts `alice` (funded with 100 by a direct setup write) and `bob`, on two shards.
     fn new() -> Bench {
@@ -77,6 +124,7 @@ impl Bench {
             now: 1_000,
             log: String::new(),
             step: 0,
+            sent: Vec::new(),
         };
         for (id, lb) in [
             ("issuer", LowerBound::Unbounded),
@@ -150,23 +198,41 @@ impl Bench {
             }
             queue.extend(m.on_reply(r.tag, reply, Timestamp(self.now)));
         }
-        let outcome = match m.outcome() {
-            Some(Outcome::Finished(r)) => format!(
-                "finished {}{}",
-                r.state,
-                r.reason
-                    .as_ref()
-                    .map(|x| format!(" ({x})"))
-                    .unwrap_or_default()
-            ),
-            Some(Outcome::Held(_)) => "held".to_string(),
-            Some(Outcome::Left(r)) => format!("left to its owner: {} epoch={}", r.state, r.epoch),
-            Some(Outcome::Rejected(r)) => format!("rejected: {r}"),
-            Some(other) => format!("{other:?}"),
-            None => "still running".to_string(),
-        };
-        self.note(&format!("outcome: {outcome}"));
+        self.note(&format!("outcome: {}", outcome_text(&m)));
         m
+    }
+
+    /// Sends `op` on behalf of `who` (named in the log), outside any machine.
+    fn send(&mut self, who: &str, op: &Op) -> Reply {
+        let s = self.router.shard_of_op(op).unwrap();
+        let reply = self.shards[s].apply(op, Timestamp(self.now));
+        self.step += 1;
+        writeln!(
+            self.log,
+            "{:>3} s{s} [{who}] {op}\n        => {reply}",
+            self.step
+        )
+        .unwrap();
+        self.sent.push((op.clone(), reply.clone()));
+        reply
+    }
+
+    /// Sends the next request `a` made and hands it the reply.
+    fn step(&mut self, a: &mut Actor) -> Reply {
+        let r = a.queue.pop_front().expect("a request to send");
+        let reply = self.send(a.who, &r.op);
+        a.queue
+            .extend(a.m.on_reply(r.tag, reply.clone(), Timestamp(self.now)));
+        a.sent.push(r.op);
+        reply
+    }
+
+    /// Steps `a` until it makes no more requests; logs its outcome.
+    fn run(&mut self, a: &mut Actor) {
+        while !a.queue.is_empty() {
+            self.step(a);
+        }
+        self.note(&format!("{}: {}", a.who, outcome_text(&a.m)));
     }
 
     fn balances(&mut self) {
@@ -401,35 +467,229 @@ fn late_prepare_finds_the_tombstone() {
     b.check("late_prepare");
 }
 
-/// The zombie: an executor paused past its lease wakes after a sweeper took over.
+// --- zombies ----------------------------------------------------------------------------
+
+/// The zombie race of SPEC §3. exec-1 submits alice->bob 30 (its insert is its claim, epoch
+/// 1), has both prepares acknowledged, makes its decide (epoch 1 -> applied) and pauses
+/// before sending it. Its lease lapses; the sweeper finds t1 due one lease later (`late`
+/// false: before the deadline) or past the deadline plus the skew (`late` true), re-claims
+/// it (epoch 2) and sends its first `sweeper_first` operations (the claim included). Then
+/// exec-1 wakes and sends the decide it holds: refused, the epoch is no longer its own, and
+/// exec-1 stops. The sweeper finishes; then every operation exec-1 ever sent lands again
+/// (a duplicating network, a driver resending blindly) and changes nothing. Returns the
+/// final state, after checking that the transfer ended once, by the sweeper, with nothing
+/// leaked.
+fn zombie_race(late: bool, sweeper_first: usize) -> (TransferState, Bench) {
+    let mut b = Bench::new();
+    b.note(&format!(
+        "alice pays bob 30; exec-1 pauses before its decide; the sweeper takes over {} the \
+         deadline; exec-1 wakes after the sweeper's first {sweeper_first} operation{}",
+        if late { "after" } else { "before" },
+        if sweeper_first == 1 { "" } else { "s" }
+    ));
+    let mut zombie = Actor::new(
+        "exec-1",
+        Machine::submit(
+            spec("t1", &[("alice", "bob", 30)], TransferKind::Transfer),
+            owner("exec-1"),
+            Timestamp(b.now),
+            CFG,
+        )
+        .unwrap(),
+    );
+    for _ in 0..3 {
+        b.step(&mut zombie); // insert (claimed, epoch 1), prepare alice, prepare bob
+    }
+    let held = zombie.queue.front().map(|r| r.op.clone());
+    assert!(
+        zombie.queue.len() == 1
+            && matches!(
+                &held,
+                Some(Op::Transfer(
+                    _,
+                    TransferOp::Decide {
+                        epoch: 1,
+                        to: TransferState::Applied,
+                        ..
+                    }
+                ))
+            ),
+        "exec-1 holds exactly its decide: {:?}",
+        zombie.queue
+    );
+    b.note(&format!(
+        "every prepare acknowledged, exec-1 makes its decide ({}) and pauses (GC, a stopped \
+         VM) before sending it",
+        held.unwrap()
+    ));
+
+    let lease_until = b.transfer("t1").lease_until;
+    b.now = if late {
+        b.transfer("t1").deadline.0 + CFG.skew_ms + 1
+    } else {
+        lease_until.0 + 1
+    };
+    let due: Vec<_> = b
+        .shards
+        .iter()
+        .flat_map(|s| s.scan_due(Timestamp(b.now), 100))
+        .map(|r| r.id().clone())
+        .collect();
+    assert_eq!(due, [tid("t1")], "the lapsed lease makes t1 due");
+    b.note(&format!(
+        "exec-1's lease ended at {lease_until}; the sweeper sweeps at t{}: {} due",
+        b.now,
+        due.len()
+    ));
+    let mut sweeper = Actor::new(
+        "sweeper",
+        Machine::recover(tid("t1"), owner("sweeper"), Timestamp(b.now), CFG),
+    );
+    for _ in 0..sweeper_first {
+        b.step(&mut sweeper);
+    }
+    let taken = b.transfer("t1");
+    assert_eq!(
+        (taken.epoch, taken.owner.clone()),
+        (2, Some(owner("sweeper"))),
+        "the sweeper holds t1"
+    );
+    assert!(
+        !sweeper.queue.is_empty(),
+        "the sweeper is still running when exec-1 wakes"
+    );
+
+    b.note(&format!(
+        "exec-1 wakes while t1 is {} epoch={} under the sweeper and sends the decide it holds",
+        taken.state, taken.epoch
+    ));
+    match b.step(&mut zombie) {
+        Reply::Unchanged(rec) => assert_eq!(
+            (rec.state, rec.epoch),
+            (taken.state, 2),
+            "the zombie's decide changed nothing"
+        ),
+        other => panic!("the zombie's decide (epoch 1) was not refused: {other}"),
+    }
+    assert!(
+        zombie.queue.is_empty() && zombie.m.on_tick(Timestamp(b.now)).is_empty(),
+        "exec-1 makes no more requests"
+    );
+    assert!(
+        matches!(zombie.m.outcome(), Some(Outcome::Left(r)) if r.epoch == 2),
+        "exec-1 stops, leaving t1 to the sweeper: {:?}",
+        zombie.m.outcome()
+    );
+    let why = if taken.state == TransferState::Pending {
+        "epoch 1 is not the record's 2".to_string()
+    } else {
+        format!(
+            "the record is {}, not pending, and its epoch is 2",
+            taken.state
+        )
+    };
+    b.note(&format!(
+        "the compare-and-set refuses it ({why}); exec-1 stops, {}, and makes no more requests",
+        outcome_text(&zombie.m)
+    ));
+
+    b.note("the sweeper goes on, unaware of exec-1");
+    b.run(&mut sweeper);
+    let end = b.transfer("t1");
+    assert!(
+        matches!(sweeper.m.outcome(), Some(Outcome::Finished(r)) if r.state == end.state),
+        "the sweeper finished t1: {:?}",
+        sweeper.m.outcome()
+    );
+
+    b.note(
+        "every operation exec-1 ever sent lands again (duplicated in the network, resent \
+         blindly): each is refused or an idempotent repeat; nothing changes",
+    );
+    let before = (b.transfer("t1"), b.account("alice"), b.account("bob"));
+    for op in zombie.sent.clone() {
+        let reply = b.send("exec-1", &op);
+        assert!(
+            !matches!(reply, Reply::Transfer(_)),
+            "exec-1's {op} changed t1: {reply}"
+        );
+    }
+    assert_eq!(
+        (b.transfer("t1"), b.account("alice"), b.account("bob")),
+        before,
+        "exec-1's resent operations changed nothing"
+    );
+    b.balances();
+
+    // The transfer ended once, decided and finished by the sweeper's epoch (a finished
+    // record has no owner).
+    assert!(end.state.is_terminal(), "t1 is {}", end.state);
+    assert_eq!(end.epoch, 2);
+    let changed = |what: fn(&TransferOp) -> bool| -> Vec<(u64, TransferState)> {
+        b.sent
+            .iter()
+            .filter_map(|(op, reply)| match (op, reply) {
+                (Op::Transfer(_, t), Reply::Transfer(rec)) if what(t) => {
+                    Some((rec.epoch, rec.state))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let decided = if end.state == TransferState::Done {
+        TransferState::Applied
+    } else {
+        TransferState::Canceling
+    };
+    assert_eq!(
+        changed(|t| matches!(t, TransferOp::Decide { .. })),
+        [(2, decided)],
+        "one decide took effect: the sweeper's"
+    );
+    assert_eq!(
+        changed(|t| matches!(t, TransferOp::Finish { .. })),
+        [(2, end.state)],
+        "one finish took effect: the sweeper's"
+    );
+    let (alice, bob) = (b.account("alice"), b.account("bob"));
+    match end.state {
+        TransferState::Done => assert_eq!((alice.balance, bob.balance), (70, 30)),
+        _ => assert_eq!((alice.balance, bob.balance), (100, 0)),
+    }
+    for a in [&alice, &bob] {
+        assert_eq!(
+            (a.reserved, a.incoming, a.open_intents()),
+            (0, 0, 0),
+            "{} leaks",
+            a.id
+        );
+    }
+    (end.state, b)
+}
+
+/// The zombie wakes between the sweeper's claim and its decide, before the deadline: both
+/// want `applied`, and only the epoch refuses the zombie's decide (the record is still
+/// `pending`). The sweeper's decide commits; the transfer is done once.
 #[test]
 fn zombie_executor_is_harmless() {
-    let mut b = Bench::new();
-    b.note("exec-1 prepares both legs, then pauses before deciding");
-    let (m, reqs) = Machine::submit(
-        spec("t1", &[("alice", "bob", 30)], TransferKind::Transfer),
-        owner("exec-1"),
-        Timestamp(b.now),
-        CFG,
-    )
-    .unwrap();
-    let mut zombie = b.drive(m, reqs, Some(4));
-    b.note("(the crash above is a pause: exec-1 keeps its state and wakes later)");
-    b.now += CFG.lease_ms + 1;
-    b.sweep("sweeper");
-    b.note("exec-1 wakes and delivers the reply it was waiting for, then tries to decide");
-    let (tag, reply) = (
-        3,
-        xfer_store::Reply::Prepare(xfer_store::PrepareOutcome::Prepared),
-    );
-    let reqs = zombie.on_reply(tag, reply, Timestamp(b.now));
-    b.drive(zombie, reqs, None);
-    b.balances();
-    assert_eq!(
-        (b.account("alice").balance, b.account("bob").balance),
-        (70, 30)
-    );
+    // Sweeper: claim, prepare alice, prepare bob (both answer AlreadyPrepared), then exec-1.
+    let (state, b) = zombie_race(false, 3);
+    assert_eq!(state, Done);
     b.check("zombie");
+}
+
+/// Past the deadline the sweeper cancels what the zombie wants applied. The zombie wakes
+/// after the sweeper's claim and before its cancel (only the epoch refuses its decide: the
+/// record is still `pending`), then, in a second run, after the cancel (the decided state
+/// refuses it too). Either way it stops, and the transfer is canceled with nothing moved.
+#[test]
+fn zombie_loses_to_a_sweeper_that_canceled() {
+    let (before_cancel, mut b) = zombie_race(true, 1);
+    assert_eq!(before_cancel, Canceled, "exec-1 woke before the cancel");
+    let (after_cancel, b2) = zombie_race(true, 2);
+    assert_eq!(after_cancel, Canceled, "exec-1 woke after the cancel");
+    b.log.push_str(&b2.log);
+    b.check("zombie_cancel");
 }
 
 // --- crash points ------------------------------------------------------------------------
