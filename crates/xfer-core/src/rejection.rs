@@ -38,6 +38,8 @@ pub enum Code {
     TransferNotFound,
     TransferIsNotHeld,
     HoldExpired,
+    HoldAlreadyCaptured,
+    HoldAlreadyVoided,
     OriginalIsNotDone,
     OriginalAlreadyRefunded,
     RefundMustReverseOriginal,
@@ -76,6 +78,8 @@ impl Code {
             Code::TransferNotFound => "transfer_not_found",
             Code::TransferIsNotHeld => "transfer_is_not_held",
             Code::HoldExpired => "hold_expired",
+            Code::HoldAlreadyCaptured => "hold_already_captured",
+            Code::HoldAlreadyVoided => "hold_already_voided",
             Code::OriginalIsNotDone => "original_is_not_done",
             Code::OriginalAlreadyRefunded => "original_already_refunded",
             Code::RefundMustReverseOriginal => "refund_must_reverse_original",
@@ -91,6 +95,8 @@ impl Code {
                 | Code::AccountHasTransfersInFlight
                 | Code::TransferIsNotHeld
                 | Code::HoldExpired
+                | Code::HoldAlreadyCaptured
+                | Code::HoldAlreadyVoided
                 | Code::OriginalIsNotDone
                 | Code::OriginalAlreadyRefunded
         )

@@ -175,14 +175,16 @@ impl Executor {
         }
     }
 
-    /// Captures the hold `id` and posts it: `done`, or rejected with `hold_expired` or
-    /// `transfer_is_not_held`.
+    /// Captures the hold `id` and posts it: `done` (a repeat answers the same), or rejected
+    /// with `hold_expired`, `hold_already_voided` or `transfer_is_not_held`.
     pub async fn capture(&self, id: TransferId) -> Result<Outcome, ExecError> {
         let start = Machine::capture(id, self.owner.clone(), self.clock.now(), self.cfg);
         self.drive_one(start).await
     }
 
-    /// Voids the hold `id` and releases it: `canceled` with reason `voided`.
+    /// Voids the hold `id` and releases it: `canceled` with reason `voided` (a repeat
+    /// answers the same), or rejected with `hold_expired`, `hold_already_captured` or
+    /// `transfer_is_not_held`.
     pub async fn void(&self, id: TransferId) -> Result<Outcome, ExecError> {
         let start = Machine::void(id, self.owner.clone(), self.clock.now(), self.cfg);
         self.drive_one(start).await

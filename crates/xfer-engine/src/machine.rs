@@ -651,7 +651,9 @@ impl Machine {
             }
             Reply::Unchanged(rec) => {
                 self.adopt(&rec);
-                if rec.state.is_terminal() {
+                if let Some(refusal) = settled_otherwise(&rec, goal) {
+                    self.stop(Outcome::Rejected(refusal))
+                } else if rec.state.is_terminal() {
                     self.stop(Outcome::Finished(Arc::unwrap_or_clone(rec)))
                 } else if rec.state == goal && rec.owner.as_ref() == Some(&self.owner) {
                     // Our own capture or void whose reply was lost: carry on.
@@ -852,6 +854,53 @@ impl Machine {
             "{}: {step} answered {reply}",
             self.id
         )))
+    }
+}
+
+/// Why a capture (`goal` applied) or a void (`goal` canceling) that left the record as it
+/// was is refused: the transfer is no hold, or the hold was settled the other way (captured,
+/// voided, expired) or canceled before it was ever held. `None`: the record is where this
+/// settle would have put it, so a repeat answers as the first did.
+fn settled_otherwise(rec: &TransferRecord, goal: TransferState) -> Option<Rejection> {
+    let id = &rec.spec.id;
+    let refuse = |code, message: String| Some(Rejection::new(code, "id", message));
+    if rec.spec.kind == TransferKind::Transfer {
+        return refuse(
+            Code::TransferIsNotHeld,
+            format!("{id} is a transfer, not a hold: only a hold can be captured or voided"),
+        );
+    }
+    let captured = matches!(rec.state, TransferState::Applied | TransferState::Done);
+    let canceled = matches!(
+        rec.state,
+        TransferState::Canceling | TransferState::Canceled
+    );
+    match (goal, captured, canceled, &rec.reason) {
+        (TransferState::Applied, true, _, _) => None,
+        (TransferState::Canceling, _, true, Some(CancelReason::Voided)) => None,
+        (_, true, _, _) => refuse(
+            Code::HoldAlreadyCaptured,
+            format!("{id} was captured; a captured hold can only be refunded"),
+        ),
+        (_, _, true, Some(CancelReason::Voided)) => refuse(
+            Code::HoldAlreadyVoided,
+            format!("{id} was voided; its reservation is released"),
+        ),
+        (_, _, true, Some(CancelReason::Expired)) => Some(Rejection::new(
+            Code::HoldExpired,
+            "hold",
+            format!("{id} expired uncaptured; its reservation is released"),
+        )),
+        (_, _, true, reason) => refuse(
+            Code::TransferIsNotHeld,
+            format!(
+                "{id} was canceled ({}) before it was held",
+                reason
+                    .as_ref()
+                    .map_or("no reason".to_string(), |r| r.to_string())
+            ),
+        ),
+        _ => None,
     }
 }
 

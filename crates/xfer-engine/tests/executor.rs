@@ -367,6 +367,85 @@ async fn expired_hold_is_canceled_by_the_sweeper() {
 }
 
 #[tokio::test(flavor = "current_thread")]
+async fn a_settled_hold_refuses_the_other_settle_and_answers_a_repeat() {
+    let w = World::memory();
+    w.bank().await;
+    for id in ["h1", "h2", "h3"] {
+        let held = w
+            .exec
+            .submit(hold(id, vec![posting("alice", "bob", "USD", 10)]))
+            .await;
+        assert!(matches!(held, Ok(Outcome::Held(_))), "{id}: {held:?}");
+    }
+    let code = |r: Result<Outcome, ExecError>| r.expect_err("refused").code();
+    // h1 captured: a repeat answers it done, a void is refused.
+    assert_eq!(
+        finished(w.exec.capture(tid("h1")).await).state,
+        TransferState::Done
+    );
+    assert_eq!(
+        finished(w.exec.capture(tid("h1")).await).state,
+        TransferState::Done
+    );
+    assert_eq!(
+        code(w.exec.void(tid("h1")).await),
+        Some(Code::HoldAlreadyCaptured)
+    );
+    // h2 voided: a repeat answers it canceled, a capture is refused.
+    let voided = finished(w.exec.void(tid("h2")).await);
+    assert_eq!(voided.reason, Some(CancelReason::Voided));
+    assert_eq!(finished(w.exec.void(tid("h2")).await), voided);
+    assert_eq!(
+        code(w.exec.capture(tid("h2")).await),
+        Some(Code::HoldAlreadyVoided)
+    );
+    // h3 expired: before and after the sweeper released it, both settles say so.
+    w.clock.advance_ms(HOLD_TTL_MS);
+    assert_eq!(
+        code(w.exec.capture(tid("h3")).await),
+        Some(Code::HoldExpired)
+    );
+    let report = w.sweeper.pass().await;
+    assert_eq!(report.finished, 1, "{report:?}");
+    assert_eq!(w.transfer("h3").await.reason, Some(CancelReason::Expired));
+    assert_eq!(
+        code(w.exec.capture(tid("h3")).await),
+        Some(Code::HoldExpired)
+    );
+    assert_eq!(code(w.exec.void(tid("h3")).await), Some(Code::HoldExpired));
+    // A transfer is no hold, whatever its state.
+    let t = finished(
+        w.exec
+            .submit(spec("t1", vec![posting("alice", "bob", "USD", 1)]))
+            .await,
+    );
+    assert_eq!(t.state, TransferState::Done);
+    assert_eq!(
+        code(w.exec.capture(tid("t1")).await),
+        Some(Code::TransferIsNotHeld)
+    );
+    assert_eq!(
+        code(w.exec.void(tid("t1")).await),
+        Some(Code::TransferIsNotHeld)
+    );
+    // A hold canceled before it was held was never held.
+    let refused = w
+        .exec
+        .submit(hold("h4", vec![posting("alice", "bob", "USD", 1_000_000)]))
+        .await;
+    assert_eq!(finished(refused).state, TransferState::Canceled);
+    assert_eq!(
+        code(w.exec.capture(tid("h4")).await),
+        Some(Code::TransferIsNotHeld)
+    );
+    assert_eq!(
+        code(w.exec.void(tid("h4")).await),
+        Some(Code::TransferIsNotHeld)
+    );
+    w.assert_settled(&[("alice", 89), ("bob", 11)]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
 async fn refund_is_done_once_and_a_second_refund_is_canceled() {
     let w = World::memory();
     w.bank().await;
