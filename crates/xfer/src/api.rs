@@ -13,8 +13,8 @@ use crate::wire::{
     TransferOut, BATCH_MAX, TIMEOUT_MS_DEFAULT,
 };
 use axum::body::Body;
-use axum::extract::{MatchedPath, Path, RawQuery, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::extract::{FromRequestParts, MatchedPath, Path, RawQuery, Request, State};
+use axum::http::{header, request::Parts, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -87,28 +87,13 @@ pub struct App {
 type Shared = State<Arc<App>>;
 type Reply2 = Result<Response, ApiError>;
 
-/// The router over `app`.
+/// The router over `app`: exactly the endpoints of [`ROUTES`], each guarded by its scope.
 pub fn router(app: Arc<App>) -> Router {
-    Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/v1/openapi.json", get(openapi))
-        .route("/v1/accounts", post(create_account).get(list_accounts))
-        .route("/v1/accounts/{id}", get(get_account))
-        .route("/v1/accounts/{id}/close", post(close_account))
-        .route("/v1/accounts/{id}/lower_bound", put(set_lower_bound))
-        .route("/v1/accounts/{id}/transfers", get(account_transfers))
-        .route("/v1/transfers", post(submit))
-        .route("/v1/transfers/batch", post(submit_batch))
-        .route("/v1/transfers/{id}", get(get_transfer))
-        .route("/v1/transfers/{id}/capture", post(capture))
-        .route("/v1/transfers/{id}/void", post(void))
-        .route("/v1/transfers/{id}/refund", post(refund))
-        .route("/v1/transfers/{id}/redrive", post(redrive))
-        .route("/v1/admin/stuck", get(stuck))
-        .route("/v1/admin/canceled", get(canceled))
-        .route("/v1/audit", get(audit))
+    ROUTES
+        .iter()
+        .fold(Router::new(), |r, route| {
+            r.route(route.path, handler(route.method, route.path))
+        })
         .route_layer(middleware::from_fn_with_state(app.clone(), guard))
         .fallback(|| async {
             ApiError::api(
@@ -120,7 +105,103 @@ pub fn router(app: Arc<App>) -> Router {
         .method_not_allowed_fallback(|| async {
             ApiError::api(ApiCode::MethodNotAllowed, None, "method not allowed here")
         })
+        .layer(middleware::from_fn_with_state(app.clone(), whole_body))
         .with_state(app)
+}
+
+/// The handler of one entry of [`ROUTES`]; the router is built from the table, so an
+/// endpoint cannot be served without its scope.
+fn handler(method: &str, path: &str) -> axum::routing::MethodRouter<Arc<App>> {
+    match (method, path) {
+        ("GET", "/healthz") => get(healthz),
+        ("GET", "/readyz") => get(readyz),
+        ("GET", "/metrics") => get(metrics),
+        ("GET", "/v1/openapi.json") => get(openapi),
+        ("POST", "/v1/accounts") => post(create_account),
+        ("GET", "/v1/accounts") => get(list_accounts),
+        ("GET", "/v1/accounts/{id}") => get(get_account),
+        ("POST", "/v1/accounts/{id}/close") => post(close_account),
+        ("PUT", "/v1/accounts/{id}/lower_bound") => put(set_lower_bound),
+        ("GET", "/v1/accounts/{id}/transfers") => get(account_transfers),
+        ("POST", "/v1/transfers") => post(submit),
+        ("POST", "/v1/transfers/batch") => post(submit_batch),
+        ("GET", "/v1/transfers/{id}") => get(get_transfer),
+        ("POST", "/v1/transfers/{id}/capture") => post(capture),
+        ("POST", "/v1/transfers/{id}/void") => post(void),
+        ("POST", "/v1/transfers/{id}/refund") => post(refund),
+        ("POST", "/v1/transfers/{id}/redrive") => post(redrive),
+        ("GET", "/v1/admin/stuck") => get(stuck),
+        ("GET", "/v1/admin/canceled") => get(canceled),
+        ("GET", "/v1/audit") => get(audit),
+        _ => panic!("{method} {path} is in ROUTES without a handler"),
+    }
+}
+
+/// Reads every request's body (up to the limit) before anything answers, so that a request
+/// refused early (auth, route, content type, query) leaves its connection ready for the
+/// next request instead of broken by an unread body; a body over the limit is refused with
+/// `Connection: close`, unread.
+async fn whole_body(State(app): Shared, req: Request, next: Next) -> Response {
+    let too_large = || {
+        let mut r = ApiError::api(
+            ApiCode::BodyTooLarge,
+            None,
+            format!("the body is larger than {} bytes", app.body_limit),
+        )
+        .into_response();
+        r.headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        r
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > app.body_limit as u64) {
+        return too_large();
+    }
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, app.body_limit).await {
+        Ok(bytes) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Err(_) => too_large(),
+    }
+}
+
+/// The scope `method path` needs: an endpoint served but missing from [`ROUTES`] is
+/// refused, never open.
+fn scope_of(method: &str, path: &str) -> Result<Option<Scope>, ApiError> {
+    ROUTES
+        .iter()
+        .find(|r| r.path == path && r.method == method)
+        .map(|r| r.scope)
+        .ok_or_else(|| {
+            ApiError::api(
+                ApiCode::Forbidden,
+                None,
+                format!("{method} {path} has no scope in the server's route table: refused"),
+            )
+        })
+}
+
+/// A route's `{id}`, refused in the documented shape when it is not text.
+struct IdParam(String);
+
+impl<S: Send + Sync> FromRequestParts<S> for IdParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match Path::<String>::from_request_parts(parts, state).await {
+            Ok(Path(id)) => Ok(IdParam(id)),
+            Err(e) => Err(ApiError::api(
+                ApiCode::InvalidPath,
+                Some("id"),
+                e.body_text(),
+            )),
+        }
+    }
 }
 
 /// Checks the token against the route's scope, then measures and logs the request.
@@ -128,17 +209,15 @@ async fn guard(State(app): Shared, matched: MatchedPath, req: Request, next: Nex
     let watch = Stopwatch::start();
     let path = matched.as_str().to_string();
     let method = req.method().as_str().to_string();
-    let needed = ROUTES
-        .iter()
-        .find(|r| r.path == path && r.method == method)
-        .and_then(|r| r.scope);
     let header = req
         .headers()
         .get(header::AUTHORIZATION)
         .map(|v| v.as_bytes());
-    let response = match needed.map(|s| app.tokens.check(header, s)) {
-        Some(Err(e)) => e.into_response(),
-        _ => next.run(req).await,
+    let allowed = scope_of(&method, &path)
+        .and_then(|needed| needed.map_or(Ok(()), |s| app.tokens.check(header, s)));
+    let response = match allowed {
+        Err(e) => e.into_response(),
+        Ok(()) => next.run(req).await,
     };
     let status = response.status().as_u16();
     app.svc
@@ -195,8 +274,18 @@ struct WaitQuery {
 #[serde(deny_unknown_fields)]
 struct PageQuery {
     after: Option<String>,
+    limit: Option<usize>,
+}
+
+/// An account's history: pages go backwards (`before` is the last page's `next_before`),
+/// optionally only the transfers in one state.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HistoryQuery {
+    after: Option<String>,
     before: Option<u64>,
     limit: Option<usize>,
+    state: Option<TransferState>,
 }
 
 const LIMIT_DEFAULT: usize = 100;
@@ -302,7 +391,7 @@ fn unexpected(id: &impl std::fmt::Display, what: &str, reply: Reply) -> ApiError
     xfer_engine::ExecError::Violation(format!("{id}: {what} answered {reply}")).into()
 }
 
-async fn get_account(State(app): Shared, Path(id): Path<String>) -> Reply2 {
+async fn get_account(State(app): Shared, IdParam(id): IdParam) -> Reply2 {
     let id = wire::account_id(&id, "id")?;
     let a = app.svc.get_account(&id).await?;
     Ok(Json(account_out(&app, &a)).into_response())
@@ -331,7 +420,7 @@ async fn list_accounts(State(app): Shared, RawQuery(q): RawQuery) -> Reply2 {
     Ok(Json(json!({"accounts": accounts, "next_after": next.flatten()})).into_response())
 }
 
-async fn close_account(State(app): Shared, Path(id): Path<String>) -> Reply2 {
+async fn close_account(State(app): Shared, IdParam(id): IdParam) -> Reply2 {
     let id = wire::account_id(&id, "id")?;
     let a = app.svc.executor().close_account(id).await?;
     Ok(Json(account_out(&app, &a)).into_response())
@@ -339,7 +428,7 @@ async fn close_account(State(app): Shared, Path(id): Path<String>) -> Reply2 {
 
 async fn set_lower_bound(
     State(app): Shared,
-    Path(id): Path<String>,
+    IdParam(id): IdParam,
     headers: HeaderMap,
     b: Body,
 ) -> Reply2 {
@@ -364,12 +453,11 @@ async fn set_lower_bound(
 
 async fn account_transfers(
     State(app): Shared,
-    Path(id): Path<String>,
+    IdParam(id): IdParam,
     RawQuery(q): RawQuery,
 ) -> Reply2 {
     let id = wire::account_id(&id, "id")?;
-    let q: PageQuery = query(q)?;
-    let limit = q.limit()?;
+    let q: HistoryQuery = query(q)?;
     if q.after.is_some() {
         return Err(ApiError::api(
             ApiCode::InvalidQuery,
@@ -377,6 +465,11 @@ async fn account_transfers(
             "history pages go backwards: use `before` (the `next_before` of the last page)",
         ));
     }
+    let limit = PageQuery {
+        limit: q.limit,
+        ..PageQuery::default()
+    }
+    .limit()?;
     let account = app.svc.get_account(&id).await?;
     let shard = app
         .svc
@@ -384,14 +477,41 @@ async fn account_transfers(
         .router()
         .shard_of_account(&id, Some(&account.asset))
         .map_err(xfer_engine::ExecError::from)?;
-    let page = app.svc.cluster().shards()[shard]
-        .history(&id, q.before, limit)
-        .await
-        .map_err(|e| ApiError::api(ApiCode::Unavailable, None, e.to_string()))?;
-    let ids: Vec<TransferId> = page.entries.iter().map(|(_, t)| t.clone()).collect();
-    let records = app.svc.get_transfers(&ids).await?;
-    let transfers: Vec<TransferOut> = records.iter().map(TransferOut::from).collect();
-    Ok(Json(json!({"transfers": transfers, "next_before": page.next})).into_response())
+    // Without a filter one page of the index is the answer; with one, pages are read until
+    // `limit` match or the bounded scan ends (then `next_before` continues the scan).
+    let mut found = Vec::new();
+    let mut before = q.before;
+    for _ in 0..SCAN_STEPS_MAX {
+        let page = app.svc.cluster().shards()[shard]
+            .history(&id, before, limit)
+            .await
+            .map_err(|e| ApiError::api(ApiCode::Unavailable, None, e.to_string()))?;
+        let ids: Vec<TransferId> = page.entries.iter().map(|(_, t)| t.clone()).collect();
+        let records = app.svc.get_transfers(&ids).await?;
+        before = page.next;
+        // A transfer the index names but the store no longer has is skipped.
+        let mut records = records.into_iter().peekable();
+        for (seq, transfer) in &page.entries {
+            let Some(record) = records.next_if(|r| &r.spec.id == transfer) else {
+                continue;
+            };
+            if q.state.is_none_or(|s| s == record.state) {
+                found.push(record);
+                if found.len() == limit {
+                    // The rest of this page comes next.
+                    before = (Some(seq) != page.entries.last().map(|(s, _)| s))
+                        .then_some(*seq)
+                        .or(page.next);
+                    break;
+                }
+            }
+        }
+        if found.len() == limit || before.is_none() {
+            break;
+        }
+    }
+    let transfers: Vec<TransferOut> = found.iter().map(TransferOut::from).collect();
+    Ok(Json(json!({"transfers": transfers, "next_before": before})).into_response())
 }
 
 async fn submit(State(app): Shared, RawQuery(q): RawQuery, headers: HeaderMap, b: Body) -> Reply2 {
@@ -458,31 +578,43 @@ fn item_error(e: ApiError) -> BatchItemOut {
     }
 }
 
-async fn get_transfer(State(app): Shared, Path(id): Path<String>) -> Reply2 {
+async fn get_transfer(State(app): Shared, IdParam(id): IdParam) -> Reply2 {
     let id = wire::transfer_id(&id, "id")?;
     let r = app.svc.get_transfer(&id).await?;
     Ok(Json(TransferOut::from(&r)).into_response())
 }
 
-async fn settle(app: &App, id: String, action: Settle) -> Reply2 {
+/// The body of an action that takes none: absent, or `{}`. Anything else is refused, not
+/// ignored (`{"amount": 5}` to capture must not capture the whole hold).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoFields {}
+
+async fn settle(app: &App, id: String, action: Settle, headers: HeaderMap, b: Body) -> Reply2 {
     let id = wire::transfer_id(&id, "id")?;
+    let bytes = axum::body::to_bytes(b, app.body_limit)
+        .await
+        .unwrap_or_default();
+    if !bytes.trim_ascii().is_empty() {
+        body::<NoFields>(app, &headers, Body::from(bytes)).await?;
+    }
     let answer: Answer = app.svc.settle(id, action).await?;
     Ok(json_status(answer.status(), answer.out()))
 }
 
-async fn capture(State(app): Shared, Path(id): Path<String>) -> Reply2 {
-    settle(&app, id, Settle::Capture).await
+async fn capture(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Reply2 {
+    settle(&app, id, Settle::Capture, headers, b).await
 }
 
-async fn void(State(app): Shared, Path(id): Path<String>) -> Reply2 {
-    settle(&app, id, Settle::Void).await
+async fn void(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Reply2 {
+    settle(&app, id, Settle::Void, headers, b).await
 }
 
-async fn redrive(State(app): Shared, Path(id): Path<String>) -> Reply2 {
-    settle(&app, id, Settle::Redrive).await
+async fn redrive(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Reply2 {
+    settle(&app, id, Settle::Redrive, headers, b).await
 }
 
-async fn refund(State(app): Shared, Path(id): Path<String>, headers: HeaderMap, b: Body) -> Reply2 {
+async fn refund(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Reply2 {
     let original_id = wire::transfer_id(&id, "original")?;
     let req: RefundIn = body(&app, &headers, b).await?;
     let refund_id = wire::transfer_id(&req.id, "id")?;
@@ -626,4 +758,20 @@ async fn audit(State(app): Shared) -> Reply2 {
     let mut v = serde_json::to_value(&report).expect("a report serializes");
     v["clean"] = json!(report.is_clean());
     Ok(Json(v).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_route_has_a_handler_and_an_unlisted_one_is_refused() {
+        for r in ROUTES {
+            let _ = handler(r.method, r.path);
+            assert_eq!(scope_of(r.method, r.path).ok(), Some(r.scope), "{r:?}");
+        }
+        let e = scope_of("DELETE", "/v1/transfers/{id}").unwrap_err();
+        assert_eq!((e.code, e.status().as_u16()), ("forbidden", 403));
+        assert!(scope_of("GET", "/v1/unlisted").is_err());
+    }
 }

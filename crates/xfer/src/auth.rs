@@ -122,15 +122,13 @@ impl Tokens {
         if self.is_empty() {
             return Ok(());
         }
-        let presented = header
-            .and_then(|h| h.strip_prefix(b"Bearer "))
-            .ok_or_else(|| {
-                ApiError::api(
-                    ApiCode::Unauthorized,
-                    Some("authorization"),
-                    "send `Authorization: Bearer <token>`",
-                )
-            })?;
+        let presented = header.and_then(bearer).ok_or_else(|| {
+            ApiError::api(
+                ApiCode::Unauthorized,
+                Some("authorization"),
+                "send `Authorization: Bearer <token>`",
+            )
+        })?;
         // Compare against every token in constant time per token, so timing tells nothing
         // about which bytes matched.
         let mut found: Option<&Token> = None;
@@ -153,6 +151,15 @@ impl Tokens {
             )),
         }
     }
+}
+
+/// The credentials of a `Bearer` header: the scheme is case-insensitive and one or more
+/// spaces follow it (RFC 9110 §11.1, RFC 6750 §2.1).
+fn bearer(header: &[u8]) -> Option<&[u8]> {
+    let space = header.iter().position(|b| *b == b' ')?;
+    let (scheme, rest) = header.split_at(space);
+    let token = rest.trim_ascii_start();
+    (scheme.eq_ignore_ascii_case(b"bearer") && !token.is_empty()).then_some(token)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -184,6 +191,23 @@ mod tests {
             Err("forbidden")
         );
         assert_eq!(check(Some("Bearer nope"), Scope::Read), Err("unauthorized"));
+        // The scheme is case-insensitive, and more than one space may follow it.
+        for h in [
+            "bearer reader-0123456789",
+            "BEARER reader-0123456789",
+            "Bearer  reader-0123456789",
+        ] {
+            assert_eq!(check(Some(h), Scope::Read), Ok(()), "{h}");
+        }
+        for h in [
+            "Basic reader-0123456789",
+            "Bearer",
+            "Bearer ",
+            "Bearerreader-0123456789",
+            "reader-0123456789",
+        ] {
+            assert_eq!(check(Some(h), Scope::Read), Err("unauthorized"), "{h}");
+        }
         assert_eq!(check(None, Scope::Read), Err("unauthorized"));
         assert_eq!(Tokens::default().check(None, Scope::Admin), Ok(()));
     }

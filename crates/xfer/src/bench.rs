@@ -49,9 +49,8 @@ pub struct BenchArgs {
     /// Accounts per asset.
     #[arg(long, default_value_t = 10_000)]
     pub accounts: u64,
-    /// Transfers in flight (clients × batch). Eight clients of the default batch: with
-    /// four, every client was at times waiting for the log's sync at once and the runtime
-    /// threads had nothing to run (`docs/benchmarks.md`: idle 14.0 % against 10.8 %).
+    /// Transfers in flight (clients × batch). Eight clients of the default batch, so that
+    /// some client always has work while others wait for the log's sync.
     #[arg(long, default_value_t = 2_048)]
     pub in_flight: u64,
     /// Transfers per request (1 to 8,192).
@@ -228,7 +227,7 @@ pub enum Via {
 /// What xfer is compared with.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Baseline {
-    /// Native PostgreSQL transactions (see [`crate::baseline`]).
+    /// Native PostgreSQL transactions, one per transfer.
     Postgres,
 }
 

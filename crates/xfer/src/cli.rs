@@ -43,14 +43,124 @@ pub struct Remote {
     pub json: bool,
 }
 
+impl Cli {
+    /// Parses the command line, refusing a client flag given to a subcommand that would
+    /// ignore it (see [`misplaced_flag`]).
+    pub fn parse_checked() -> Cli {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = Cli::command().get_matches();
+        if let Some(message) = misplaced_flag(&matches) {
+            Cli::command()
+                .error(clap::error::ErrorKind::ArgumentConflict, message)
+                .exit();
+        }
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+}
+
+/// The flags each subcommand ignores, by clap id, with the flag it takes instead. The
+/// client's flags (`--url`, `--token`, `--json`) are global so that they may stand anywhere
+/// on a client command's line, and `worker` shares serve's settings: given where they do
+/// nothing, they would be ignored silently (`serve --token` would start without auth).
+const IGNORED: &[(&str, &str, &str, &str)] = &[
+    // (subcommand, id, flag, what to do instead)
+    ("serve", "token", "--token", SERVER_TOKENS),
+    (
+        "serve",
+        "url",
+        "--url",
+        "the address to listen on is `--listen ADDR`",
+    ),
+    (
+        "serve",
+        "json",
+        "--json",
+        "JSON log lines are `--log-format json`",
+    ),
+    ("worker", "token", "--token", SERVER_TOKENS),
+    ("worker", "url", "--url", WORKER_NO_API),
+    (
+        "worker",
+        "json",
+        "--json",
+        "JSON log lines are `--log-format json`",
+    ),
+    ("worker", "listen", "--listen", WORKER_NO_API),
+    ("worker", "tokens", "--auth-token", WORKER_NO_API),
+    (
+        "worker",
+        "body_limit_bytes",
+        "--body-limit-bytes",
+        WORKER_NO_API,
+    ),
+    (
+        "worker",
+        "shutdown_grace_ms",
+        "--shutdown-grace-ms",
+        WORKER_NO_API,
+    ),
+    (
+        "worker",
+        "max_connections",
+        "--max-connections",
+        WORKER_NO_API,
+    ),
+    ("bench", "token", "--token", BENCH_OWN_SERVER),
+    ("bench", "url", "--url", BENCH_OWN_SERVER),
+    ("demo", "json", "--json", "a demo prints its own report"),
+];
+
+const SERVER_TOKENS: &str = "it is the client's bearer token; the server's tokens are \
+                             `--auth-token SECRET:read,write` (repeat it, or XFER_TOKENS)";
+const WORKER_NO_API: &str = "a worker serves no API; it is a setting of `xfer serve`";
+const BENCH_OWN_SERVER: &str = "the bench runs its own stores and server; see `xfer bench --help`";
+
+/// A flag given on the command line to a subcommand that would ignore it (see [`IGNORED`];
+/// a demo takes `--url` and `--token` only with `--remote`), as an error that names the
+/// flag that works there. The environment (`XFER_URL`, `XFER_TOKEN`) is ambient and not
+/// checked.
+pub fn misplaced_flag(matches: &clap::ArgMatches) -> Option<String> {
+    let (name, sub) = matches.subcommand()?;
+    let given = |id: &str| {
+        [matches, sub].iter().any(|m| {
+            m.try_get_raw(id).is_ok()
+                && m.value_source(id) == Some(clap::parser::ValueSource::CommandLine)
+        })
+    };
+    let refuse = |flag: &str, instead: &str| {
+        Some(format!(
+            "`{flag}` does not apply to `xfer {name}`: {instead}"
+        ))
+    };
+    if let Some((_, _, flag, instead)) = IGNORED
+        .iter()
+        .find(|(command, id, _, _)| *command == name && given(id))
+    {
+        return refuse(flag, instead);
+    }
+    let remote = sub.subcommand().is_some_and(|(_, demo)| {
+        demo.try_get_one::<bool>("remote")
+            .is_ok_and(|r| r == Some(&true))
+    });
+    match ["url", "token"].into_iter().find(|id| given(id)) {
+        Some(id) if name == "demo" && !remote => refuse(
+            &format!("--{id}"),
+            "a demo starts its own server unless given `--remote`, which uses the server \
+             at --url",
+        ),
+        _ => None,
+    }
+}
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the service: the HTTP API, executors and the sweeper (on the embedded store by
-    /// default, or PostgreSQL).
+    /// default, or on PostgreSQL or Redis with --store).
     Serve(ServeArgs),
-    /// Run a worker: executor and sweeper passes over shared shards (--store postgres),
-    /// no API; takes serve's store and timing settings. Any number may run.
+    /// Run a worker: executor and sweeper passes over shards that servers share (--store
+    /// postgres or redis: an embedded data directory belongs to one process), no API;
+    /// takes serve's store and timing settings. Any number may run.
     Worker(ServeArgs),
     /// Create, show, list or close accounts.
     #[command(subcommand)]
@@ -97,16 +207,19 @@ pub enum Command {
         /// The transfer's id.
         id: String,
     },
-    /// An account's transfers, newest first.
+    /// Every transfer that names an account, whatever its end, newest first.
     History {
         /// The account.
         account: String,
-        /// Continue from this cursor (the `next` of the previous page).
+        /// Continue from this cursor (the `next_before` of the previous page).
         #[arg(long)]
         before: Option<u64>,
         /// Page size.
         #[arg(long, default_value_t = 20)]
         limit: usize,
+        /// Only transfers in this state (done, canceled, held, …).
+        #[arg(long)]
+        state: Option<String>,
     },
     /// Totals per asset, transfers in flight, leaks (admin). Exits 3 if not clean.
     Audit,
@@ -128,7 +241,8 @@ pub enum Command {
     /// The articles' scenarios, end to end, finishing with the audit.
     #[command(subcommand)]
     Demo(DemoCommand),
-    /// Throughput and latency on a fresh embedded store (fsync on), library or HTTP.
+    /// Throughput and latency on a fresh store (embedded by default, or PostgreSQL or
+    /// Redis with --store), as a library or over HTTP, beside an optional native baseline.
     Bench(crate::bench::BenchArgs),
 }
 
@@ -345,10 +459,14 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
             account,
             before,
             limit,
+            state,
         } => {
             let mut path = format!("/v1/accounts/{}/transfers?limit={limit}", segment(&account));
             if let Some(b) = before {
                 path.push_str(&format!("&before={b}"));
+            }
+            if let Some(s) = state {
+                path.push_str(&format!("&state={}", segment(&s)));
             }
             let page = client.get(&path).await?.ok()?;
             if json_out {
@@ -635,5 +753,52 @@ mod tests {
             ..t
         };
         assert!(bad.body(None).unwrap_err().contains("FROM,TO,ASSET,AMOUNT"));
+    }
+
+    fn misplaced(args: &[&str]) -> Option<String> {
+        use clap::CommandFactory;
+        let m = Cli::command()
+            .try_get_matches_from(std::iter::once("xfer").chain(args.iter().copied()))
+            .expect("the line parses");
+        misplaced_flag(&m)
+    }
+
+    #[test]
+    fn a_client_flag_given_where_it_does_nothing_is_refused_naming_the_flag_that_works() {
+        let e = misplaced(&["serve", "--token", "0123456789abcdef:admin"]).expect("refused");
+        assert!(e.contains("--auth-token SECRET:read,write"), "{e}");
+        let e = misplaced(&["--token", "0123456789abcdef:admin", "serve"]).expect("refused");
+        assert!(e.contains("--auth-token"), "{e}");
+        let e = misplaced(&["serve", "--url", "http://x"]).expect("refused");
+        assert!(e.contains("--listen ADDR"), "{e}");
+        for flag in [
+            &["--url", "http://x"][..],
+            &["--listen", "0.0.0.0:1"],
+            &["--auth-token", "0123456789abcdef:read"],
+        ] {
+            let line = [&["worker"][..], flag].concat();
+            let e = misplaced(&line).expect("refused");
+            assert!(e.contains(flag[0]) && e.contains("serves no API"), "{e}");
+        }
+        assert!(misplaced(&["demo", "bank", "--json"]).is_some());
+        let e = misplaced(&["serve", "--json"]).expect("refused");
+        assert!(e.contains("--log-format json"), "{e}");
+        assert!(misplaced(&["bench", "--token", "t"]).is_some());
+        let e = misplaced(&["demo", "bank", "--url", "http://x"]).expect("refused");
+        assert!(e.contains("--remote"), "{e}");
+        // Where they apply, they pass.
+        for ok in [
+            &["serve", "--auth-token", "0123456789abcdef:admin"][..],
+            &[
+                "account", "list", "--token", "t", "--url", "http://x", "--json",
+            ],
+            &["--token", "t", "get", "t1"],
+            &[
+                "demo", "bank", "--remote", "--url", "http://x", "--token", "t",
+            ],
+            &["bench", "--json"],
+        ] {
+            assert_eq!(misplaced(ok), None, "{ok:?}");
+        }
     }
 }

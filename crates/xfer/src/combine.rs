@@ -23,6 +23,10 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 use xfer_core::{FastSet, TransferId, TransferSpec};
 
+/// Transfers waiting for a lane at most; a request that would queue more is refused with
+/// `503 overloaded` instead of queued without bound.
+pub const QUEUED_TRANSFERS_MAX: usize = 65_536;
+
 /// One answer per transfer, in the order given.
 pub type Answers = Vec<Result<Answer, ApiError>>;
 
@@ -36,12 +40,16 @@ pub struct Combiner {
     lanes: usize,
     /// Puts at most this many transfers in one batch (a request larger than that alone).
     max: usize,
+    /// Refuses a request that would queue more transfers than this.
+    queued_max: usize,
     queue: Mutex<Queue>,
 }
 
 #[derive(Default)]
 struct Queue {
     waiting: VecDeque<Waiting>,
+    /// The transfers in `waiting`.
+    queued: usize,
     /// Lanes running; each takes from `waiting` until it finds it empty.
     running: usize,
 }
@@ -52,12 +60,13 @@ struct Waiting {
 }
 
 impl Combiner {
-    /// A combiner that drives batches with `run`.
-    pub fn new(run: Run, lanes: usize, max: usize) -> Arc<Combiner> {
+    /// A combiner that drives batches with `run` (see the fields).
+    pub fn new(run: Run, lanes: usize, max: usize, queued_max: usize) -> Arc<Combiner> {
         Arc::new(Combiner {
             run,
             lanes: lanes.max(1),
             max: max.max(1),
+            queued_max,
             queue: Mutex::default(),
         })
     }
@@ -69,6 +78,15 @@ impl Combiner {
         let (tx, rx) = oneshot::channel();
         let start_lane = {
             let mut q = self.lock();
+            if q.queued + n > self.queued_max && !q.waiting.is_empty() {
+                let e = ApiError::api(
+                    ApiCode::Overloaded,
+                    None,
+                    format!("{} transfers are waiting to run; retry shortly", q.queued),
+                );
+                return vec![Err(e); n];
+            }
+            q.queued += n;
             q.waiting.push_back(Waiting { specs, answer: tx });
             let start = q.running < self.lanes;
             if start {
@@ -141,6 +159,7 @@ impl Combiner {
                 break;
             }
             let next = q.waiting.pop_front().expect("front exists");
+            q.queued -= next.specs.len();
             total += next.specs.len();
             ids.extend(next.specs.iter().map(|s| s.id.clone()));
             batch.push(next);
@@ -197,6 +216,14 @@ mod tests {
     }
 
     fn combiner(lanes: usize, max: usize) -> (Arc<Combiner>, Arc<Recorder>) {
+        combiner_queueing(lanes, max, QUEUED_TRANSFERS_MAX)
+    }
+
+    fn combiner_queueing(
+        lanes: usize,
+        max: usize,
+        queued_max: usize,
+    ) -> (Arc<Combiner>, Arc<Recorder>) {
         let rec = Arc::new(Recorder {
             batches: Mutex::default(),
             gate: Notify::new(),
@@ -223,7 +250,7 @@ mod tests {
                     .collect()
             })
         });
-        (Combiner::new(run, lanes, max), rec)
+        (Combiner::new(run, lanes, max, queued_max), rec)
     }
 
     fn ids(a: &Answers) -> Vec<String> {
@@ -332,7 +359,7 @@ mod tests {
                 .collect();
             Box::pin(std::future::ready(answers))
         });
-        let c = Combiner::new(run, 1, 1); // one transfer per batch
+        let c = Combiner::new(run, 1, 1, QUEUED_TRANSFERS_MAX); // one transfer per batch
         let requests: Vec<_> = (0..3)
             .map(|i| {
                 let c = Arc::clone(&c);
@@ -347,6 +374,33 @@ mod tests {
             seen,
             [0, 1, 1],
             "the task a batch started ran before the next"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_request_past_the_queue_bound_is_refused_and_the_queued_ones_run() {
+        let (c, rec) = combiner_queueing(1, 100, 4);
+        let first = queue(&c, vec![spec("t0", 1)]).await;
+        let a = queue(&c, vec![spec("a1", 1), spec("a2", 1)]).await;
+        let b = queue(&c, vec![spec("b1", 1), spec("b2", 1)]).await;
+        let refused = Arc::clone(&c).submit(vec![spec("c1", 1)]).await;
+        let e = refused[0].as_ref().expect_err("refused");
+        assert_eq!((e.code, e.status().as_u16()), ("overloaded", 503));
+        rec.gate.notify_one();
+        first.await.unwrap();
+        assert_eq!(ids(&a.await.unwrap()), ["a1", "a2"]);
+        assert_eq!(ids(&b.await.unwrap()), ["b1", "b2"]);
+        assert!(rec
+            .batches
+            .lock()
+            .unwrap()
+            .iter()
+            .flatten()
+            .all(|id| id != "c1"));
+        // Once the queue drained, requests are taken again.
+        assert_eq!(
+            ids(&Arc::clone(&c).submit(vec![spec("c1", 1)]).await),
+            ["c1"]
         );
     }
 

@@ -15,8 +15,8 @@ pub struct ServeArgs {
     /// A TOML file with any of the settings below (names as the flags, with `_`).
     #[arg(long, env = "XFER_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Address to listen on. Anything but loopback needs at least one token. [default:
-    /// 127.0.0.1:7700]
+    /// Address to listen on (serve). Anything but loopback needs at least one token.
+    /// [default: 127.0.0.1:7700]
     #[arg(long, env = "XFER_LISTEN")]
     pub listen: Option<SocketAddr>,
     /// Where the shards live: `embedded` (a data directory, nothing to install),
@@ -94,6 +94,10 @@ pub struct ServeArgs {
     /// merged into them (group commit across clients). [default: 4]
     #[arg(long, env = "XFER_STORE_CALLS_PER_SHARD")]
     pub store_calls_per_shard: Option<usize>,
+    /// Open HTTP connections at most; one more is answered `503` with `Retry-After` and
+    /// closed. With the body limit, it bounds the memory requests can take. [default: 1024]
+    #[arg(long, env = "XFER_MAX_CONNECTIONS")]
+    pub max_connections: Option<usize>,
     /// On SIGTERM/SIGINT, wait this long for transfers answered "accepted" to finish before
     /// leaving them to recovery, in ms. [default: 5000]
     #[arg(long, env = "XFER_SHUTDOWN_GRACE_MS")]
@@ -104,12 +108,12 @@ pub struct ServeArgs {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum StoreKind {
-    /// The embedded store in `data_dir`.
+    /// The embedded store in the data directory (--data-dir).
     #[default]
     Embedded,
-    /// PostgreSQL databases listed in `postgres_urls`.
+    /// PostgreSQL databases (--postgres-url).
     Postgres,
-    /// Redis servers (or one Cluster) listed in `redis_urls`.
+    /// Redis servers, or one Redis Cluster (--redis-url, --redis-cluster).
     Redis,
 }
 
@@ -229,6 +233,7 @@ pub struct FileConfig {
     stuck_after_ms: Option<u64>,
     body_limit_bytes: Option<usize>,
     store_calls_per_shard: Option<usize>,
+    max_connections: Option<usize>,
     shutdown_grace_ms: Option<u64>,
 }
 
@@ -280,6 +285,8 @@ pub struct ServeConfig {
     pub body_limit_bytes: usize,
     /// Store calls in flight per shard.
     pub store_calls_per_shard: usize,
+    /// Open HTTP connections at most.
+    pub max_connections: usize,
     /// Shutdown grace.
     pub shutdown_grace_ms: u64,
 }
@@ -305,6 +312,7 @@ impl Default for ServeConfig {
             stuck_after_ms: 10_000,
             body_limit_bytes: 4 << 20,
             store_calls_per_shard: 4,
+            max_connections: 1_024,
             shutdown_grace_ms: 5_000,
         }
     }
@@ -436,6 +444,10 @@ impl ServeConfig {
                 .store_calls_per_shard
                 .or(file.store_calls_per_shard)
                 .unwrap_or(d.store_calls_per_shard),
+            max_connections: args
+                .max_connections
+                .or(file.max_connections)
+                .unwrap_or(d.max_connections),
             shutdown_grace_ms: args
                 .shutdown_grace_ms
                 .or(file.shutdown_grace_ms)
@@ -448,7 +460,7 @@ impl ServeConfig {
     fn check(&self) -> Result<(), ConfigError> {
         if !self.listen.ip().is_loopback() && self.tokens.is_empty() {
             return Err(ConfigError(format!(
-                "refusing to listen on {} without authentication: add a token (--token \
+                "refusing to listen on {} without authentication: add a token (--auth-token \
                  SECRET:read,write or XFER_TOKENS) or listen on a loopback address",
                 self.listen
             )));
@@ -459,6 +471,7 @@ impl ServeConfig {
             ("sweep_interval_ms", self.sweep_interval_ms),
             ("body_limit_bytes", self.body_limit_bytes as u64),
             ("store_calls_per_shard", self.store_calls_per_shard as u64),
+            ("max_connections", self.max_connections as u64),
         ];
         for (name, v) in positive {
             if v == 0 {

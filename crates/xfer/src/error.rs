@@ -34,6 +34,8 @@ pub enum ApiCode {
     UnsupportedMediaType,
     /// A query parameter is malformed.
     InvalidQuery,
+    /// A path segment is malformed (not UTF-8 once percent-decoded).
+    InvalidPath,
     /// A batch holds more transfers than allowed.
     BatchTooLarge,
     /// No or an unknown bearer token.
@@ -56,6 +58,8 @@ pub enum ApiCode {
     Unroutable,
     /// The server is shutting down.
     ShuttingDown,
+    /// The server holds as much work as its limits allow; retry after `Retry-After`.
+    Overloaded,
     /// Start-up recovery has not finished yet.
     NotReady,
 }
@@ -72,6 +76,7 @@ impl ApiCode {
             ApiCode::BodyTooLarge => "body_too_large",
             ApiCode::UnsupportedMediaType => "unsupported_media_type",
             ApiCode::InvalidQuery => "invalid_query",
+            ApiCode::InvalidPath => "invalid_path",
             ApiCode::BatchTooLarge => "batch_too_large",
             ApiCode::Unauthorized => "unauthorized",
             ApiCode::Forbidden => "forbidden",
@@ -83,6 +88,7 @@ impl ApiCode {
             ApiCode::ProtocolViolation => "protocol_violation",
             ApiCode::Unroutable => "unroutable",
             ApiCode::ShuttingDown => "shutting_down",
+            ApiCode::Overloaded => "overloaded",
             ApiCode::NotReady => "not_ready",
         }
     }
@@ -95,6 +101,7 @@ impl ApiCode {
             | ApiCode::UnknownField
             | ApiCode::InvalidValue
             | ApiCode::InvalidQuery
+            | ApiCode::InvalidPath
             | ApiCode::BatchTooLarge => StatusCode::BAD_REQUEST,
             ApiCode::BodyTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             ApiCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -105,6 +112,7 @@ impl ApiCode {
             ApiCode::Unavailable
             | ApiCode::OutcomeUnknown
             | ApiCode::ShuttingDown
+            | ApiCode::Overloaded
             | ApiCode::NotReady => StatusCode::SERVICE_UNAVAILABLE,
             ApiCode::StoreCorrupted | ApiCode::ProtocolViolation | ApiCode::Unroutable => {
                 StatusCode::INTERNAL_SERVER_ERROR
@@ -216,18 +224,40 @@ impl From<ExecError> for ApiError {
     }
 }
 
+/// Seconds a client is asked to wait before retrying a `503`.
+pub const RETRY_AFTER_S: u32 = 1;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status(), axum::Json(&self)).into_response()
+        let status = self.status();
+        let mut response = (status, axum::Json(&self)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(RETRY_AFTER_S),
+            );
+        }
+        response
     }
 }
 
 /// Decodes a JSON body into `T`, naming the field of any error (`postings[0].amount`).
 pub fn decode<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     let de = &mut serde_json::Deserializer::from_slice(body);
-    let result: Result<T, _> = serde_path_to_error::deserialize(de);
+    let result: Result<T, _> = serde_path_to_error::deserialize(&mut *de);
     let e = match result {
-        Ok(v) => return Ok(v),
+        // Anything but whitespace after the value is refused, never ignored: a client that
+        // sent `{…} xyz` or two objects meant something else than the first object alone.
+        Ok(v) => match de.end() {
+            Ok(()) => return Ok(v),
+            Err(e) => {
+                return Err(ApiError::api(
+                    ApiCode::MalformedJson,
+                    None,
+                    format!("{e}: the body must be one JSON value and nothing after it"),
+                ))
+            }
+        },
         Err(e) => e,
     };
     let path = e.path().to_string();
@@ -297,6 +327,21 @@ mod tests {
         assert_eq!((e.code, e.field.as_deref()), ("wrong_type", Some("id")));
         let e = err("{\"id\": \"a\", \"postings\": [], \"x\": 1}");
         assert_eq!(e.code, "unknown_field");
+    }
+
+    #[test]
+    fn anything_but_whitespace_after_the_value_is_malformed() {
+        let one = "{\"id\": \"a\", \"postings\": []}";
+        assert!(decode::<Outer>(format!(" {one} \r\n\t").as_bytes()).is_ok());
+        for tail in [" xyz", "{\"id\":\"b\"}", ",", "]", "\u{0}", " 1"] {
+            let e = err(&format!("{one}{tail}"));
+            assert_eq!(
+                (e.code, e.status().as_u16()),
+                ("malformed_json", 400),
+                "{tail:?}"
+            );
+            assert!(e.message.contains("trailing"), "{}", e.message);
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@
 //! | `openapi` | the OpenAPI document |
 //! | `metrics` | Prometheus metrics |
 //! | `server` | start, serve and stop gracefully |
+//! | `connections` | the listener's bound on open connections |
 //! | `client` | an HTTP client of the API |
 //! | `cli` | the `xfer` command |
 //! | `bench` | `xfer bench`: throughput and latency on the embedded store, library or HTTP |
@@ -26,6 +27,7 @@ pub mod cli;
 pub mod client;
 pub mod combine;
 pub mod config;
+pub mod connections;
 pub mod demo;
 pub mod error;
 pub mod metrics;

@@ -1,6 +1,5 @@
 //! The `xfer` command: see `xfer --help`.
 
-use clap::Parser;
 use xfer::cli::{self, Cli, Command};
 use xfer::config::ServeConfig;
 use xfer::server::{init_logging, Server};
@@ -78,7 +77,7 @@ fn tune_allocator() {
 
 fn main() {
     tune_allocator();
-    let cli = Cli::parse();
+    let cli = Cli::parse_checked();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -133,10 +133,18 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
             account(),
         ),
         ("GET", "/v1/accounts/{id}/transfers") => (
-            "An account's transfers, newest first",
+            "Every transfer that names the account (as debited or credited), whatever its \
+             end, newest first by when it first touched the account; `state` keeps one state",
             [
                 vec![id_param("account id")],
                 page_params("before", json!({"type": "integer"})),
+                vec![param(
+                    "state",
+                    "query",
+                    json!({"type": "string", "enum": ["initial", "pending", "held", "applied",
+                        "canceling", "done", "canceled"]}),
+                    "only transfers now in this state",
+                )],
             ]
             .concat(),
             None,
@@ -170,13 +178,19 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
             transfer(),
         ),
         ("POST", "/v1/transfers/{id}/capture") => (
-            "Capture a hold: post it",
+            "Capture a hold: post it. Capturing a captured hold again answers it as the first \
+             capture did (200, or 202 while it posts); a voided hold is refused with 409 \
+             `hold_already_voided`, an expired one with 409 `hold_expired`, a transfer that is \
+             no hold (or a hold canceled before it was held) with 409 `transfer_is_not_held`",
             vec![id_param("hold id")],
             None,
             transfer(),
         ),
         ("POST", "/v1/transfers/{id}/void") => (
-            "Void a hold: release it",
+            "Void a hold: release it. Voiding a voided hold again answers it as the first void \
+             did; a captured hold is refused with 409 `hold_already_captured`, an expired one \
+             with 409 `hold_expired`, a transfer that is no hold with 409 \
+             `transfer_is_not_held`",
             vec![id_param("hold id")],
             None,
             transfer(),

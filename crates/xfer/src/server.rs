@@ -13,6 +13,7 @@
 
 use crate::api::{self, App};
 use crate::config::{LogFormat, ServeConfig};
+use crate::connections::Limited;
 use crate::metrics::{CountingSleeper, Metrics, Stopwatch};
 use crate::service::Service;
 use crate::stores;
@@ -63,10 +64,12 @@ impl Server {
             cfg.sweep_interval_ms,
         ));
         let grace = cfg.shutdown_grace_ms;
+        let max_connections = cfg.max_connections;
         let served_app = app.clone();
         let task = tokio::spawn(async move {
             let app = served_app;
             let mut stopping = stopped.clone();
+            let listener = Limited::new(listener, max_connections);
             let served = axum::serve(listener, api::router(app.clone()))
                 .with_graceful_shutdown(async move {
                     let _ = stopping.wait_for(|s| *s).await;

@@ -8,7 +8,7 @@
 //! answered from its record (idempotency wins over the checks).
 
 use crate::combine::{Combiner, Run};
-use crate::error::ApiError;
+use crate::error::{ApiCode, ApiError};
 use crate::metrics::{Metrics, Stopwatch};
 use crate::wire::TransferOut;
 use std::collections::BTreeMap;
@@ -17,8 +17,7 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 use tracing::Instrument;
 use xfer_core::{
-    Account, AccountId, AccountStatus, Code, Rejection, TransferId, TransferKind, TransferRecord,
-    TransferSpec,
+    Account, AccountId, AccountStatus, Code, Rejection, TransferId, TransferRecord, TransferSpec,
 };
 use xfer_engine::{Cluster, ExecError, Executor, Outcome, Sweeper};
 use xfer_store::{AccountOp, Op, Reply, TransferOp};
@@ -56,11 +55,39 @@ impl Answer {
     }
 }
 
+/// Transfers answered "accepted" and driven in the background at most; a `?wait=false`
+/// request that would start more is refused with `503 overloaded` before anything is
+/// written (what is accepted always runs).
+pub const BACKGROUND_TRANSFERS_MAX: usize = 262_144;
+
 /// Background drives of transfers answered "accepted".
 #[derive(Default)]
 struct Background {
     running: AtomicUsize,
+    /// Transfers those drives hold.
+    transfers: AtomicUsize,
     idle: Notify,
+}
+
+/// Places among the background's transfers, given back when dropped.
+struct Reserved<'a> {
+    background: &'a Background,
+    n: usize,
+}
+
+impl<'a> Reserved<'a> {
+    fn take(background: &'a Background, n: usize) -> Reserved<'a> {
+        background.transfers.fetch_add(n, Ordering::AcqRel);
+        Reserved { background, n }
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.background
+            .transfers
+            .fetch_sub(self.n, Ordering::AcqRel);
+    }
 }
 
 /// The service behind the API. See the module docs.
@@ -209,7 +236,12 @@ impl Service {
         Service {
             sweeper,
             submitter,
-            combiner: Combiner::new(run, COMBINE_LANES, COMBINE_BATCH_MAX),
+            combiner: Combiner::new(
+                run,
+                COMBINE_LANES,
+                COMBINE_BATCH_MAX,
+                crate::combine::QUEUED_TRANSFERS_MAX,
+            ),
             ready: AtomicBool::new(false),
             stuck_after_ms,
         }
@@ -372,24 +404,7 @@ impl Service {
         .instrument(span)
         .await;
         self.submitter.metrics.in_flight(-1);
-        let a = match (action, answer(outcome)) {
-            // The record answers a capture or void of a transfer that is not a hold without
-            // changing it (it refuses only while the transfer prepares): refuse it here too.
-            (Settle::Capture | Settle::Void, Ok(a))
-                if a.record().spec.kind == TransferKind::Transfer =>
-            {
-                let id = &a.record().spec.id;
-                Err(Rejection::new(
-                    Code::TransferIsNotHeld,
-                    "id",
-                    format!(
-                        "{id} is a transfer, not a hold: only a hold can be captured or voided"
-                    ),
-                )
-                .into())
-            }
-            (_, a) => a,
-        };
+        let a = answer(outcome);
         let label = match &a {
             Ok(a) => a.record().state.as_str(),
             Err(e) if e.status().is_client_error() => "rejected",
@@ -465,6 +480,23 @@ impl Submitter {
 
     /// Inserts each transfer (durably) and drives the accepted ones in a background task.
     async fn accept(&self, specs: Vec<TransferSpec>) -> Vec<Result<Answer, ApiError>> {
+        // Places for these transfers among the background's, taken for as long as this
+        // runs (a drive started holds its own), so that concurrent requests cannot all pass
+        // the check at once.
+        let n = specs.len();
+        let _reserved = Reserved::take(&self.background, n);
+        let held = self.background.transfers.load(Ordering::Acquire) - n;
+        if held + n > BACKGROUND_TRANSFERS_MAX && held > 0 {
+            let e = ApiError::api(
+                ApiCode::Overloaded,
+                None,
+                format!(
+                    "{held} accepted transfers are running, the limit is \
+                     {BACKGROUND_TRANSFERS_MAX}; retry shortly"
+                ),
+            );
+            return vec![Err(e); n];
+        }
         let now = self.executor.clock().now();
         let grace = self.executor.config().claim_grace_ms;
         let ops = specs
@@ -510,6 +542,8 @@ impl Submitter {
         let metrics = self.metrics.clone();
         let background = self.background.clone();
         background.running.fetch_add(1, Ordering::AcqRel);
+        let count = specs.len();
+        background.transfers.fetch_add(count, Ordering::AcqRel);
         let n = specs.len() as i64;
         metrics.in_flight(n);
         let span = tracing::info_span!("accepted", count = specs.len());
@@ -528,6 +562,7 @@ impl Submitter {
                     }
                 }
                 metrics.in_flight(-n);
+                background.transfers.fetch_sub(count, Ordering::AcqRel);
                 if background.running.fetch_sub(1, Ordering::AcqRel) == 1 {
                     background.idle.notify_waiters();
                 }

@@ -142,26 +142,29 @@ pub fn amount(n: &serde_json::Number, field: &str) -> Result<Amount, ApiError> {
     if let Some(units) = n.as_i64() {
         return Ok(Amount::from_i128(i128::from(units), field)?);
     }
+    // Not an i64 nor a u64: a fraction, an integer written with a point or an exponent
+    // (`10.0`, `1e3`), or an integer too large for either, which serde_json reads as a float.
     let f = n.as_f64().unwrap_or(f64::NAN);
-    let r = if f.is_finite() && f.fract() == 0.0 {
-        if f < 0.0 {
-            Rejection::new(
-                Code::AmountMustBePositive,
-                field,
-                format!("{n} is negative"),
-            )
-        } else {
-            Rejection::new(
-                Code::AmountExceedsMaximum,
-                field,
-                format!("{n} is above the maximum {AMOUNT_MAX}"),
-            )
-        }
+    let r = if f < 0.0 {
+        Rejection::new(
+            Code::AmountMustBePositive,
+            field,
+            format!("{n} is negative"),
+        )
+    } else if f.is_finite() && f >= AMOUNT_MAX as f64 {
+        Rejection::new(
+            Code::AmountExceedsMaximum,
+            field,
+            format!("{n} is above the maximum {AMOUNT_MAX}"),
+        )
     } else {
         Rejection::new(
             Code::AmountIsNotANumber,
             field,
-            format!("{n} is not an integer count of the asset's minor unit"),
+            format!(
+                "{n}: an amount is an integer count of the asset's minor unit \
+                 (cents for USD), written without a decimal point or an exponent"
+            ),
         )
     };
     Err(r.into())
@@ -387,6 +390,19 @@ mod tests {
         assert_eq!(code("9223372036854775808"), "amount_exceeds_maximum");
         assert_eq!(code("100000000000000000000000"), "amount_exceeds_maximum");
         assert_eq!(code("1.5"), "amount_is_not_a_number");
+        // An integer written as a float is not above any maximum: say what an amount is.
+        for t in ["1e3", "10.0", "1E2", "0.0", "9007199254740993.0"] {
+            let e = amount(&n(t), "postings[0].amount").unwrap_err();
+            assert_eq!(e.code, "amount_is_not_a_number", "{t}");
+            assert!(
+                e.message
+                    .contains("integer count of the asset's minor unit"),
+                "{t}: {}",
+                e.message
+            );
+        }
+        assert_eq!(code("1e30"), "amount_exceeds_maximum");
+        assert_eq!(code("-1e3"), "amount_must_be_positive");
         assert_eq!(
             amount(&n("0"), "postings[0].amount")
                 .unwrap_err()

@@ -67,6 +67,16 @@ impl TestServer {
 
     /// With `tokens`; the default client sends `token`.
     async fn start_with(backend: Backend, tokens: Tokens, token: Option<&str>) -> TestServer {
+        TestServer::start_configured(backend, tokens, token, |_| {}).await
+    }
+
+    /// As [`TestServer::start_with`], with the configuration changed by `configure`.
+    async fn start_configured(
+        backend: Backend,
+        tokens: Tokens,
+        token: Option<&str>,
+        configure: impl FnOnce(&mut ServeConfig),
+    ) -> TestServer {
         static DATABASES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let dir = tempfile::tempdir().expect("a temporary directory");
         let mut cfg = ServeConfig {
@@ -99,6 +109,7 @@ impl TestServer {
                 cfg.layout.push(spec);
             }
         }
+        configure(&mut cfg);
         let server = Server::start(cfg).await.expect("the server starts");
         let client = Client::new(
             &format!("http://{}", server.addr()),
@@ -718,6 +729,38 @@ async fn holds_and_refunds(ts: &TestServer) {
         start.0 - 10,
         "a void moves nothing"
     );
+    // A settled hold: the same settle again answers it, the other one is refused.
+    let a = ts.post_empty("/v1/transfers/h-2/void").await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("canceled")),
+        "{}",
+        a.text
+    );
+    let a = ts.post_empty("/v1/transfers/h-2/capture").await;
+    expect_error(
+        &a,
+        409,
+        "hold_already_voided",
+        Some("id"),
+        "capture after void",
+    );
+    let a = ts.post_empty("/v1/transfers/h-1/void").await;
+    expect_error(
+        &a,
+        409,
+        "hold_already_captured",
+        Some("id"),
+        "void after capture",
+    );
+    assert_eq!(
+        (
+            ts.balance("alice").await,
+            ts.account("alice").await["reserved"].clone()
+        ),
+        (start.0 - 10, json!(0)),
+        "refused settles change nothing"
+    );
 
     // Refund h-1: the reverse postings, linked both ways.
     let a = ts
@@ -863,6 +906,61 @@ async fn history(ts: &TestServer) {
     let page = ts.get("/v1/accounts/hist/transfers").await;
     assert_eq!(page.body["transfers"][0]["state"], "done");
     assert_eq!(page.body["transfers"][0]["postings"][0]["amount"], 5);
+    // Every account a transfer names lists it, whatever its end: here a transfer canceled
+    // because one of its two debited accounts could not pay.
+    ts.create_account("hist-empty", "USD", json!(0)).await;
+    let both = json!({"id": "hist-6", "postings": [
+        posting("hist", "bank", "USD", json!(10)),
+        posting("hist-empty", "bank", "USD", json!(5)),
+    ]});
+    let a = ts.post("/v1/transfers", &both).await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("canceled")),
+        "{}",
+        a.text
+    );
+    for account in ["hist", "hist-empty", "bank"] {
+        let page = ts
+            .get(&format!("/v1/accounts/{account}/transfers?limit=1"))
+            .await;
+        assert_eq!(
+            ids(&page.body, "transfers"),
+            vec!["hist-6"],
+            "{account}: {}",
+            page.text
+        );
+        let page = ts
+            .get(&format!("/v1/accounts/{account}/transfers?state=canceled"))
+            .await;
+        assert_eq!(
+            ids(&page.body, "transfers"),
+            vec!["hist-6"],
+            "{account}: {}",
+            page.text
+        );
+    }
+    // A state filter pages as the unfiltered history does, newest first.
+    let mut pages = Vec::new();
+    let mut path = "/v1/accounts/hist/transfers?limit=2&state=done".to_string();
+    for _ in 0..10 {
+        let page = ts.get(&path).await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        pages.push(ids(&page.body, "transfers"));
+        match page.body["next_before"].as_u64() {
+            Some(before) => {
+                path = format!("/v1/accounts/hist/transfers?limit=2&state=done&before={before}")
+            }
+            None => break,
+        }
+    }
+    assert_eq!(
+        pages.concat(),
+        vec!["hist-5", "hist-4", "hist-3", "hist-2", "hist-1"],
+        "done only, newest first: {pages:?}"
+    );
+    let a = ts.get("/v1/accounts/hist/transfers?state=finished").await;
+    expect_error(&a, 400, "invalid_query", None, "history state=finished");
     let a = ts.get("/v1/accounts/hist/transfers?after=x").await;
     expect_error(&a, 400, "invalid_query", Some("after"), "history after=");
     let a = ts.get("/v1/accounts/nobody/transfers").await;
@@ -901,6 +999,7 @@ async fn admin(ts: &TestServer) {
     let want = [
         ("b-4", "exceeds_available"),
         ("h-2", "voided"),
+        ("hist-6", "exceeds_available"),
         ("past-bound", "exceeds_available"),
         ("r-big-1", "exceeds_available"),
     ];
@@ -932,7 +1031,7 @@ async fn admin(ts: &TestServer) {
     assert_eq!(usd["net"], 0, "{usd}");
     assert_eq!(usd["balance"], 0, "{usd}");
     assert_eq!(usd["conserved"], true, "{usd}");
-    assert_eq!(usd["accounts"], 7, "{usd}");
+    assert_eq!(usd["accounts"], 8, "{usd}");
     assert_eq!(
         (usd["reserved"].clone(), usd["incoming"].clone()),
         (json!(0), json!(0))
@@ -1479,6 +1578,91 @@ fn bad_cases() -> Vec<Bad> {
             Some("transfers[0].postings"),
         )
     });
+    // Whatever follows the JSON value but whitespace is refused, never ignored.
+    let whole = one("bad-trailing", json!(1)).to_string();
+    cases.extend([
+        bad_raw(
+            "text after the body",
+            "bad-trailing",
+            format!("{whole} xyz"),
+            400,
+            "malformed_json",
+            None,
+        ),
+        bad_raw(
+            "a second object after the body",
+            "bad-trailing",
+            format!(r#"{whole}{{"id":"bad-trailing-2"}}"#),
+            400,
+            "malformed_json",
+            None,
+        ),
+        bad_raw(
+            "a comma after the body",
+            "bad-trailing",
+            format!("{whole},"),
+            400,
+            "malformed_json",
+            None,
+        ),
+    ]);
+    // An integer written as a float is not an amount of minor units.
+    for (name, id, text) in [
+        ("amount with an exponent", "bad-exp", "1e3"),
+        ("amount with a point", "bad-point", "10.0"),
+    ] {
+        cases.push(bad_raw(
+            name,
+            id,
+            raw_amount(id, text),
+            400,
+            "amount_is_not_a_number",
+            Some("postings[0].amount"),
+        ));
+    }
+    // The framework's own refusals have the documented shape too.
+    cases.push(Bad {
+        method: Method::GET,
+        path: "/v1/accounts/%FF".into(),
+        content_type: None,
+        body: Vec::new(),
+        absent: None,
+        ..bad_transfer(
+            "a path id that is not UTF-8",
+            "",
+            json!(null),
+            400,
+            "invalid_path",
+            Some("id"),
+        )
+    });
+    cases.push(Bad {
+        path: "/v1/transfers/fund/capture".into(),
+        absent: None,
+        ..bad_transfer(
+            "a body to an action that takes none",
+            "",
+            json!({"amount": 5}),
+            400,
+            "unknown_field",
+            Some("amount"),
+        )
+    });
+    cases.push(Bad {
+        method: Method::GET,
+        path: "/v1/accounts?before=5".into(),
+        content_type: None,
+        body: Vec::new(),
+        absent: None,
+        ..bad_transfer(
+            "a history cursor to the account list",
+            "",
+            json!(null),
+            400,
+            "invalid_query",
+            None,
+        )
+    });
     let account = |name, body: Value, status, code, field| Bad {
         path: "/v1/accounts".into(),
         absent: None,
@@ -1527,6 +1711,16 @@ fn bad_cases() -> Vec<Bad> {
             "account_exists_with_different_body",
             Some("id"),
         ),
+        Bad {
+            body: br#"{"id": "newbie", "asset": "USD"} trailing"#.to_vec(),
+            ..account(
+                "account with text after the body",
+                json!(null),
+                400,
+                "malformed_json",
+                None,
+            )
+        },
         account(
             "account re-created with another bound",
             json!({"id": "alice", "asset": "USD", "lower_bound": -1}),
@@ -1806,5 +2000,151 @@ async fn tokens_and_scopes_guard_every_endpoint() {
         None,
         "unknown route",
     );
+    ts.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// The connection.
+// ---------------------------------------------------------------------------------------
+
+/// Sends `request` on `stream` and reads one response: status, head and body.
+async fn exchange(stream: &mut tokio::net::TcpStream, request: &[u8]) -> (u16, String, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    stream
+        .write_all(request)
+        .await
+        .expect("the request is sent");
+    let mut buf = Vec::new();
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let mut chunk = [0u8; 4096];
+        let n = stream.read(&mut chunk).await.expect("a response");
+        assert!(n > 0, "the connection closed before a response: {buf:?}");
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .map_or(0, |v| v.trim().parse().expect("a length"));
+    while buf.len() < head_end + length {
+        let mut chunk = [0u8; 4096];
+        let n = stream.read(&mut chunk).await.expect("the body");
+        assert!(n > 0, "the connection closed inside the body");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let status = head[9..12].parse().expect("a status");
+    let body = String::from_utf8_lossy(&buf[head_end..head_end + length]).into_owned();
+    (status, head, body)
+}
+
+fn post_request(path: &str, content_type: &str, body: &[u8]) -> Vec<u8> {
+    let mut r = format!(
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    r.extend_from_slice(body);
+    r
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_refused_before_its_body_is_used_leaves_the_connection_usable() {
+    let ts = TestServer::start(Backend::Embedded).await;
+    let addr = ts.client.url().trim_start_matches("http://").to_string();
+    let mut stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("a connection");
+    let health = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+    // Refused for its content type, its route, its query: each answered in the documented
+    // shape, and the next request on the same connection is answered too.
+    let big = vec![b'x'; 60_000];
+    for (path, ct, status, code) in [
+        ("/v1/transfers", "text/plain", 415, "unsupported_media_type"),
+        ("/v1/nowhere", "application/json", 404, "route_not_found"),
+        (
+            "/v1/transfers?wait=maybe",
+            "application/json",
+            400,
+            "invalid_query",
+        ),
+    ] {
+        let (got, _, body) = exchange(&mut stream, &post_request(path, ct, &big)).await;
+        assert_eq!(got, status, "{path}: {body}");
+        let v: Value = serde_json::from_str(&body).expect("a JSON error");
+        assert_eq!(v["code"], code, "{path}: {body}");
+        let (got, _, body) = exchange(&mut stream, health).await;
+        assert_eq!(got, 200, "after {path}: {body}");
+    }
+    // A body over the limit is refused unread, and the answer says the connection closes.
+    let huge = vec![b'x'; 100_000];
+    let request = post_request("/v1/transfers", "application/json", &huge);
+    let (got, head, body) = exchange(&mut stream, &request[..request.len() - huge.len()]).await;
+    assert_eq!(got, 413, "{body}");
+    assert!(head.contains("connection: close"), "{head}");
+    assert!(body.contains("body_too_large"), "{body}");
+    // A new connection is served.
+    let mut stream = tokio::net::TcpStream::connect(&addr)
+        .await
+        .expect("a connection");
+    assert_eq!(exchange(&mut stream, health).await.0, 200);
+    ts.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_past_the_limit_is_refused_and_the_others_are_served() {
+    const MAX: usize = 4;
+    let ts = TestServer::start_configured(Backend::Embedded, Tokens::default(), None, |c| {
+        c.max_connections = MAX
+    })
+    .await;
+    let addr = ts.client.url().trim_start_matches("http://").to_string();
+    let health = b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n";
+    let connect = || async {
+        tokio::net::TcpStream::connect(&addr)
+            .await
+            .expect("a connection")
+    };
+    // The test client's own connections may hold permits until they idle out: fill the
+    // limit with ours, each answered, then one more.
+    let mut open = Vec::new();
+    let mut refused = None;
+    for _ in 0..MAX + 4 {
+        let mut stream = connect().await;
+        let (status, head, body) = exchange(&mut stream, health).await;
+        match status {
+            200 => open.push(stream),
+            503 => {
+                refused = Some((head, body));
+                break;
+            }
+            other => panic!("{other}: {body}"),
+        }
+    }
+    let (head, body) = refused.expect("a connection past the limit is refused");
+    assert!(open.len() <= MAX, "{} connections were served", open.len());
+    assert!(head.contains("retry-after: 1"), "{head}");
+    assert!(head.contains("connection: close"), "{head}");
+    let v: Value = serde_json::from_str(&body).expect("a JSON error");
+    assert_eq!(v["code"], "too_many_connections", "{body}");
+    // The connections within the limit are still served.
+    for stream in &mut open {
+        assert_eq!(exchange(stream, health).await.0, 200);
+    }
+    // One closed gives its place to a new one.
+    open.pop();
+    let mut served = false;
+    for _ in 0..100 {
+        let mut stream = connect().await;
+        if exchange(&mut stream, health).await.0 == 200 {
+            served = true;
+            break;
+        }
+        TokioSleeper.sleep(20).await;
+    }
+    assert!(served, "a place freed is taken again");
+    drop(open);
     ts.shutdown().await;
 }
