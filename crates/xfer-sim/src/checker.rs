@@ -388,4 +388,52 @@ impl Checker {
             }
         }
     }
+
+    /// The history index, once every horizon has passed (late and repeated releases
+    /// included): an account lists only transfers that name it, each at most once, and
+    /// every done one. (A canceled one is listed where its first write on the account came
+    /// before its horizon, which the records no longer show.)
+    pub fn history_index(&mut self, shards: &[MemoryShard], at_ms: u64) {
+        let transfers: BTreeMap<&TransferId, &TransferRecord> = shards
+            .iter()
+            .flat_map(|s| s.transfers())
+            .map(|r| (r.id(), r))
+            .collect();
+        let mut done: BTreeMap<&AccountId, Vec<&TransferId>> = BTreeMap::new();
+        for r in transfers
+            .values()
+            .filter(|r| r.state == TransferState::Done)
+        {
+            for p in &r.spec.postings {
+                done.entry(&p.from).or_default().push(r.id());
+                done.entry(&p.to).or_default().push(r.id());
+            }
+        }
+        for s in shards {
+            for a in s.accounts().filter(|a| a.status != AccountStatus::Unopened) {
+                let mut listed: BTreeMap<TransferId, u32> = BTreeMap::new();
+                for (_, t) in s.history_entries(&a.id, None, usize::MAX) {
+                    *listed.entry(t).or_default() += 1;
+                }
+                for (t, n) in &listed {
+                    let names = transfers.get(t).is_some_and(|r| {
+                        r.spec
+                            .postings
+                            .iter()
+                            .any(|p| p.from == a.id || p.to == a.id)
+                    });
+                    if *n > 1 || !names {
+                        let detail = format!("{}: lists {t} {n} time(s), named: {names}", a.id);
+                        self.record("history", at_ms, detail);
+                    }
+                }
+                for t in done.get(&a.id).into_iter().flatten() {
+                    if !listed.contains_key(*t) {
+                        let detail = format!("{}: does not list {t}, done", a.id);
+                        self.record("history", at_ms, detail);
+                    }
+                }
+            }
+        }
+    }
 }

@@ -351,6 +351,7 @@ impl World {
         // The stores as the sweepers left them, past every horizon: nothing may remain.
         let stores: Vec<MemoryShard> = self.shards.drain(..).map(|s| s.store).collect();
         self.checker.no_leaks(&stores, self.now);
+        self.checker.history_index(&stores, self.now);
         if std::env::var_os("XFER_SIM_REASONS").is_some() {
             let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
             for r in stores.iter().flat_map(|s| s.transfers()) {

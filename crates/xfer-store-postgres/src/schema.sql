@@ -36,7 +36,8 @@ CREATE TABLE intents (
 );
 CREATE INDEX intents_tombstones ON intents (horizon) WHERE state <> 'open';
 
--- Every intent ever prepared, for an account's history (newest first by seq).
+-- Every intent ever prepared (and, from migration 2, released mark), for an account's
+-- history (newest first by seq).
 CREATE TABLE history (
     account  text COLLATE "C" NOT NULL,
     seq      bigint GENERATED ALWAYS AS IDENTITY,
@@ -94,7 +95,8 @@ CREATE FUNCTION outcome(r text, o text, code text DEFAULT NULL) RETURNS jsonb LA
     SELECT jsonb_strip_nulls(jsonb_build_object('r', r, 'o', o, 'code', code))
 $$;
 
--- One step on one account record. `op`: {k, id, ...}; see `wire.rs`.
+-- One step on one account record. `op`: {k, id, ...}; see `wire.rs`. (Replaced by
+-- migration 2's.)
 CREATE FUNCTION account_op(op jsonb, now_ms bigint) RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     k   text := op->>'k';

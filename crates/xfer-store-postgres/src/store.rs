@@ -71,7 +71,10 @@ impl fmt::Display for OpenError {
 impl std::error::Error for OpenError {}
 
 /// The migrations, in order; the schema's `migrations` table records which have run.
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("schema.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("schema.sql")),
+    (2, include_str!("migration_2.sql")),
+];
 
 const EXECUTE: &str = "SELECT r::text FROM execute($1::text::jsonb) AS r";
 const SCAN_DUE: &str = "SELECT to_jsonb(t)::text FROM transfers t \

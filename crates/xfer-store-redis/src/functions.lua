@@ -1,4 +1,4 @@
-#!lua name=xfer_1
+#!lua name=xfer_2
 -- xfer's Redis shard: every protocol step as one server-side function on one record.
 --
 -- Loaded once per server (FUNCTION LOAD REPLACE when a store opens). A function runs
@@ -280,6 +280,12 @@ local function account(keys, args)
     if not v then
       redis.call('HSET', key, 'i:' .. tid, 'released 0 0 ' .. horizon)
       redis.call('ZADD', tombs, horizon, member)
+      -- The account's first write for the transfer lists it; past the horizon an earlier
+      -- tombstone may have been pruned (a repeat), so it lists nothing (see record.rs).
+      if status ~= 'unopened' and now_ms() < ms(horizon, 'horizon') then
+        local n = string.format('%d', redis.call('INCR', seq))
+        redis.call('ZADD', hist, n, n .. ' ' .. tid)
+      end
       return { 'release', 'marked' }
     end
     local state, debit, credit, h = intent_of(v, key)
@@ -582,7 +588,7 @@ local function tombs_due(keys, args)
   return redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms(), 'LIMIT', 0, tonumber(args[1]))
 end
 
-redis.register_function('xfer_1_account', account)
-redis.register_function('xfer_1_transfer', transfer)
-redis.register_function { function_name = 'xfer_1_tombs_due', callback = tombs_due,
+redis.register_function('xfer_2_account', account)
+redis.register_function('xfer_2_transfer', transfer)
+redis.register_function { function_name = 'xfer_2_tombs_due', callback = tombs_due,
   flags = { 'no-writes' } }

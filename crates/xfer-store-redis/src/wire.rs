@@ -17,9 +17,9 @@ use xfer_core::{
 };
 use xfer_store::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
 
-pub(crate) const ACCOUNT_FN: &str = "xfer_1_account";
-pub(crate) const TRANSFER_FN: &str = "xfer_1_transfer";
-pub(crate) const TOMBS_DUE_FN: &str = "xfer_1_tombs_due";
+pub(crate) const ACCOUNT_FN: &str = "xfer_2_account";
+pub(crate) const TRANSFER_FN: &str = "xfer_2_transfer";
+pub(crate) const TOMBS_DUE_FN: &str = "xfer_2_tombs_due";
 
 /// A timestamp as the functions store it: milliseconds, a saturated "never" as `i64::MAX`.
 pub(crate) fn ms(t: Timestamp) -> String {

@@ -36,6 +36,7 @@ pub async fn run_all_opened<S: Store, F: std::future::Future<Output = S>>(
     post_moves_money_once(&open_store().await).await;
     release_gives_back_once_and_marks_ahead(&open_store().await).await;
     release_on_a_missing_account_survives_its_creation(&open_store().await).await;
+    history_lists_a_transfer_once_on_every_account_it_names(&open_store().await).await;
     late_prepares_are_refused(&open_store().await).await;
     close_waits_for_transfers_in_flight(&open_store().await).await;
     lower_bounds_hold(&open_store().await).await;
@@ -395,6 +396,88 @@ async fn release_on_a_missing_account_survives_its_creation(s: &dyn Store) {
         "the mark survived creation"
     );
     assert_eq!(get(s, "late").await.incoming, 0);
+}
+
+/// `account`'s whole history, newest first.
+async fn history_of(s: &dyn Store, account: &str) -> Vec<String> {
+    let page = s.history(&acct(account), None, 100).await.expect("history");
+    assert_eq!(page.next, None, "one page");
+    page.entries.iter().map(|(_, t)| t.to_string()).collect()
+}
+
+/// The story (issue 49): a transfer canceled because one account refused its prepare was
+/// in the history of the accounts that prepared it, not in the refusing one's. The
+/// account's first write for a transfer, intent or released mark, lists it, once.
+async fn history_lists_a_transfer_once_on_every_account_it_names(s: &dyn Store) {
+    for id in ["a", "b", "c", "d", "shut"] {
+        create(s, id, LowerBound::default()).await;
+    }
+    fund(s, "a", 100).await;
+    assert_eq!(
+        prepare(s, "a", "t1", 10, 0).await,
+        Reply::Prepare(PrepareOutcome::Prepared)
+    );
+    assert_eq!(
+        prepare(s, "c", "t1", 5, 0).await,
+        Reply::Prepare(PrepareOutcome::Refused(Code::ExceedsAvailable))
+    );
+    assert_eq!(
+        history_of(s, "c").await,
+        Vec::<String>::new(),
+        "a refusal writes nothing"
+    );
+    assert_eq!(
+        prepare(s, "b", "t1", 0, 15).await,
+        Reply::Prepare(PrepareOutcome::Prepared)
+    );
+    for (account, outcome) in [
+        ("a", ReleaseOutcome::Released),
+        ("b", ReleaseOutcome::Released),
+        ("c", ReleaseOutcome::Marked),
+        ("a", ReleaseOutcome::AlreadyReleased),
+        ("c", ReleaseOutcome::AlreadyReleased),
+    ] {
+        assert_eq!(
+            release(s, account, "t1", FUTURE).await,
+            Reply::Release(outcome),
+            "release t1 on {account}"
+        );
+    }
+    assert_eq!(
+        prepare(s, "c", "t1", 5, 0).await,
+        Reply::Prepare(PrepareOutcome::AlreadyReleased)
+    );
+    assert_eq!(history_of(s, "a").await, ["t1", "fund-a-100"]);
+    assert_eq!(history_of(s, "b").await, ["t1"]);
+    assert_eq!(history_of(s, "c").await, ["t1"], "the refusing account too");
+    // A release that overtakes the prepare: the mark lists it, the prepare then does not.
+    release(s, "d", "t2", FUTURE).await;
+    assert_eq!(
+        prepare(s, "d", "t2", 0, 1).await,
+        Reply::Prepare(PrepareOutcome::AlreadyReleased)
+    );
+    assert_eq!(history_of(s, "d").await, ["t2"]);
+    // A closed account named by a transfer lists it; a placeholder is no account.
+    one(s, Op::Account(acct("shut"), AccountOp::Close)).await;
+    prepare(s, "shut", "t3", 0, 1).await;
+    release(s, "shut", "t3", FUTURE).await;
+    assert_eq!(history_of(s, "shut").await, ["t3"]);
+    release(s, "ghost", "t3", FUTURE).await;
+    create(s, "ghost", LowerBound::default()).await;
+    assert_eq!(history_of(s, "ghost").await, Vec::<String>::new());
+    // A mark past its horizon may be pruned and the release repeated: still at most once.
+    for _ in 0..2 {
+        assert_eq!(
+            release(s, "d", "t4", PAST).await,
+            Reply::Release(ReleaseOutcome::Marked)
+        );
+        s.prune(100).await.expect("prune");
+    }
+    let listed = history_of(s, "d").await;
+    assert!(
+        listed.iter().filter(|t| *t == "t4").count() <= 1,
+        "t4 listed twice: {listed:?}"
+    );
 }
 
 async fn late_prepares_are_refused(s: &dyn Store) {

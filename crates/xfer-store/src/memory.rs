@@ -531,18 +531,22 @@ impl MemoryShard {
                         (reply, effect)
                     }
                 };
-                match effect {
-                    Some(IndexEffect::History(t)) => {
+                if let Some(IndexEffect {
+                    transfer: t,
+                    history,
+                    tombstone,
+                }) = effect
+                {
+                    if history {
                         self.sequence += 1;
                         self.history.add(self.sequence, id, t);
                     }
-                    Some(IndexEffect::Tombstone(t, intent)) => {
+                    if let Some(intent) = tombstone {
                         if let Some(c) = &mut self.changes {
                             push_made(&mut c.tombstones, || (id.clone(), t.clone(), intent));
                         }
                         self.tombstones.insert(intent.horizon, id, t);
                     }
-                    None => {}
                 }
                 reply
             }

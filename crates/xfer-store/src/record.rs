@@ -13,15 +13,36 @@ use xfer_core::{
     TransferId, TransferRecord, TransferState,
 };
 
-/// A side effect on the shard's indexes that an account operation asks for. It names the
-/// transfer by the op's own id: the shard copies the id once, into the index, rather than
-/// into this answer first.
+/// What an account operation asks of the shard's indexes. It names the transfer by the
+/// op's own id: the shard copies the id once, into the index, rather than into this answer
+/// first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IndexEffect<'op> {
-    /// An intent was written: add the transfer to the account's history.
-    History(&'op TransferId),
+pub struct IndexEffect<'op> {
+    /// The transfer the op wrote for.
+    pub transfer: &'op TransferId,
+    /// The account's first write for the transfer (its intent, or a released mark on an
+    /// opened account): add the transfer to the account's history.
+    pub history: bool,
     /// A tombstone was written (as it now is on the account): drop it after its horizon.
-    Tombstone(&'op TransferId, Intent),
+    pub tombstone: Option<Intent>,
+}
+
+impl<'op> IndexEffect<'op> {
+    fn history(transfer: &'op TransferId) -> IndexEffect<'op> {
+        IndexEffect {
+            transfer,
+            history: true,
+            tombstone: None,
+        }
+    }
+
+    fn tombstone(transfer: &'op TransferId, intent: Intent) -> IndexEffect<'op> {
+        IndexEffect {
+            transfer,
+            history: false,
+            tombstone: Some(intent),
+        }
+    }
 }
 
 /// Applies `op` to the account `id`, which may not exist (`slot` is `None`).
@@ -67,7 +88,8 @@ pub fn apply_account_absent<'op>(
             let mark = tombstone(IntentState::Released, *horizon);
             placeholder.intents.insert(transfer.clone(), mark);
             slot = Some(placeholder);
-            let effect = IndexEffect::Tombstone(transfer, mark);
+            // A placeholder is no account: it has no history.
+            let effect = IndexEffect::tombstone(transfer, mark);
             (Reply::Release(ReleaseOutcome::Marked), Some(effect))
         }
         AccountOp::Prepare { .. } => (
@@ -103,14 +125,14 @@ pub fn apply_account_to<'op>(
                 a, transfer, asset, *debit, *credit, *deadline, *horizon, now,
             );
             let effect =
-                (outcome == PrepareOutcome::Prepared).then_some(IndexEffect::History(transfer));
+                (outcome == PrepareOutcome::Prepared).then_some(IndexEffect::history(transfer));
             (Reply::Prepare(outcome), effect)
         }
         AccountOp::Post { transfer, .. } => {
             let (outcome, intent) = post(a, transfer);
             let effect = intent
                 .filter(|_| outcome == PostOutcome::Posted)
-                .map(|i| IndexEffect::Tombstone(transfer, i));
+                .map(|i| IndexEffect::tombstone(transfer, i));
             (Reply::Post(outcome), effect)
         }
         AccountOp::Release {
@@ -118,18 +140,26 @@ pub fn apply_account_to<'op>(
         } => {
             let outcome = release(a, transfer, *horizon);
             let effect = matches!(outcome, ReleaseOutcome::Released | ReleaseOutcome::Marked)
-                .then(|| {
-                    a.intents
-                        .get(transfer)
-                        .map(|i| IndexEffect::Tombstone(transfer, *i))
-                })
-                .flatten();
+                .then(|| a.intents.get(transfer))
+                .flatten()
+                .map(|i| IndexEffect {
+                    history: outcome == ReleaseOutcome::Marked
+                        && marks_first_write(a.status, *horizon, now),
+                    ..IndexEffect::tombstone(transfer, *i)
+                });
             (Reply::Release(outcome), effect)
         }
         AccountOp::Close => (close(a), None),
         AccountOp::SetLowerBound { lower_bound } => (set_lower_bound(a, *lower_bound), None),
         AccountOp::Get => (get_account(a), None),
     }
+}
+
+/// Whether a released mark lists its transfer in the account's history: an opened
+/// account's, before the horizon only (past it, an earlier tombstone of the transfer may
+/// have been pruned and the release be a repeat, which must not list it twice).
+fn marks_first_write(status: AccountStatus, horizon: Timestamp, now: Timestamp) -> bool {
+    status != AccountStatus::Unopened && now < horizon
 }
 
 /// What `Get` answers for an account that exists (as [`apply_account_to`] does, without

@@ -12,10 +12,10 @@
 //!
 //! | op | PostgreSQL (`xfer-store-postgres`) | Redis (`xfer-store-redis`: one hash per record) | MongoDB |
 //! |---|---|---|---|
-//! | `Account::Prepare` | `account_op` (PL/pgSQL): lock the account row `FOR UPDATE`, answer an existing intent or tombstone, check deadline, status, asset and `balance - reserved - lower_bound >= debit`, then `UPDATE accounts SET reserved = reserved + d, incoming = incoming + c` and insert the intent row | `FCALL xfer_1_account … prepare` (`functions.lua`): answer an existing intent field, check deadline, status, asset and available (exact decimal arithmetic), then `HSET` reserved, incoming and the intent field, history `ZADD` | `findOneAndUpdate({_id, status:'open', asset, "intents.<t>": {$exists:false}, $expr: available >= d}, {$inc, $set: {"intents.<t>"}})` |
-//! | `Account::Post` / `Release` | `account_op`: the same lock, then the intent row `open → posted / released` and the account's sums | `FCALL xfer_1_account … post` / `release`: the intent field `open → posted / released`, the sums, the tombstone index | `findOneAndUpdate({"intents.<t>.state":"open"}, …)` |
-//! | `Transfer::Insert` | `transfer_op`: `INSERT … ON CONFLICT DO NOTHING RETURNING`, else compare bodies | `FCALL xfer_1_transfer … insert`: `HSET` if absent, else the record (bodies compared by the client) | `insertOne`, duplicate key → read |
-//! | `Transfer::Claim` / `Decide` / `Finish` / `Capture` / `Void` | `transfer_op`: lock the row, compare state and epoch, `UPDATE … RETURNING` | `FCALL xfer_1_transfer …`: compare state and epoch, `HSET`, keep the due index | `findOneAndUpdate({_id, state, epoch}, …)` |
+//! | `Account::Prepare` | `account_op` (PL/pgSQL): lock the account row `FOR UPDATE`, answer an existing intent or tombstone, check deadline, status, asset and `balance - reserved - lower_bound >= debit`, then `UPDATE accounts SET reserved = reserved + d, incoming = incoming + c` and insert the intent row | `FCALL xfer_2_account … prepare` (`functions.lua`): answer an existing intent field, check deadline, status, asset and available (exact decimal arithmetic), then `HSET` reserved, incoming and the intent field, history `ZADD` | `findOneAndUpdate({_id, status:'open', asset, "intents.<t>": {$exists:false}, $expr: available >= d}, {$inc, $set: {"intents.<t>"}})` |
+//! | `Account::Post` / `Release` | `account_op`: the same lock, then the intent row `open → posted / released` and the account's sums (a release's mark where none: before its horizon, on an opened account, a history row) | `FCALL xfer_2_account … post` / `release`: the intent field `open → posted / released`, the sums, the tombstone index (a mark's history `ZADD` as in PostgreSQL) | `findOneAndUpdate({"intents.<t>.state":"open"}, …)` |
+//! | `Transfer::Insert` | `transfer_op`: `INSERT … ON CONFLICT DO NOTHING RETURNING`, else compare bodies | `FCALL xfer_2_transfer … insert`: `HSET` if absent, else the record (bodies compared by the client) | `insertOne`, duplicate key → read |
+//! | `Transfer::Claim` / `Decide` / `Finish` / `Capture` / `Void` | `transfer_op`: lock the row, compare state and epoch, `UPDATE … RETURNING` | `FCALL xfer_2_transfer …`: compare state and epoch, `HSET`, keep the due index | `findOneAndUpdate({_id, state, epoch}, …)` |
 //!
 //! A batch ([`Store::execute`]) sends many transfers' ops for one shard in one round trip
 //! (PostgreSQL: one `SELECT … FROM execute($ops)` statement running each op's function, its
@@ -39,7 +39,7 @@
 //!
 //! [`Store::scan_due`] serves the sweeper from an index on the transfer's wake time;
 //! [`Store::history`] serves an account's transfers newest first from an index written by
-//! prepares; [`Store::prune`] drops tombstones whose horizon the store's clock has passed.
+//! each account's first write for a transfer (intent or released mark); [`Store::prune`] drops tombstones whose horizon the store's clock has passed.
 
 use crate::op::{Op, Reply};
 use std::fmt;
@@ -188,8 +188,9 @@ pub trait Store: Send + Sync {
         limit: usize,
     ) -> BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>>;
 
-    /// The transfers that prepared an intent on `account`, newest first, strictly older
-    /// than the cursor `before`, at most `limit`.
+    /// The transfers that wrote an intent or a released mark on `account` (each once, by
+    /// its first write; a mark only before its horizon, see `record.rs`), newest first,
+    /// strictly older than the cursor `before`, at most `limit`.
     fn history<'a>(
         &'a self,
         account: &'a AccountId,
