@@ -2,11 +2,13 @@
 //! `--token`), printed as readable tables or, with `--json`, as the API's JSON, and the
 //! demos.
 
-use crate::client::{segment, Client};
-use crate::config::ServeArgs;
 use crate::demo::DemoCommand;
+pub use crate::remote::Remote;
+use crate::table::{accounts_table, audit_table, print_json, table, text, transfers_table};
 use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Value};
+use xfer_client::{segment, Client};
+use xfer_server::config::ServeArgs;
 
 /// The `xfer` command.
 #[derive(Debug, Parser)]
@@ -22,25 +24,6 @@ pub struct Cli {
     /// How to reach the server.
     #[command(flatten)]
     pub remote: Remote,
-}
-
-/// Where the server is and how to print.
-#[derive(Clone, Debug, Args)]
-pub struct Remote {
-    /// The server's URL.
-    #[arg(
-        long,
-        env = "XFER_URL",
-        global = true,
-        default_value = "http://127.0.0.1:7700"
-    )]
-    pub url: String,
-    /// A bearer token (when the server has auth on).
-    #[arg(long, env = "XFER_TOKEN", global = true, hide_env_values = true)]
-    pub token: Option<String>,
-    /// Print the API's JSON instead of tables.
-    #[arg(long, global = true)]
-    pub json: bool,
 }
 
 impl Cli {
@@ -243,7 +226,7 @@ pub enum Command {
     Demo(DemoCommand),
     /// Throughput and latency on a fresh store (embedded by default, or PostgreSQL or
     /// Redis with --store), as a library or over HTTP, beside an optional native baseline.
-    Bench(crate::bench::BenchArgs),
+    Bench(xfer_bench::bench::BenchArgs),
 }
 
 /// Account subcommands.
@@ -376,11 +359,11 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
             unreachable!("handled by main")
         }
         Command::Bench(args) => {
-            let report = crate::bench::run(args).await?;
+            let report = xfer_bench::bench::run(args).await?;
             if json_out {
                 print_json(&serde_json::to_value(&report).map_err(|e| e.to_string())?);
             } else {
-                crate::bench::print(&report);
+                xfer_bench::bench::print(&report);
             }
         }
         Command::Account(AccountCommand::Create {
@@ -546,178 +529,6 @@ async fn print_page(
         }
     }
     Ok(())
-}
-
-fn print_json(v: &Value) {
-    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
-}
-
-/// A JSON value as table text: strings bare, null as `-`.
-pub fn text(v: &Value) -> String {
-    match v {
-        Value::Null => "-".to_string(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// Prints rows under headers, columns padded to their widest cell.
-pub fn table(headers: &[&str], rows: &[Vec<String>]) {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| {
-        let padded: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        println!("{}", padded.join("  ").trim_end());
-    };
-    line(headers.to_vec());
-    for row in rows {
-        line(row.iter().map(String::as_str).collect());
-    }
-}
-
-/// Prints accounts.
-pub fn accounts_table(accounts: &[Value]) {
-    let rows: Vec<Vec<String>> = accounts
-        .iter()
-        .map(|a| {
-            [
-                "id",
-                "asset",
-                "balance",
-                "reserved",
-                "incoming",
-                "available",
-                "lower_bound",
-                "status",
-                "in_flight",
-                "shard",
-            ]
-            .iter()
-            .map(|k| text(&a[*k]))
-            .collect()
-        })
-        .collect();
-    table(
-        &[
-            "ID",
-            "ASSET",
-            "BALANCE",
-            "RESERVED",
-            "INCOMING",
-            "AVAILABLE",
-            "BOUND",
-            "STATUS",
-            "IN FLIGHT",
-            "SHARD",
-        ],
-        &rows,
-    );
-}
-
-/// Prints transfers.
-pub fn transfers_table(transfers: &[Value]) {
-    let rows: Vec<Vec<String>> = transfers
-        .iter()
-        .map(|t| {
-            let postings: Vec<String> = t["postings"]
-                .as_array()
-                .map_or(&[][..], |v| v)
-                .iter()
-                .map(|p| {
-                    format!(
-                        "{} {} {}->{}",
-                        text(&p["amount"]),
-                        text(&p["asset"]),
-                        text(&p["from"]),
-                        text(&p["to"])
-                    )
-                })
-                .collect();
-            let reason = match &t["reason"] {
-                Value::Null => "-".to_string(),
-                r => text(&r["message"]),
-            };
-            vec![
-                text(&t["id"]),
-                text(&t["state"]),
-                text(&t["kind"]),
-                postings.join("; "),
-                reason,
-            ]
-        })
-        .collect();
-    table(&["ID", "STATE", "KIND", "POSTINGS", "REASON"], &rows);
-}
-
-/// Prints an audit report.
-pub fn audit_table(report: &Value) {
-    let rows: Vec<Vec<String>> = report["assets"]
-        .as_array()
-        .map_or(&[][..], |v| v)
-        .iter()
-        .map(|a| {
-            let conserved = match &a["conserved"] {
-                Value::Bool(true) => "yes",
-                Value::Bool(false) => "NO",
-                _ => "in flight",
-            };
-            vec![
-                text(&a["asset"]),
-                text(&a["accounts"]),
-                text(&a["balance"]),
-                text(&a["reserved"]),
-                text(&a["incoming"]),
-                conserved.to_string(),
-            ]
-        })
-        .collect();
-    table(
-        &[
-            "ASSET",
-            "ACCOUNTS",
-            "BALANCE SUM",
-            "RESERVED",
-            "INCOMING",
-            "CONSERVED",
-        ],
-        &rows,
-    );
-    let in_flight: Vec<String> = report["in_flight"]
-        .as_object()
-        .map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect())
-        .unwrap_or_default();
-    println!(
-        "in flight: {}; open intents: {}; tombstones: {}",
-        if in_flight.is_empty() {
-            "none".to_string()
-        } else {
-            in_flight.join(" ")
-        },
-        text(&report["open_intents"]),
-        text(&report["tombstones"])
-    );
-    let leaks = report["leaks"].as_array().map_or(&[][..], |v| v);
-    if leaks.is_empty() {
-        println!("audit: clean");
-    } else {
-        for l in leaks {
-            println!(
-                "LEAK {} {}: {}",
-                text(&l["kind"]),
-                text(&l["subject"]),
-                text(&l["detail"])
-            );
-        }
-        println!("audit: {} leaks", leaks.len());
-    }
 }
 
 #[cfg(test)]

@@ -11,17 +11,18 @@
 //! - `points-and-cash` (seed 004): one payment from POINTS and USD held on two shards:
 //!   both legs or neither, then a refund.
 
-use crate::cli::{accounts_table, audit_table, text, Remote};
-use crate::client::{segment, Client};
-use crate::config::ServeConfig;
-use crate::metrics::Stopwatch;
-use crate::server::Server;
+use crate::remote::Remote;
+use crate::table::{accounts_table, audit_table, text};
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use xfer_client::{segment, Client};
 use xfer_core::{Clock, Rng, SystemClock};
 use xfer_engine::{Sleeper, TokioSleeper};
+use xfer_server::config::ServeConfig;
+use xfer_server::metrics::Stopwatch;
+use xfer_server::server::Server;
 
 /// The demos.
 #[derive(Debug, Subcommand)]

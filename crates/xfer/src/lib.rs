@@ -1,43 +1,15 @@
-//! `xfer serve`, the `xfer` command line and the demos, as a library so that tests start
-//! the real server in-process (`Server::start` on port 0) and talk to it over HTTP.
+//! The `xfer` command as a library, so that its parsing and printing are tested: the
+//! command line, the client's flags, the tables it prints and the demos. The server it runs
+//! is `xfer_server`, the bench `xfer_bench`, the HTTP client `xfer_client`.
 //!
 //! | module | what |
 //! |---|---|
-//! | `config` | `xfer serve`'s settings: defaults, file, environment, flags |
-//! | `auth` | bearer tokens and scopes |
-//! | `error` | `ApiError`: the one error shape and the one code → status mapping |
-//! | `wire` | request and response JSON, and the checks that turn requests into domain values |
-//! | `service` | what handlers call: submit (with pre-checks), settle, reads, sweeps |
-//! | `combine` | concurrent small submits driven together as one batch |
-//! | `api` | the routes table and the handlers |
-//! | `openapi` | the OpenAPI document |
-//! | `metrics` | Prometheus metrics |
-//! | `server` | start, serve and stop gracefully |
-//! | `connections` | the listener's bound on open connections |
-//! | `client` | an HTTP client of the API |
-//! | `cli` | the `xfer` command |
-//! | `bench` | `xfer bench`: throughput and latency on the embedded store, library or HTTP |
+//! | `cli` | the subcommands and what each does as a client of the API |
 //! | `demo` | `xfer demo bank / flash-sale / points-and-cash` |
+//! | `table` | readable tables of the API's JSON |
+//! | `remote` | where the server is and how to print: the client's global flags |
 
-pub mod api;
-pub mod auth;
-pub mod baseline;
-pub mod bench;
 pub mod cli;
-pub mod client;
-pub mod combine;
-pub mod config;
-pub mod connections;
 pub mod demo;
-pub mod error;
-pub mod metrics;
-pub mod openapi;
-pub mod server;
-pub mod service;
-pub mod stores;
-pub mod wire;
-pub mod worker;
-
-pub use client::Client;
-pub use config::ServeConfig;
-pub use server::Server;
+pub mod remote;
+pub mod table;

@@ -1,8 +1,8 @@
 //! The `xfer` command: see `xfer --help`.
 
 use xfer::cli::{self, Cli, Command};
-use xfer::config::ServeConfig;
-use xfer::server::{init_logging, Server};
+use xfer_server::config::ServeConfig;
+use xfer_server::server::{init_logging, Server};
 
 /// mimalloc, not the system allocator: `malloc`/`free` were 16 % of `xfer bench`'s CPU with
 /// glibc's (records, ids and batches are many small, short-lived allocations across
@@ -104,7 +104,7 @@ fn fail(message: &str) -> ! {
     std::process::exit(1)
 }
 
-async fn serve(args: xfer::config::ServeArgs) -> Result<i32, String> {
+async fn serve(args: xfer_server::config::ServeArgs) -> Result<i32, String> {
     let cfg = ServeConfig::resolve(&args).map_err(|e| e.to_string())?;
     init_logging(cfg.log_format, &cfg.log)?;
     let server = Server::start(cfg).await?;
@@ -116,10 +116,10 @@ async fn serve(args: xfer::config::ServeArgs) -> Result<i32, String> {
     Ok(0)
 }
 
-async fn worker(args: xfer::config::ServeArgs) -> Result<i32, String> {
+async fn worker(args: xfer_server::config::ServeArgs) -> Result<i32, String> {
     let cfg = ServeConfig::resolve(&args).map_err(|e| e.to_string())?;
     init_logging(cfg.log_format, &cfg.log)?;
-    xfer::worker::run(cfg, async {
+    xfer_server::worker::run(cfg, async {
         shutdown_signal().await;
         tracing::info!("shutting down after the pass under way");
     })

@@ -1,9 +1,9 @@
 //! The HTTP API over real HTTP: a server started in-process on port 0 over a fresh data
-//! directory, driven with [`xfer::Client`].
+//! directory, driven with [`xfer_client::Client`].
 //!
 //! - `every_route_is_served_documented_and_exercised`: each group of endpoints (health,
 //!   accounts, transfers, holds, refunds, admin) on one server, then a check that the
-//!   requests made cover [`xfer::api::ROUTES`], seen from the client and from the server's
+//!   requests made cover [`xfer_server::routes::ROUTES`], seen from the client and from the server's
 //!   own request metrics;
 //! - the first three also `_on_postgres` and `_on_redis`: the same requests and answers with
 //!   the shards in a fresh PostgreSQL database, or under fresh prefixes on the Redis Cluster;
@@ -16,11 +16,12 @@ use hyper::Method;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
 use std::sync::Mutex;
-use xfer::api::{Route, ROUTES};
-use xfer::auth::{Token, Tokens};
-use xfer::client::Answer;
-use xfer::{Client, ServeConfig, Server};
+use xfer_client::Client;
+use xfer_client::Response;
 use xfer_engine::{Sleeper, TokioSleeper};
+use xfer_server::auth::{Token, Tokens};
+use xfer_server::routes::{Route, ROUTES};
+use xfer_server::{ServeConfig, Server};
 
 mod common;
 use common::{postgres_admin, postgres_base};
@@ -92,7 +93,7 @@ impl TestServer {
             let n = DATABASES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let name = format!("xfer_api_{}_{n}", std::process::id());
             postgres_admin(&format!("CREATE DATABASE {name}")).await;
-            cfg.store = xfer::config::StoreKind::Postgres;
+            cfg.store = xfer_server::config::StoreKind::Postgres;
             cfg.postgres_urls = vec![format!("{}/{name}", postgres_base())];
             database = Some(name);
         }
@@ -100,12 +101,12 @@ impl TestServer {
         if let Backend::Redis = backend {
             let n = DATABASES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             for shard in 0..4 {
-                let spec = xfer::config::ShardSpec::Redis {
+                let spec = xfer_server::config::ShardSpec::Redis {
                     url: None,
                     cluster: common::redis_cluster_nodes(),
                     prefix: Some(format!("xfer_api_{}_{n}_{shard}", std::process::id())),
                 };
-                redis.extend(xfer::stores::redis_config(&spec, shard));
+                redis.extend(xfer_server::stores::redis_config(&spec, shard));
                 cfg.layout.push(spec);
             }
         }
@@ -144,7 +145,7 @@ impl TestServer {
         Client::new(self.client.url(), token.map(String::from)).expect("a client")
     }
 
-    async fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Answer {
+    async fn send(&self, method: Method, path: &str, body: Option<&Value>) -> Response {
         self.sent
             .lock()
             .unwrap()
@@ -155,24 +156,24 @@ impl TestServer {
             .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
     }
 
-    async fn get(&self, path: &str) -> Answer {
+    async fn get(&self, path: &str) -> Response {
         self.send(Method::GET, path, None).await
     }
 
-    async fn post(&self, path: &str, body: &Value) -> Answer {
+    async fn post(&self, path: &str, body: &Value) -> Response {
         self.send(Method::POST, path, Some(body)).await
     }
 
     /// A POST without a body (close, capture, void, redrive).
-    async fn post_empty(&self, path: &str) -> Answer {
+    async fn post_empty(&self, path: &str) -> Response {
         self.send(Method::POST, path, None).await
     }
 
-    async fn put(&self, path: &str, body: &Value) -> Answer {
+    async fn put(&self, path: &str, body: &Value) -> Response {
         self.send(Method::PUT, path, Some(body)).await
     }
 
-    async fn raw(&self, method: Method, path: &str, ct: Option<&str>, body: Vec<u8>) -> Answer {
+    async fn raw(&self, method: Method, path: &str, ct: Option<&str>, body: Vec<u8>) -> Response {
         self.sent
             .lock()
             .unwrap()
@@ -315,7 +316,7 @@ fn transfer(id: &str, from: &str, to: &str, asset: &str, amount: Value) -> Value
 }
 
 /// Asserts an error answer: status, code and field (`None`: no field).
-fn expect_error(a: &Answer, status: u16, code: &str, field: Option<&str>, what: &str) {
+fn expect_error(a: &Response, status: u16, code: &str, field: Option<&str>, what: &str) {
     assert_eq!(
         (a.status, a.code(), a.body["field"].as_str()),
         (status, code, field),

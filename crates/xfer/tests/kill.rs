@@ -8,9 +8,9 @@ mod common;
 use common::*;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
-use xfer::metrics::Stopwatch;
 use xfer_core::Rng;
 use xfer_engine::{Sleeper, TokioSleeper};
+use xfer_server::metrics::Stopwatch;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigkill_under_load_loses_nothing_acknowledged() {

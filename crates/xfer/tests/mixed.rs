@@ -8,9 +8,10 @@ mod common;
 
 use common::{postgres_admin, postgres_base};
 use serde_json::{json, Value};
-use xfer::config::{FileConfig, ServeArgs, ServeConfig};
-use xfer::{Client, Server};
+use xfer_client::Client;
 use xfer_engine::{Sleeper, TokioSleeper};
+use xfer_server::config::{FileConfig, ServeArgs, ServeConfig};
+use xfer_server::Server;
 
 async fn start(cfg: &ServeConfig) -> (Server, Client) {
     let server = Server::start(cfg.clone()).await.expect("the server starts");

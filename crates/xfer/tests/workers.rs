@@ -18,9 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use xfer::metrics::Stopwatch;
-use xfer::Client;
+use xfer_client::Client;
 use xfer_core::Rng;
+use xfer_server::metrics::Stopwatch;
 
 /// A database server the test may kill and restart.
 trait Database: Send + Sync {

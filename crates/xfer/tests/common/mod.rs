@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use xfer::client::segment;
-use xfer::client::Answer;
-use xfer::Client;
+use xfer_client::segment;
+use xfer_client::Client;
+use xfer_client::Response;
 use xfer_core::Rng;
 use xfer_engine::{Sleeper, TokioSleeper};
 
@@ -363,12 +363,12 @@ pub const UNAVAILABLE_MAX_MS: u64 = 30_000;
 /// What a client does with a 503: asks again after a pause, here for at most
 /// [`UNAVAILABLE_MAX_MS`]. Answers the first other answer; the ledger keeps the longest
 /// time a request was answered 503, which the tests print.
-pub async fn through_503<F, Fut>(ledger: &Ledger, what: &str, send: F) -> Answer
+pub async fn through_503<F, Fut>(ledger: &Ledger, what: &str, send: F) -> Response
 where
     F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Result<Answer, String>>,
+    Fut: std::future::Future<Output = Result<Response, String>>,
 {
-    let watch = xfer::metrics::Stopwatch::start();
+    let watch = xfer_server::metrics::Stopwatch::start();
     loop {
         let a = send().await.unwrap_or_else(|e| panic!("{what}: {e}"));
         if a.status != 503 {

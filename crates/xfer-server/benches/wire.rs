@@ -3,13 +3,13 @@
 //! answer encoded back to JSON.
 //!
 //! ```sh
-//! cargo bench -p xfer --bench wire
+//! cargo bench -p xfer-server --bench wire
 //! ```
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
-use xfer::wire::{BatchIn, TransferIn, TransferOut};
 use xfer_core::{Timestamp, TransferRecord};
+use xfer_server::wire::{BatchIn, TransferIn, TransferOut};
 
 /// Transfers in one batch request: what `xfer bench --via http` sends by default.
 const BATCH: usize = 256;

@@ -15,8 +15,8 @@
 //! record's insert decides, and the other is answered from the record). The drive runs in
 //! a task of its own, so a request whose client goes away does not stop the batch it is in.
 
+use crate::answer::Answer;
 use crate::error::{ApiCode, ApiError};
-use crate::service::Answer;
 use futures_util::future::BoxFuture;
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};

@@ -2,7 +2,7 @@
 //! [`ROUTES`] table the router uses; a test checks that the two list
 //! exactly the same operations.
 
-use crate::api::ROUTES;
+use crate::routes::ROUTES;
 use serde_json::{json, Map, Value};
 
 fn schema_ref(name: &str) -> Value {

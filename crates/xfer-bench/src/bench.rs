@@ -19,22 +19,22 @@
 //! machine's (the database server's included) per transfer.
 
 use crate::baseline::{FreshDatabase, Native};
-use crate::client::{Client, Connection};
-use crate::config::{ServeConfig, ShardSpec, StoreKind};
-use crate::metrics::Stopwatch;
-use crate::server::Server;
-use crate::stores;
-use crate::wire::TIMEOUT_MS_DEFAULT;
 use clap::{Args, ValueEnum};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use xfer_client::{Client, Connection};
 use xfer_core::transfer::TIMEOUT_MS_MAX;
 use xfer_core::{
     AccountId, Amount, AssetCode, Clock, Posting, Postings, Rng, SystemClock, TransferId,
     TransferKind, TransferSpec, TransferState,
 };
 use xfer_engine::{Decisions, Machine, Outcome, Sleeper, TokioSleeper};
+use xfer_server::config::{ServeConfig, ShardSpec, StoreKind};
+use xfer_server::metrics::Stopwatch;
+use xfer_server::server::Server;
+use xfer_server::stores;
+use xfer_server::wire::TIMEOUT_MS_DEFAULT;
 use xfer_store_redis::RedisStore;
 
 /// What `xfer bench` runs.
@@ -672,7 +672,7 @@ impl Target {
                     let calls = held.iter().map(|id| async move {
                         let path = format!(
                             "/v1/transfers/{}/capture",
-                            crate::client::segment(id.as_str())
+                            xfer_client::segment(id.as_str())
                         );
                         c.post(&path, &json!({})).await
                     });

@@ -1,13 +1,15 @@
-//! The HTTP API: [`ROUTES`] (every endpoint and the scope it needs: the router, the auth
-//! guard and the OpenAPI test all read this one table) and the handlers.
+//! The HTTP API: the router built from [`ROUTES`], the guard that checks each route's scope,
+//! and the handlers.
 //!
 //! Bodies are read and decoded here (not by axum's extractors) so that every failure,
 //! however early, is an [`ApiError`] with its code and field.
 
+use crate::answer::Answer;
 use crate::auth::{Scope, Tokens};
 use crate::error::{decode, ApiCode, ApiError};
 use crate::metrics::Stopwatch;
-use crate::service::{Answer, Service, Settle};
+pub use crate::routes::{Route, ROUTES};
+use crate::service::{Service, Settle};
 use crate::wire::{
     self, AccountCreate, AccountOut, BatchIn, BatchItemOut, LowerBoundChange, RefundIn, TransferIn,
     TransferOut, BATCH_MAX, TIMEOUT_MS_DEFAULT,
@@ -27,53 +29,6 @@ use xfer_core::{
 };
 use xfer_store::{AccountOp, Op, Reply};
 
-/// One endpoint.
-#[derive(Clone, Copy, Debug)]
-pub struct Route {
-    /// `GET`, `POST`, `PUT`.
-    pub method: &'static str,
-    /// The path template, as axum and OpenAPI write it.
-    pub path: &'static str,
-    /// The scope it needs; `None`: open (health, readiness, the OpenAPI document).
-    pub scope: Option<Scope>,
-}
-
-const fn route(method: &'static str, path: &'static str, scope: Option<Scope>) -> Route {
-    Route {
-        method,
-        path,
-        scope,
-    }
-}
-
-const READ: Option<Scope> = Some(Scope::Read);
-const WRITE: Option<Scope> = Some(Scope::Write);
-const ADMIN: Option<Scope> = Some(Scope::Admin);
-
-/// Every endpoint. See the module docs.
-pub const ROUTES: &[Route] = &[
-    route("GET", "/healthz", None),
-    route("GET", "/readyz", None),
-    route("GET", "/metrics", READ),
-    route("GET", "/v1/openapi.json", None),
-    route("POST", "/v1/accounts", WRITE),
-    route("GET", "/v1/accounts", READ),
-    route("GET", "/v1/accounts/{id}", READ),
-    route("POST", "/v1/accounts/{id}/close", ADMIN),
-    route("PUT", "/v1/accounts/{id}/lower_bound", ADMIN),
-    route("GET", "/v1/accounts/{id}/transfers", READ),
-    route("POST", "/v1/transfers", WRITE),
-    route("POST", "/v1/transfers/batch", WRITE),
-    route("GET", "/v1/transfers/{id}", READ),
-    route("POST", "/v1/transfers/{id}/capture", WRITE),
-    route("POST", "/v1/transfers/{id}/void", WRITE),
-    route("POST", "/v1/transfers/{id}/refund", WRITE),
-    route("POST", "/v1/transfers/{id}/redrive", ADMIN),
-    route("GET", "/v1/admin/stuck", ADMIN),
-    route("GET", "/v1/admin/canceled", ADMIN),
-    route("GET", "/v1/audit", ADMIN),
-];
-
 /// What every handler shares.
 pub struct App {
     /// The service.
@@ -85,7 +40,8 @@ pub struct App {
 }
 
 type Shared = State<Arc<App>>;
-type Reply2 = Result<Response, ApiError>;
+/// What a handler answers: a response, or an error in the documented shape.
+type Handled = Result<Response, ApiError>;
 
 /// The router over `app`: exactly the endpoints of [`ROUTES`], each guarded by its scope.
 pub fn router(app: Arc<App>) -> Router {
@@ -356,7 +312,7 @@ fn account_out(app: &App, a: &xfer_core::Account) -> AccountOut {
     AccountOut::new(a, shard)
 }
 
-async fn create_account(State(app): Shared, headers: HeaderMap, b: Body) -> Reply2 {
+async fn create_account(State(app): Shared, headers: HeaderMap, b: Body) -> Handled {
     let req: AccountCreate = body(&app, &headers, b).await?;
     let id = wire::account_id(&req.id, "id")?;
     let asset = AssetCode::new(&req.asset, "asset")?;
@@ -391,13 +347,13 @@ fn unexpected(id: &impl std::fmt::Display, what: &str, reply: Reply) -> ApiError
     xfer_engine::ExecError::Violation(format!("{id}: {what} answered {reply}")).into()
 }
 
-async fn get_account(State(app): Shared, IdParam(id): IdParam) -> Reply2 {
+async fn get_account(State(app): Shared, IdParam(id): IdParam) -> Handled {
     let id = wire::account_id(&id, "id")?;
     let a = app.svc.get_account(&id).await?;
     Ok(Json(account_out(&app, &a)).into_response())
 }
 
-async fn list_accounts(State(app): Shared, RawQuery(q): RawQuery) -> Reply2 {
+async fn list_accounts(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
     let q: PageQuery = query(q)?;
     let limit = q.limit()?;
     let after = q
@@ -420,7 +376,7 @@ async fn list_accounts(State(app): Shared, RawQuery(q): RawQuery) -> Reply2 {
     Ok(Json(json!({"accounts": accounts, "next_after": next.flatten()})).into_response())
 }
 
-async fn close_account(State(app): Shared, IdParam(id): IdParam) -> Reply2 {
+async fn close_account(State(app): Shared, IdParam(id): IdParam) -> Handled {
     let id = wire::account_id(&id, "id")?;
     let a = app.svc.executor().close_account(id).await?;
     Ok(Json(account_out(&app, &a)).into_response())
@@ -431,7 +387,7 @@ async fn set_lower_bound(
     IdParam(id): IdParam,
     headers: HeaderMap,
     b: Body,
-) -> Reply2 {
+) -> Handled {
     let id = wire::account_id(&id, "id")?;
     let req: LowerBoundChange = body(&app, &headers, b).await?;
     let lower_bound = wire::lower_bound(&req.lower_bound, "lower_bound")?;
@@ -455,7 +411,7 @@ async fn account_transfers(
     State(app): Shared,
     IdParam(id): IdParam,
     RawQuery(q): RawQuery,
-) -> Reply2 {
+) -> Handled {
     let id = wire::account_id(&id, "id")?;
     let q: HistoryQuery = query(q)?;
     if q.after.is_some() {
@@ -514,7 +470,7 @@ async fn account_transfers(
     Ok(Json(json!({"transfers": transfers, "next_before": before})).into_response())
 }
 
-async fn submit(State(app): Shared, RawQuery(q): RawQuery, headers: HeaderMap, b: Body) -> Reply2 {
+async fn submit(State(app): Shared, RawQuery(q): RawQuery, headers: HeaderMap, b: Body) -> Handled {
     let wait = query::<WaitQuery>(q)?.wait.unwrap_or(true);
     let req: TransferIn = body(&app, &headers, b).await?;
     let spec = req.to_spec("")?;
@@ -532,7 +488,7 @@ async fn submit_batch(
     RawQuery(q): RawQuery,
     headers: HeaderMap,
     b: Body,
-) -> Reply2 {
+) -> Handled {
     let wait = query::<WaitQuery>(q)?.wait.unwrap_or(true);
     let req: BatchIn = body(&app, &headers, b).await?;
     if req.transfers.len() > BATCH_MAX {
@@ -578,7 +534,7 @@ fn item_error(e: ApiError) -> BatchItemOut {
     }
 }
 
-async fn get_transfer(State(app): Shared, IdParam(id): IdParam) -> Reply2 {
+async fn get_transfer(State(app): Shared, IdParam(id): IdParam) -> Handled {
     let id = wire::transfer_id(&id, "id")?;
     let r = app.svc.get_transfer(&id).await?;
     Ok(Json(TransferOut::from(&r)).into_response())
@@ -590,7 +546,7 @@ async fn get_transfer(State(app): Shared, IdParam(id): IdParam) -> Reply2 {
 #[serde(deny_unknown_fields)]
 struct NoFields {}
 
-async fn settle(app: &App, id: String, action: Settle, headers: HeaderMap, b: Body) -> Reply2 {
+async fn settle(app: &App, id: String, action: Settle, headers: HeaderMap, b: Body) -> Handled {
     let id = wire::transfer_id(&id, "id")?;
     let bytes = axum::body::to_bytes(b, app.body_limit)
         .await
@@ -602,19 +558,19 @@ async fn settle(app: &App, id: String, action: Settle, headers: HeaderMap, b: Bo
     Ok(json_status(answer.status(), answer.out()))
 }
 
-async fn capture(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Reply2 {
+async fn capture(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Handled {
     settle(&app, id, Settle::Capture, headers, b).await
 }
 
-async fn void(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Reply2 {
+async fn void(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Handled {
     settle(&app, id, Settle::Void, headers, b).await
 }
 
-async fn redrive(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Reply2 {
+async fn redrive(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Handled {
     settle(&app, id, Settle::Redrive, headers, b).await
 }
 
-async fn refund(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Reply2 {
+async fn refund(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Handled {
     let original_id = wire::transfer_id(&id, "original")?;
     let req: RefundIn = body(&app, &headers, b).await?;
     let refund_id = wire::transfer_id(&req.id, "id")?;
@@ -672,7 +628,7 @@ async fn refund(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b:
     Ok(json_status(answer.status(), answer.out()))
 }
 
-async fn stuck(State(app): Shared, RawQuery(q): RawQuery) -> Reply2 {
+async fn stuck(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
     let q: PageQuery = query(q)?;
     let limit = q.limit()?;
     let now = app.svc.now();
@@ -702,7 +658,7 @@ async fn stuck(State(app): Shared, RawQuery(q): RawQuery) -> Reply2 {
 const SCAN_CHUNK: usize = 1_000;
 const SCAN_STEPS_MAX: usize = 20;
 
-async fn canceled(State(app): Shared, RawQuery(q): RawQuery) -> Reply2 {
+async fn canceled(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
     let q: PageQuery = query(q)?;
     let limit = q.limit()?;
     let mut cursor = q
@@ -753,7 +709,7 @@ async fn canceled(State(app): Shared, RawQuery(q): RawQuery) -> Reply2 {
     Ok(Json(json!({"transfers": transfers, "next_after": next})).into_response())
 }
 
-async fn audit(State(app): Shared) -> Reply2 {
+async fn audit(State(app): Shared) -> Handled {
     let report = xfer_engine::audit(app.svc.cluster()).await?;
     let mut v = serde_json::to_value(&report).expect("a report serializes");
     v["clean"] = json!(report.is_clean());

@@ -7,10 +7,10 @@
 //! is anything written. So bad input changes nothing, while a resubmitted id is always
 //! answered from its record (idempotency wins over the checks).
 
+pub use crate::answer::Answer;
 use crate::combine::{Combiner, Run};
 use crate::error::{ApiCode, ApiError};
 use crate::metrics::{Metrics, Stopwatch};
-use crate::wire::TransferOut;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -21,39 +21,6 @@ use xfer_core::{
 };
 use xfer_engine::{Cluster, ExecError, Executor, Outcome, Sweeper};
 use xfer_store::{AccountOp, Op, Reply, TransferOp};
-
-/// How a transfer request was answered.
-#[derive(Clone, Debug)]
-pub enum Answer {
-    /// Terminal, held, or run by another executor now: the record.
-    Record(Box<TransferRecord>),
-    /// Inserted (or already there) and left to run in the background.
-    Accepted(Box<TransferRecord>),
-}
-
-impl Answer {
-    /// The record.
-    pub fn record(&self) -> &TransferRecord {
-        match self {
-            Answer::Record(r) | Answer::Accepted(r) => r,
-        }
-    }
-
-    /// The JSON answer.
-    pub fn out(&self) -> TransferOut {
-        TransferOut::from(self.record())
-    }
-
-    /// 200 when settled (done, canceled, held), 202 when still running.
-    pub fn status(&self) -> u16 {
-        let r = self.record();
-        if r.state.is_terminal() || r.state == xfer_core::TransferState::Held {
-            200
-        } else {
-            202
-        }
-    }
-}
 
 /// Transfers answered "accepted" and driven in the background at most; a `?wait=false`
 /// request that would start more is refused with `503 overloaded` before anything is

@@ -13,7 +13,7 @@ use serde_json::Value;
 /// An answer: the status and the JSON body (`null` when the body is not JSON; the text is
 /// in `text`).
 #[derive(Clone, Debug)]
-pub struct Answer {
+pub struct Response {
     /// HTTP status.
     pub status: u16,
     /// The body, parsed.
@@ -22,7 +22,7 @@ pub struct Answer {
     pub text: String,
 }
 
-impl Answer {
+impl Response {
     /// 2xx.
     pub fn is_success(&self) -> bool {
         (200..300).contains(&self.status)
@@ -58,10 +58,10 @@ impl Answer {
     }
 
     /// The answer of `status` with body `bytes`.
-    fn parse(status: u16, bytes: &[u8]) -> Answer {
+    fn parse(status: u16, bytes: &[u8]) -> Response {
         let text = String::from_utf8_lossy(bytes).into_owned();
         let body = serde_json::from_slice(bytes).unwrap_or(Value::Null);
-        Answer { status, body, text }
+        Response { status, body, text }
     }
 }
 
@@ -126,17 +126,17 @@ impl Client {
     }
 
     /// `GET path`.
-    pub async fn get(&self, path: &str) -> Result<Answer, String> {
+    pub async fn get(&self, path: &str) -> Result<Response, String> {
         self.send(Method::GET, path, None).await
     }
 
     /// `POST path` with a JSON body.
-    pub async fn post(&self, path: &str, body: &Value) -> Result<Answer, String> {
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Response, String> {
         self.send(Method::POST, path, Some(body)).await
     }
 
     /// `PUT path` with a JSON body.
-    pub async fn put(&self, path: &str, body: &Value) -> Result<Answer, String> {
+    pub async fn put(&self, path: &str, body: &Value) -> Result<Response, String> {
         self.send(Method::PUT, path, Some(body)).await
     }
 
@@ -146,7 +146,7 @@ impl Client {
         method: Method,
         path: &str,
         body: Option<&Value>,
-    ) -> Result<Answer, String> {
+    ) -> Result<Response, String> {
         let bytes = match body {
             Some(v) => serde_json::to_vec(v).map_err(|e| e.to_string())?,
             None => Vec::new(),
@@ -162,7 +162,7 @@ impl Client {
         path: &str,
         content_type: Option<&str>,
         body: Vec<u8>,
-    ) -> Result<Answer, String> {
+    ) -> Result<Response, String> {
         let req = Request::builder()
             .method(method.clone())
             .uri(format!("{}{path}", self.base));
@@ -178,7 +178,7 @@ impl Client {
             }
         })?;
         let (status, bytes) = read(resp, || format!("{method} {path}")).await?;
-        Ok(Answer::parse(status, &bytes))
+        Ok(Response::parse(status, &bytes))
     }
 
     /// A connection of its own to the server (see [`Connection`]).
@@ -243,7 +243,7 @@ const ANSWER_BODY_MAX: usize = 64 * 1024 * 1024;
 
 impl Connection {
     /// `POST path` with a JSON body already encoded: the body of a 2xx answer, for the
-    /// caller to decode into what it expects; else an error as [`Answer::ok`] makes it.
+    /// caller to decode into what it expects; else an error as [`Response::ok`] makes it.
     pub async fn post_json(&mut self, path: &str, body: Vec<u8>) -> Result<&[u8], String> {
         use std::io::Write as _;
         use tokio::io::AsyncWriteExt;
@@ -285,7 +285,7 @@ impl Connection {
         let bytes = &self.input[start..];
         match status {
             200..=299 => Ok(bytes),
-            _ => Err(Answer::parse(status, bytes).refusal()),
+            _ => Err(Response::parse(status, bytes).refusal()),
         }
     }
 

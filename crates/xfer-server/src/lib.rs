@@ -1,0 +1,42 @@
+//! `xfer serve` and `xfer worker` as a library: the HTTP API over the engine, its
+//! configuration and the stores it opens. The `xfer` binary runs it; tests start the real
+//! server in-process (`Server::start` on port 0) and talk to it over HTTP.
+//!
+//! Imports go one way, down this list:
+//!
+//! | module | what |
+//! |---|---|
+//! | `server` | start, serve and stop gracefully; what every process runs over the shards |
+//! | `worker` | `xfer worker`: sweeps without an API |
+//! | `api` | the router built from `routes`, the scope guard, the handlers |
+//! | `openapi` | the OpenAPI document |
+//! | `routes` | every endpoint and the scope it needs |
+//! | `connections` | the listener's bound on open connections |
+//! | `service` | what handlers call: submit (with pre-checks), settle, reads, sweeps |
+//! | `combine` | concurrent small submits driven together as one batch |
+//! | `answer` | how one transfer request was answered |
+//! | `stores` | opening the configured shards (embedded, PostgreSQL, Redis, mixed) |
+//! | `config` | the settings: defaults, file, environment, flags |
+//! | `auth` | bearer tokens and scopes |
+//! | `metrics` | Prometheus metrics |
+//! | `wire` | request and response JSON, and the checks that turn requests into domain values |
+//! | `error` | `ApiError`: the one error shape and the one code → status mapping |
+
+pub mod answer;
+pub mod api;
+pub mod auth;
+pub mod combine;
+pub mod config;
+pub mod connections;
+pub mod error;
+pub mod metrics;
+pub mod openapi;
+pub mod routes;
+pub mod server;
+pub mod service;
+pub mod stores;
+pub mod wire;
+pub mod worker;
+
+pub use config::ServeConfig;
+pub use server::Server;

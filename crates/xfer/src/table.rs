@@ -1,0 +1,177 @@
+//! Readable tables of the API's JSON: accounts, transfers and the audit, as the CLI and the
+//! demos print them.
+
+use serde_json::Value;
+
+/// Prints a JSON value, indented.
+pub fn print_json(v: &Value) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
+/// A JSON value as table text: strings bare, null as `-`.
+pub fn text(v: &Value) -> String {
+    match v {
+        Value::Null => "-".to_string(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Prints rows under headers, columns padded to their widest cell.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(headers.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}
+
+/// Prints accounts.
+pub fn accounts_table(accounts: &[Value]) {
+    let rows: Vec<Vec<String>> = accounts
+        .iter()
+        .map(|a| {
+            [
+                "id",
+                "asset",
+                "balance",
+                "reserved",
+                "incoming",
+                "available",
+                "lower_bound",
+                "status",
+                "in_flight",
+                "shard",
+            ]
+            .iter()
+            .map(|k| text(&a[*k]))
+            .collect()
+        })
+        .collect();
+    table(
+        &[
+            "ID",
+            "ASSET",
+            "BALANCE",
+            "RESERVED",
+            "INCOMING",
+            "AVAILABLE",
+            "BOUND",
+            "STATUS",
+            "IN FLIGHT",
+            "SHARD",
+        ],
+        &rows,
+    );
+}
+
+/// Prints transfers.
+pub fn transfers_table(transfers: &[Value]) {
+    let rows: Vec<Vec<String>> = transfers
+        .iter()
+        .map(|t| {
+            let postings: Vec<String> = t["postings"]
+                .as_array()
+                .map_or(&[][..], |v| v)
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{} {} {}->{}",
+                        text(&p["amount"]),
+                        text(&p["asset"]),
+                        text(&p["from"]),
+                        text(&p["to"])
+                    )
+                })
+                .collect();
+            let reason = match &t["reason"] {
+                Value::Null => "-".to_string(),
+                r => text(&r["message"]),
+            };
+            vec![
+                text(&t["id"]),
+                text(&t["state"]),
+                text(&t["kind"]),
+                postings.join("; "),
+                reason,
+            ]
+        })
+        .collect();
+    table(&["ID", "STATE", "KIND", "POSTINGS", "REASON"], &rows);
+}
+
+/// Prints an audit report.
+pub fn audit_table(report: &Value) {
+    let rows: Vec<Vec<String>> = report["assets"]
+        .as_array()
+        .map_or(&[][..], |v| v)
+        .iter()
+        .map(|a| {
+            let conserved = match &a["conserved"] {
+                Value::Bool(true) => "yes",
+                Value::Bool(false) => "NO",
+                _ => "in flight",
+            };
+            vec![
+                text(&a["asset"]),
+                text(&a["accounts"]),
+                text(&a["balance"]),
+                text(&a["reserved"]),
+                text(&a["incoming"]),
+                conserved.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        &[
+            "ASSET",
+            "ACCOUNTS",
+            "BALANCE SUM",
+            "RESERVED",
+            "INCOMING",
+            "CONSERVED",
+        ],
+        &rows,
+    );
+    let in_flight: Vec<String> = report["in_flight"]
+        .as_object()
+        .map(|m| m.iter().map(|(k, v)| format!("{k}={v}")).collect())
+        .unwrap_or_default();
+    println!(
+        "in flight: {}; open intents: {}; tombstones: {}",
+        if in_flight.is_empty() {
+            "none".to_string()
+        } else {
+            in_flight.join(" ")
+        },
+        text(&report["open_intents"]),
+        text(&report["tombstones"])
+    );
+    let leaks = report["leaks"].as_array().map_or(&[][..], |v| v);
+    if leaks.is_empty() {
+        println!("audit: clean");
+    } else {
+        for l in leaks {
+            println!(
+                "LEAK {} {}: {}",
+                text(&l["kind"]),
+                text(&l["subject"]),
+                text(&l["detail"])
+            );
+        }
+        println!("audit: {} leaks", leaks.len());
+    }
+}
