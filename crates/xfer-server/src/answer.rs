@@ -24,14 +24,4 @@ impl Answer {
     pub fn out(&self) -> TransferOut {
         TransferOut::from(self.record())
     }
-
-    /// 200 when settled (done, canceled, held), 202 when still running.
-    pub fn status(&self) -> u16 {
-        let r = self.record();
-        if r.state.is_terminal() || r.state == xfer_core::TransferState::Held {
-            200
-        } else {
-            202
-        }
-    }
 }

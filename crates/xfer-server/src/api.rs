@@ -12,7 +12,7 @@ pub use crate::routes::{Route, ROUTES};
 use crate::service::{Service, Settle};
 use crate::wire::{
     self, AccountCreate, AccountOut, BatchIn, BatchItemOut, LowerBoundChange, RefundIn, TransferIn,
-    TransferOut, BATCH_MAX, TIMEOUT_MS_DEFAULT,
+    TransferOut, BATCH_MAX,
 };
 use axum::body::Body;
 use axum::extract::{FromRequestParts, MatchedPath, Path, RawQuery, Request, State};
@@ -24,10 +24,7 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use std::sync::Arc;
-use xfer_core::{
-    AssetCode, Code, LowerBound, Rejection, TransferId, TransferKind, TransferSpec, TransferState,
-};
-use xfer_store::{AccountOp, Op, Reply};
+use xfer_core::{AssetCode, LowerBound, TransferState};
 
 /// What every handler shares.
 pub struct App {
@@ -303,13 +300,7 @@ async fn openapi() -> Response {
 }
 
 fn account_out(app: &App, a: &xfer_core::Account) -> AccountOut {
-    let shard = app
-        .svc
-        .cluster()
-        .router()
-        .shard_of_account(&a.id, Some(&a.asset))
-        .unwrap_or(0);
-    AccountOut::new(a, shard)
+    AccountOut::new(a, app.svc.shard_of(&a.id, &a.asset))
 }
 
 async fn create_account(State(app): Shared, headers: HeaderMap, b: Body) -> Handled {
@@ -320,31 +311,8 @@ async fn create_account(State(app): Shared, headers: HeaderMap, b: Body) -> Hand
         None => LowerBound::default(),
         Some(v) => wire::lower_bound(v, "lower_bound")?,
     };
-    if let LowerBound::Bounded(b) = lower_bound {
-        if b > 0 {
-            return Err(Rejection::new(
-                Code::LowerBoundOutOfRange,
-                "lower_bound",
-                format!("{b}: a new account's balance is 0, so its bound must be 0 or below"),
-            )
-            .into());
-        }
-    }
-    let op = Op::Account(id.clone(), AccountOp::Create { asset, lower_bound });
-    match app.svc.executor().execute_op(op).await? {
-        Reply::Account(a) => Ok(json_status(201, account_out(&app, &a))),
-        Reply::Refused(code) => Err(Rejection::new(
-            code,
-            "id",
-            format!("{id} exists with another asset or lower bound"),
-        )
-        .into()),
-        other => Err(unexpected(&id, "create", other)),
-    }
-}
-
-fn unexpected(id: &impl std::fmt::Display, what: &str, reply: Reply) -> ApiError {
-    xfer_engine::ExecError::Violation(format!("{id}: {what} answered {reply}")).into()
+    let a = app.svc.create_account(id, asset, lower_bound).await?;
+    Ok(json_status(201, account_out(&app, &a)))
 }
 
 async fn get_account(State(app): Shared, IdParam(id): IdParam) -> Handled {
@@ -361,24 +329,15 @@ async fn list_accounts(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
         .as_deref()
         .map(|a| wire::account_id(a, "after"))
         .transpose()?;
-    let mut all = Vec::new();
-    for shard in app.svc.cluster().shards() {
-        let page = shard
-            .accounts(after.as_ref(), limit)
-            .await
-            .map_err(|e| ApiError::api(ApiCode::Unavailable, None, e.to_string()))?;
-        all.extend(page);
-    }
-    all.sort_by(|a, b| a.id.cmp(&b.id));
-    all.truncate(limit);
-    let next = (all.len() == limit).then(|| all.last().map(|a| a.id.to_string()));
-    let accounts: Vec<AccountOut> = all.iter().map(|a| account_out(&app, a)).collect();
-    Ok(Json(json!({"accounts": accounts, "next_after": next.flatten()})).into_response())
+    let page = app.svc.list_accounts(after, limit).await?;
+    let accounts: Vec<AccountOut> = page.items.iter().map(|a| account_out(&app, a)).collect();
+    let next = page.next.map(|a| a.to_string());
+    Ok(Json(json!({"accounts": accounts, "next_after": next})).into_response())
 }
 
 async fn close_account(State(app): Shared, IdParam(id): IdParam) -> Handled {
     let id = wire::account_id(&id, "id")?;
-    let a = app.svc.executor().close_account(id).await?;
+    let a = app.svc.close_account(id).await?;
     Ok(Json(account_out(&app, &a)).into_response())
 }
 
@@ -391,20 +350,8 @@ async fn set_lower_bound(
     let id = wire::account_id(&id, "id")?;
     let req: LowerBoundChange = body(&app, &headers, b).await?;
     let lower_bound = wire::lower_bound(&req.lower_bound, "lower_bound")?;
-    let op = Op::Account(id.clone(), AccountOp::SetLowerBound { lower_bound });
-    match app.svc.executor().execute_op(op).await? {
-        Reply::Account(a) => Ok(Json(account_out(&app, &a)).into_response()),
-        Reply::Refused(code) => Err(Rejection::new(
-            code,
-            "lower_bound",
-            format!("{id} cannot take the bound {:?} now", req.lower_bound),
-        )
-        .into()),
-        Reply::NotFound => {
-            Err(Rejection::new(Code::AccountNotFound, "id", format!("no account {id}")).into())
-        }
-        other => Err(unexpected(&id, "set lower bound", other)),
-    }
+    let a = app.svc.set_lower_bound(id, lower_bound).await?;
+    Ok(Json(account_out(&app, &a)).into_response())
 }
 
 async fn account_transfers(
@@ -426,48 +373,9 @@ async fn account_transfers(
         ..PageQuery::default()
     }
     .limit()?;
-    let account = app.svc.get_account(&id).await?;
-    let shard = app
-        .svc
-        .cluster()
-        .router()
-        .shard_of_account(&id, Some(&account.asset))
-        .map_err(xfer_engine::ExecError::from)?;
-    // Without a filter one page of the index is the answer; with one, pages are read until
-    // `limit` match or the bounded scan ends (then `next_before` continues the scan).
-    let mut found = Vec::new();
-    let mut before = q.before;
-    for _ in 0..SCAN_STEPS_MAX {
-        let page = app.svc.cluster().shards()[shard]
-            .history(&id, before, limit)
-            .await
-            .map_err(|e| ApiError::api(ApiCode::Unavailable, None, e.to_string()))?;
-        let ids: Vec<TransferId> = page.entries.iter().map(|(_, t)| t.clone()).collect();
-        let records = app.svc.get_transfers(&ids).await?;
-        before = page.next;
-        // A transfer the index names but the store no longer has is skipped.
-        let mut records = records.into_iter().peekable();
-        for (seq, transfer) in &page.entries {
-            let Some(record) = records.next_if(|r| &r.spec.id == transfer) else {
-                continue;
-            };
-            if q.state.is_none_or(|s| s == record.state) {
-                found.push(record);
-                if found.len() == limit {
-                    // The rest of this page comes next.
-                    before = (Some(seq) != page.entries.last().map(|(s, _)| s))
-                        .then_some(*seq)
-                        .or(page.next);
-                    break;
-                }
-            }
-        }
-        if found.len() == limit || before.is_none() {
-            break;
-        }
-    }
-    let transfers: Vec<TransferOut> = found.iter().map(TransferOut::from).collect();
-    Ok(Json(json!({"transfers": transfers, "next_before": before})).into_response())
+    let page = app.svc.history(&id, q.before, limit, q.state).await?;
+    let transfers: Vec<TransferOut> = page.items.iter().map(TransferOut::from).collect();
+    Ok(Json(json!({"transfers": transfers, "next_before": page.next})).into_response())
 }
 
 async fn submit(State(app): Shared, RawQuery(q): RawQuery, headers: HeaderMap, b: Body) -> Handled {
@@ -480,7 +388,7 @@ async fn submit(State(app): Shared, RawQuery(q): RawQuery, headers: HeaderMap, b
         .await
         .pop()
         .expect("one answer")?;
-    Ok(json_status(answer.status(), answer.out()))
+    Ok(json_status(status_of(&answer), answer.out()))
 }
 
 async fn submit_batch(
@@ -512,7 +420,7 @@ async fn submit_batch(
     for (i, answer) in slots.into_iter().zip(app.svc.submit(specs, wait).await) {
         results[i] = Some(match answer {
             Ok(a) => BatchItemOut {
-                status: a.status(),
+                status: status_of(&a),
                 transfer: Some(a.out()),
                 error: None,
             },
@@ -555,7 +463,7 @@ async fn settle(app: &App, id: String, action: Settle, headers: HeaderMap, b: Bo
         body::<NoFields>(app, &headers, Body::from(bytes)).await?;
     }
     let answer: Answer = app.svc.settle(id, action).await?;
-    Ok(json_status(answer.status(), answer.out()))
+    Ok(json_status(status_of(&answer), answer.out()))
 }
 
 async fn capture(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Handled {
@@ -574,58 +482,18 @@ async fn refund(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b:
     let original_id = wire::transfer_id(&id, "original")?;
     let req: RefundIn = body(&app, &headers, b).await?;
     let refund_id = wire::transfer_id(&req.id, "id")?;
-    let original = app.svc.get_transfer(&original_id).await?;
-    let mine = original.refunded_by.as_ref() == Some(&refund_id);
-    if original.state != TransferState::Done && !mine {
-        return Err(Rejection::new(
-            Code::OriginalIsNotDone,
-            "original",
-            format!(
-                "{original_id} is {}; only a done transfer can be refunded",
-                original.state
-            ),
-        )
-        .into());
+    let answer = app.svc.refund(original_id, refund_id, req.metadata).await?;
+    Ok(json_status(status_of(&answer), answer.out()))
+}
+
+/// 200 when settled (done, canceled, held), 202 when still running.
+fn status_of(answer: &Answer) -> u16 {
+    let r = answer.record();
+    if r.state.is_terminal() || r.state == TransferState::Held {
+        200
+    } else {
+        202
     }
-    if let Some(rival) = original.refunded_by.as_ref().filter(|r| **r != refund_id) {
-        // Refused before anything is written, as above, unless the rival refund was
-        // canceled (the protocol lets a new refund take its link over) or this refund
-        // exists already (a resubmission is answered from its record).
-        let taken_over = match app.svc.get_transfer(rival).await {
-            Ok(r) => r.state == TransferState::Canceled,
-            Err(e) if e.code == Code::TransferNotFound.as_str() => true,
-            Err(e) => return Err(e),
-        };
-        let exists = match app.svc.get_transfer(&refund_id).await {
-            Ok(_) => true,
-            Err(e) if e.code == Code::TransferNotFound.as_str() => false,
-            Err(e) => return Err(e),
-        };
-        if !taken_over && !exists {
-            return Err(Rejection::new(
-                Code::OriginalAlreadyRefunded,
-                "original",
-                format!("{original_id} is refunded by {rival}"),
-            )
-            .into());
-        }
-    }
-    let spec = TransferSpec {
-        id: refund_id,
-        postings: original.spec.reversed_postings().into(),
-        metadata: req.metadata,
-        kind: TransferKind::Transfer,
-        refund_of: Some(original_id),
-        timeout_ms: TIMEOUT_MS_DEFAULT,
-    };
-    spec.validate()?;
-    let answer = app
-        .svc
-        .submit(vec![spec], true)
-        .await
-        .pop()
-        .expect("one answer")?;
-    Ok(json_status(answer.status(), answer.out()))
 }
 
 async fn stuck(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
@@ -654,63 +522,22 @@ async fn stuck(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
     Ok(Json(json!({ "stuck": items })).into_response())
 }
 
-/// Transfers read per shard per step of the canceled scan, and steps per request.
-const SCAN_CHUNK: usize = 1_000;
-const SCAN_STEPS_MAX: usize = 20;
-
 async fn canceled(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
     let q: PageQuery = query(q)?;
     let limit = q.limit()?;
-    let mut cursor = q
+    let after = q
         .after
         .as_deref()
         .map(|a| wire::transfer_id(a, "after"))
         .transpose()?;
-    let mut found = Vec::new();
-    let mut more = true;
-    for _ in 0..SCAN_STEPS_MAX {
-        // Each shard's next chunk; only ids up to the smallest last id of a full chunk are
-        // known complete across shards.
-        let mut merged = Vec::new();
-        let mut bound: Option<TransferId> = None;
-        for shard in app.svc.cluster().shards() {
-            let chunk = shard
-                .transfers(cursor.as_ref(), SCAN_CHUNK)
-                .await
-                .map_err(|e| ApiError::api(ApiCode::Unavailable, None, e.to_string()))?;
-            if chunk.len() == SCAN_CHUNK {
-                let last = chunk.last().expect("full").spec.id.clone();
-                bound = Some(bound.map_or(last.clone(), |b: TransferId| b.min(last)));
-            }
-            merged.extend(chunk);
-        }
-        merged.sort_by(|a, b| a.spec.id.cmp(&b.spec.id));
-        if let Some(b) = &bound {
-            merged.retain(|r| &r.spec.id <= b);
-        }
-        let mut last = None;
-        for r in merged {
-            last = Some(r.spec.id.clone());
-            if r.state == TransferState::Canceled {
-                found.push(r);
-                if found.len() == limit {
-                    break;
-                }
-            }
-        }
-        more = bound.is_some() || found.len() == limit;
-        cursor = last.or(cursor);
-        if found.len() == limit || !more {
-            break;
-        }
-    }
-    let next = more.then(|| cursor.map(|c| c.to_string())).flatten();
-    let transfers: Vec<TransferOut> = found.iter().map(TransferOut::from).collect();
+    let page = app.svc.canceled(after, limit).await?;
+    let transfers: Vec<TransferOut> = page.items.iter().map(TransferOut::from).collect();
+    let next = page.next.map(|c| c.to_string());
     Ok(Json(json!({"transfers": transfers, "next_after": next})).into_response())
 }
 
 async fn audit(State(app): Shared) -> Handled {
-    let report = xfer_engine::audit(app.svc.cluster()).await?;
+    let report = app.svc.audit().await?;
     let mut v = serde_json::to_value(&report).expect("a report serializes");
     v["clean"] = json!(report.is_clean());
     Ok(Json(v).into_response())

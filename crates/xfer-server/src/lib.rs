@@ -12,6 +12,7 @@
 //! | `openapi` | the OpenAPI document |
 //! | `routes` | every endpoint and the scope it needs |
 //! | `connections` | the listener's bound on open connections |
+//! | `listings` | accounts, history, canceled transfers and the audit, as the service's |
 //! | `service` | what handlers call: submit (with pre-checks), settle, reads, sweeps |
 //! | `combine` | concurrent small submits driven together as one batch |
 //! | `answer` | how one transfer request was answered |
@@ -29,6 +30,7 @@ pub mod combine;
 pub mod config;
 pub mod connections;
 pub mod error;
+pub mod listings;
 pub mod metrics;
 pub mod openapi;
 pub mod routes;

@@ -1,0 +1,300 @@
+//! What the API reads and changes outside a transfer's protocol, as methods of
+//! [`Service`]: accounts (create, change the lower bound, close, list), an account's
+//! history, the canceled transfers and the audit. The handlers call these and decide only
+//! the HTTP answer.
+
+use crate::answer::Answer;
+use crate::error::{ApiCode, ApiError};
+use crate::service::Service;
+use crate::wire::TIMEOUT_MS_DEFAULT;
+use xfer_core::{
+    Account, AccountId, AssetCode, Code, LowerBound, Rejection, TransferId, TransferKind,
+    TransferRecord, TransferSpec, TransferState,
+};
+use xfer_engine::{AuditReport, ExecError};
+use xfer_store::{AccountOp, Op, Reply};
+
+/// Index pages a filtered history reads at most per request; transfers read per shard per
+/// step of the canceled scan, and its steps per request.
+const SCAN_STEPS_MAX: usize = 20;
+const SCAN_CHUNK: usize = 1_000;
+
+/// A page of a list read forwards: the items, and where the next page starts.
+pub struct Page<T, C> {
+    /// The items, in order.
+    pub items: Vec<T>,
+    /// Pass back to get the next page; `None` at the end.
+    pub next: Option<C>,
+}
+
+impl Service {
+    /// The shard that holds account `id` of `asset` (0 if the router cannot place it: the
+    /// account was placed when it was created, so this only labels it).
+    pub fn shard_of(&self, id: &AccountId, asset: &AssetCode) -> usize {
+        self.cluster()
+            .router()
+            .shard_of_account(id, Some(asset))
+            .unwrap_or(0)
+    }
+
+    /// Creates account `id` (the same asset and bound again answers it).
+    pub async fn create_account(
+        &self,
+        id: AccountId,
+        asset: AssetCode,
+        lower_bound: LowerBound,
+    ) -> Result<Account, ApiError> {
+        if let LowerBound::Bounded(b) = lower_bound {
+            if b > 0 {
+                return Err(Rejection::new(
+                    Code::LowerBoundOutOfRange,
+                    "lower_bound",
+                    format!("{b}: a new account's balance is 0, so its bound must be 0 or below"),
+                )
+                .into());
+            }
+        }
+        let op = Op::Account(id.clone(), AccountOp::Create { asset, lower_bound });
+        match self.executor().execute_op(op).await? {
+            Reply::Account(a) => Ok(std::sync::Arc::unwrap_or_clone(a)),
+            Reply::Refused(code) => Err(Rejection::new(
+                code,
+                "id",
+                format!("{id} exists with another asset or lower bound"),
+            )
+            .into()),
+            other => Err(unexpected(&id, "create", other)),
+        }
+    }
+
+    /// Changes account `id`'s lower bound (refused if its balance would be below it).
+    pub async fn set_lower_bound(
+        &self,
+        id: AccountId,
+        lower_bound: LowerBound,
+    ) -> Result<Account, ApiError> {
+        let op = Op::Account(id.clone(), AccountOp::SetLowerBound { lower_bound });
+        match self.executor().execute_op(op).await? {
+            Reply::Account(a) => Ok(std::sync::Arc::unwrap_or_clone(a)),
+            Reply::Refused(code) => Err(Rejection::new(
+                code,
+                "lower_bound",
+                format!("{id} cannot take the bound {} now", bound_text(lower_bound)),
+            )
+            .into()),
+            Reply::NotFound => {
+                Err(Rejection::new(Code::AccountNotFound, "id", format!("no account {id}")).into())
+            }
+            other => Err(unexpected(&id, "set lower bound", other)),
+        }
+    }
+
+    /// Closes account `id` once no transfer is in flight on it.
+    pub async fn close_account(&self, id: AccountId) -> Result<Account, ApiError> {
+        Ok(self.executor().close_account(id).await?)
+    }
+
+    /// Accounts in id order after `after`, at most `limit`, from every shard.
+    pub async fn list_accounts(
+        &self,
+        after: Option<AccountId>,
+        limit: usize,
+    ) -> Result<Page<Account, AccountId>, ApiError> {
+        let mut all = Vec::new();
+        for shard in self.cluster().shards() {
+            let page = shard
+                .accounts(after.as_ref(), limit)
+                .await
+                .map_err(|e| ApiError::api(ApiCode::Unavailable, None, e.to_string()))?;
+            all.extend(page);
+        }
+        all.sort_by(|a, b| a.id.cmp(&b.id));
+        all.truncate(limit);
+        let next = (all.len() == limit)
+            .then(|| all.last().map(|a| a.id.clone()))
+            .flatten();
+        Ok(Page { items: all, next })
+    }
+
+    /// Account `id`'s transfers, newest first, strictly older than the cursor `before`, at
+    /// most `limit`, only those now in `state` if given. Without a filter one page of the
+    /// index is the answer; with one, pages are read until `limit` match or the bounded
+    /// scan ends (the next cursor continues it, mid-page if need be).
+    pub async fn history(
+        &self,
+        id: &AccountId,
+        before: Option<u64>,
+        limit: usize,
+        state: Option<TransferState>,
+    ) -> Result<Page<TransferRecord, u64>, ApiError> {
+        let account = self.get_account(id).await?;
+        let shard = self
+            .cluster()
+            .router()
+            .shard_of_account(id, Some(&account.asset))
+            .map_err(ExecError::from)?;
+        let mut found = Vec::new();
+        let mut before = before;
+        for _ in 0..SCAN_STEPS_MAX {
+            let page = self.cluster().shards()[shard]
+                .history(id, before, limit)
+                .await
+                .map_err(|e| ApiError::api(ApiCode::Unavailable, None, e.to_string()))?;
+            let ids: Vec<TransferId> = page.entries.iter().map(|(_, t)| t.clone()).collect();
+            let records = self.get_transfers(&ids).await?;
+            before = page.next;
+            // A transfer the index names but the store no longer has is skipped.
+            let mut records = records.into_iter().peekable();
+            for (seq, transfer) in &page.entries {
+                let Some(record) = records.next_if(|r| &r.spec.id == transfer) else {
+                    continue;
+                };
+                if state.is_none_or(|s| s == record.state) {
+                    found.push(record);
+                    if found.len() == limit {
+                        // The rest of this page comes next.
+                        before = (Some(seq) != page.entries.last().map(|(s, _)| s))
+                            .then_some(*seq)
+                            .or(page.next);
+                        break;
+                    }
+                }
+            }
+            if found.len() == limit || before.is_none() {
+                break;
+            }
+        }
+        Ok(Page {
+            items: found,
+            next: before,
+        })
+    }
+
+    /// Canceled transfers in id order after `after`, at most `limit`; a bounded scan, so a
+    /// page may hold fewer and still have a next cursor.
+    pub async fn canceled(
+        &self,
+        after: Option<TransferId>,
+        limit: usize,
+    ) -> Result<Page<TransferRecord, TransferId>, ApiError> {
+        let mut cursor = after;
+        let mut found = Vec::new();
+        let mut more = true;
+        for _ in 0..SCAN_STEPS_MAX {
+            // Each shard's next chunk; only ids up to the smallest last id of a full chunk
+            // are known complete across shards.
+            let mut merged = Vec::new();
+            let mut bound: Option<TransferId> = None;
+            for shard in self.cluster().shards() {
+                let chunk = shard
+                    .transfers(cursor.as_ref(), SCAN_CHUNK)
+                    .await
+                    .map_err(|e| ApiError::api(ApiCode::Unavailable, None, e.to_string()))?;
+                if chunk.len() == SCAN_CHUNK {
+                    let last = chunk.last().expect("full").spec.id.clone();
+                    bound = Some(bound.map_or(last.clone(), |b: TransferId| b.min(last)));
+                }
+                merged.extend(chunk);
+            }
+            merged.sort_by(|a, b| a.spec.id.cmp(&b.spec.id));
+            if let Some(b) = &bound {
+                merged.retain(|r| &r.spec.id <= b);
+            }
+            let mut last = None;
+            for r in merged {
+                last = Some(r.spec.id.clone());
+                if r.state == TransferState::Canceled {
+                    found.push(r);
+                    if found.len() == limit {
+                        break;
+                    }
+                }
+            }
+            more = bound.is_some() || found.len() == limit;
+            cursor = last.or(cursor);
+            if found.len() == limit || !more {
+                break;
+            }
+        }
+        Ok(Page {
+            items: found,
+            next: more.then_some(cursor).flatten(),
+        })
+    }
+
+    /// Refunds the done transfer `original_id` with a new transfer `refund_id` of its
+    /// reversed postings, linked both ways, waiting for its outcome. Refused before anything
+    /// is written when the original is not done or another live refund holds it.
+    pub async fn refund(
+        &self,
+        original_id: TransferId,
+        refund_id: TransferId,
+        metadata: String,
+    ) -> Result<Answer, ApiError> {
+        let original = self.get_transfer(&original_id).await?;
+        let mine = original.refunded_by.as_ref() == Some(&refund_id);
+        if original.state != TransferState::Done && !mine {
+            return Err(Rejection::new(
+                Code::OriginalIsNotDone,
+                "original",
+                format!(
+                    "{original_id} is {}; only a done transfer can be refunded",
+                    original.state
+                ),
+            )
+            .into());
+        }
+        if let Some(rival) = original.refunded_by.as_ref().filter(|r| **r != refund_id) {
+            // Refused before anything is written, as above, unless the rival refund was
+            // canceled (the protocol lets a new refund take its link over) or this refund
+            // exists already (a resubmission is answered from its record).
+            let taken_over = match self.get_transfer(rival).await {
+                Ok(r) => r.state == TransferState::Canceled,
+                Err(e) if e.code == Code::TransferNotFound.as_str() => true,
+                Err(e) => return Err(e),
+            };
+            let exists = match self.get_transfer(&refund_id).await {
+                Ok(_) => true,
+                Err(e) if e.code == Code::TransferNotFound.as_str() => false,
+                Err(e) => return Err(e),
+            };
+            if !taken_over && !exists {
+                return Err(Rejection::new(
+                    Code::OriginalAlreadyRefunded,
+                    "original",
+                    format!("{original_id} is refunded by {rival}"),
+                )
+                .into());
+            }
+        }
+        let spec = TransferSpec {
+            id: refund_id,
+            postings: original.spec.reversed_postings().into(),
+            metadata,
+            kind: TransferKind::Transfer,
+            refund_of: Some(original_id),
+            timeout_ms: TIMEOUT_MS_DEFAULT,
+        };
+        spec.validate()?;
+        self.submit(vec![spec], true)
+            .await
+            .pop()
+            .expect("one answer")
+    }
+
+    /// Totals per asset, transfers in flight, leaks.
+    pub async fn audit(&self) -> Result<AuditReport, ApiError> {
+        Ok(xfer_engine::audit(self.cluster()).await?)
+    }
+}
+
+fn bound_text(b: LowerBound) -> String {
+    match b {
+        LowerBound::Bounded(n) => n.to_string(),
+        LowerBound::Unbounded => "unbounded".to_string(),
+    }
+}
+
+fn unexpected(id: &impl std::fmt::Display, what: &str, reply: Reply) -> ApiError {
+    ExecError::Violation(format!("{id}: {what} answered {reply}")).into()
+}
