@@ -8,7 +8,7 @@
 //!
 //! It never answers "not there" for an id the table holds:
 //! - every id the checkpointer writes to `done` is added, under the shard's lock, before
-//!   the record leaves memory (`Inner::checkpoint`);
+//!   the record leaves memory (`Checkpointer::checkpoint`);
 //! - what the table held at open is added by a scan on a background thread; until the scan
 //!   is over the filter is incomplete and answers "maybe" for every id, so the caller asks
 //!   fjall as before.
