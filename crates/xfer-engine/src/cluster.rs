@@ -24,6 +24,27 @@ use futures_util::future::join_all;
 use std::sync::Arc;
 use xfer_store::{answered_durable, LogDomain, Op, Reply, Store, StoreError};
 
+/// Proof that the shards' log is durable up to [`Durable::point`]. Only
+/// [`Cluster::wait_durable`] and [`Cluster::sync_durable`] make one, once the store said so:
+/// outcomes answered ahead of the sync ([`crate::Ahead::outcomes`]) are released against it,
+/// never against a promise.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Durable {
+    point: u64,
+}
+
+impl Durable {
+    /// The log point known durable.
+    pub fn point(self) -> u64 {
+        self.point
+    }
+
+    /// True if everything up to `point` is durable.
+    pub fn covers(self, point: u64) -> bool {
+        point <= self.point
+    }
+}
+
 /// The shards and their router.
 pub struct Cluster {
     shards: Vec<Arc<dyn Store>>,
@@ -90,20 +111,22 @@ impl Cluster {
     }
 
     /// Waits until the shards' log is durable up to `point`.
-    pub async fn wait_durable(&self, point: u64) -> Result<(), StoreError> {
+    pub async fn wait_durable(&self, point: u64) -> Result<Durable, StoreError> {
         match self.shards.first() {
-            Some(s) if point > 0 => s.wait_durable(point).await,
-            _ => Ok(()),
+            Some(s) if point > 0 => s.wait_durable(point).await?,
+            _ => {}
         }
+        Ok(Durable { point })
     }
 
     /// As [`Cluster::wait_durable`], syncing in the calling thread (blocking it) where the
     /// shards can ([`Store::sync_durable`]); `None` where they cannot.
-    pub fn sync_durable(&self, point: u64) -> Option<Result<(), StoreError>> {
-        match self.shards.first() {
-            Some(s) if point > 0 => s.sync_durable(point),
-            _ => Some(Ok(())),
-        }
+    pub fn sync_durable(&self, point: u64) -> Option<Result<Durable, StoreError>> {
+        let synced = match self.shards.first() {
+            Some(s) if point > 0 => s.sync_durable(point)?,
+            _ => Ok(()),
+        };
+        Some(synced.map(|()| Durable { point }))
     }
 
     /// True if the shards' log is durable up to `point` now.

@@ -22,14 +22,21 @@
 //! the machine left is finished by a sweeper once its lease lapses. A round that answers
 //! anything counts as progress and resets the count; [`ROUNDS_MAX`] bounds the whole drive.
 
-use crate::cluster::{Cluster, Sent};
+use crate::cluster::{Cluster, Durable, Sent};
 use crate::error::ExecError;
-use crate::executor::Decisions;
 use crate::machine::{Machine, Outcome, Request};
 use crate::retry::{Retry, RetryPolicy};
 use std::collections::VecDeque;
 use xfer_core::{Clock, Code, Rejection, TransferId};
 use xfer_store::StoreError;
+
+/// Told, while transfers are driven, of each decision this executor writes: the transfer's
+/// decide step (the commit point) answered and is durable, so it is applied, held or
+/// canceling now and its outcome can no longer change. `xfer bench` times submit-to-decided with it.
+pub trait Decisions: Send + Sync {
+    /// `id` is decided.
+    fn decided(&self, id: &TransferId);
+}
 
 /// The most rounds one drive runs before giving up on every machine still live. A plain
 /// transfer needs six rounds without failures, a refund about ten.
@@ -105,9 +112,20 @@ impl Rounds {
     /// if it failed, every outcome that rests on an answer is `Indeterminate`.
     pub(crate) fn settle(
         mut self,
-        synced: Result<(), StoreError>,
+        synced: Result<Durable, StoreError>,
         decisions: Option<&dyn Decisions>,
     ) -> Vec<Result<Outcome, ExecError>> {
+        let point = self.point();
+        let synced = synced.and_then(|d| {
+            if d.covers(point) {
+                Ok(())
+            } else {
+                Err(StoreError::Indeterminate(format!(
+                    "the log is durable up to {}, not {point}: nothing ahead of it is told",
+                    d.point()
+                )))
+            }
+        });
         match synced {
             Ok(()) => {
                 if let Some(d) = decisions {

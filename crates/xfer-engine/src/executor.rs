@@ -13,7 +13,8 @@
 //! executor runs the transfer now; it will finish without this one). Rejections, a missing
 //! transfer and broken invariants come back as `Err`.
 
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Durable};
+pub use crate::drive::Decisions;
 use crate::drive::{drive, gave_up, rounds, Rounds};
 use crate::error::ExecError;
 use crate::machine::{Config, Machine, Outcome, Request};
@@ -27,14 +28,6 @@ use xfer_store::{AccountOp, Op, Reply, StoreError, TransferOp};
 pub const FLIGHTS_MAX: usize = 1_024;
 /// Default for how many times [`Executor::close_account`] waits for transfers in flight.
 pub const CLOSE_WAITS_MAX_DEFAULT: u32 = 20;
-
-/// Told, while transfers are driven, of each decision this executor writes: the transfer's
-/// decide step (the commit point) answered and is durable, so it is applied, held or
-/// canceling now and its outcome can no longer change. `xfer bench` times submit-to-decided with it.
-pub trait Decisions: Send + Sync {
-    /// `id` is decided.
-    fn decided(&self, id: &TransferId);
-}
 
 /// Runs transfers as one owner. See the module docs.
 pub struct Executor {
@@ -275,7 +268,7 @@ impl Executor {
     }
 
     /// Waits until the shards' log is durable up to `point` (0: at once).
-    pub async fn wait_durable(&self, point: u64) -> Result<(), ExecError> {
+    pub async fn wait_durable(&self, point: u64) -> Result<Durable, ExecError> {
         self.cluster
             .wait_durable(point)
             .await
@@ -377,10 +370,10 @@ impl Ahead {
     }
 
     /// The outcomes, in the order of the specs, given the result of waiting for
-    /// [`Ahead::point`] (`Cluster::wait_durable` or `Cluster::sync_durable`): if the wait
-    /// failed, every outcome that rests on an answer is `Indeterminate`. Pass only what
-    /// such a wait answered: an `Ok` without it would answer what a crash can still undo.
-    pub fn outcomes(self, synced: Result<(), StoreError>) -> Vec<Result<Outcome, ExecError>> {
+    /// [`Ahead::point`] (`Cluster::wait_durable` or `Cluster::sync_durable`, the only makers
+    /// of a [`Durable`]): if the wait failed, or proves a point short of this one, every
+    /// outcome that rests on an answer is `Indeterminate`.
+    pub fn outcomes(self, synced: Result<Durable, StoreError>) -> Vec<Result<Outcome, ExecError>> {
         self.windows
             .into_iter()
             .flat_map(|w| w.settle(synced.clone(), None))
@@ -392,7 +385,7 @@ impl Window {
     /// Its outcomes in the order of its specs, given the wait for its rounds' point.
     fn settle(
         self,
-        synced: Result<(), StoreError>,
+        synced: Result<Durable, StoreError>,
         decisions: Option<&dyn Decisions>,
     ) -> Vec<Result<Outcome, ExecError>> {
         let mut results = self.results;

@@ -19,7 +19,7 @@ pub mod router;
 pub mod sweeper;
 
 pub use audit::{audit, AuditReport};
-pub use cluster::Cluster;
+pub use cluster::{Cluster, Durable};
 pub use drive::ROUNDS_MAX;
 pub use error::ExecError;
 pub use executor::{Ahead, Decisions, Executor};

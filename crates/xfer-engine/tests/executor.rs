@@ -1198,6 +1198,16 @@ async fn ahead_leaves_the_wait_to_the_caller_and_a_failed_wait_leaves_outcomes_u
     }
     let ahead = w.exec.submit_many_ahead(specs()).await;
     gate.open_all();
+    // A proof of an earlier point releases nothing that rests on a later one.
+    let short = w.cluster().wait_durable(ahead.point() - 1).await;
+    assert_eq!(
+        short.as_ref().map(|d| d.point()).ok(),
+        Some(ahead.point() - 1)
+    );
+    let ahead_again = w.exec.submit_many_ahead(specs()).await;
+    for r in ahead_again.outcomes(short) {
+        assert!(matches!(r, Err(ExecError::Indeterminate(_))), "{r:?}");
+    }
     let synced = w.cluster().wait_durable(ahead.point()).await;
     let states: Vec<TransferState> = ahead
         .outcomes(synced)

@@ -153,7 +153,7 @@ impl Pending {
             Go::Answered(a) => a,
         };
         match synced {
-            Ok(()) => (0..refused).for_each(|_| s.metrics.transfer("rejected", 0.0)),
+            Ok(_) => (0..refused).for_each(|_| s.metrics.transfer("rejected", 0.0)),
             Err(e) => {
                 let e = ApiError::from(ExecError::unsynced(&e));
                 answers = vec![Err(e.clone()); answers.len()];
