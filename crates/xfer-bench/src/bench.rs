@@ -34,7 +34,7 @@ use xfer_server::config::{ServeConfig, ShardSpec, StoreKind};
 use xfer_server::metrics::Stopwatch;
 use xfer_server::server::Server;
 use xfer_server::stores;
-use xfer_server::wire::TIMEOUT_MS_DEFAULT;
+use xfer_server::wire::{BatchIn, TransferIn, TIMEOUT_MS_DEFAULT};
 use xfer_store_redis::RedisStore;
 
 /// What `xfer bench` runs.
@@ -465,57 +465,6 @@ fn next_spec(a: &BenchArgs, names: &Names, rng: &mut Rng, id: TransferId) -> Tra
     }
 }
 
-/// A transfer as `POST /v1/transfers` takes it, encoded straight from the spec.
-#[derive(serde::Serialize)]
-struct TransferBody<'a> {
-    id: &'a str,
-    postings: Vec<PostingBody<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    hold: Option<HoldBody>,
-    /// Left out at the API's default, so the default run's requests stay as they were.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    timeout_ms: Option<u64>,
-}
-
-#[derive(serde::Serialize)]
-struct PostingBody<'a> {
-    from: &'a str,
-    to: &'a str,
-    asset: &'a str,
-    amount: u64,
-}
-
-#[derive(serde::Serialize)]
-struct HoldBody {
-    ttl_ms: u64,
-}
-
-#[derive(serde::Serialize)]
-struct BatchBody<'a> {
-    transfers: Vec<TransferBody<'a>>,
-}
-
-fn body_of(s: &TransferSpec) -> TransferBody<'_> {
-    TransferBody {
-        id: s.id.as_str(),
-        postings: s
-            .postings
-            .iter()
-            .map(|p| PostingBody {
-                from: p.from.as_str(),
-                to: p.to.as_str(),
-                asset: p.asset.as_str(),
-                amount: p.amount.units(),
-            })
-            .collect(),
-        hold: match s.kind {
-            TransferKind::Hold { ttl_ms } => Some(HoldBody { ttl_ms }),
-            TransferKind::Transfer => None,
-        },
-        timeout_ms: (s.timeout_ms != TIMEOUT_MS_DEFAULT).then_some(s.timeout_ms),
-    }
-}
-
 /// Of a transfer answered, the bench reads only its state.
 #[derive(serde::Deserialize)]
 struct Stated {
@@ -714,12 +663,12 @@ async fn http_submit(
     specs: &[TransferSpec],
 ) -> Result<Vec<TransferState>, String> {
     let (path, body) = match specs {
-        [one] => ("/v1/transfers", serde_json::to_vec(&body_of(one))),
+        [one] => ("/v1/transfers", serde_json::to_vec(&TransferIn::from(one))),
         _ => {
-            let transfers = specs.iter().map(body_of).collect();
+            let transfers = specs.iter().map(TransferIn::from).collect();
             (
                 "/v1/transfers/batch",
-                serde_json::to_vec(&BatchBody { transfers }),
+                serde_json::to_vec(&BatchIn { transfers }),
             )
         }
     };
@@ -1452,14 +1401,14 @@ mod tests {
             let s = next_spec(&a, &names, &mut rng, TransferId::new("t1").unwrap());
             assert_eq!(s.timeout_ms, timeout_ms);
             assert!(s.validate().is_ok(), "{s:?}");
-            let body = serde_json::to_value(body_of(&s)).expect("encodes");
+            let body = serde_json::to_value(TransferIn::from(&s)).expect("encodes");
             assert_eq!(body["timeout_ms"], json!(timeout_ms), "{body}");
         }
         let a = args(Workload::Uniform, Via::Library, 1, 1);
         let (mut rng, names) = (Rng::new(1), Names::new());
         let s = next_spec(&a, &names, &mut rng, TransferId::new("t1").unwrap());
         assert_eq!(s.timeout_ms, TIMEOUT_MS_DEFAULT);
-        let body = serde_json::to_value(body_of(&s)).expect("encodes");
+        let body = serde_json::to_value(TransferIn::from(&s)).expect("encodes");
         assert!(body.get("timeout_ms").is_none(), "{body}");
 
         for (workload, timeout_ms, says) in [

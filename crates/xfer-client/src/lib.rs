@@ -130,6 +130,16 @@ impl Client {
         self.send(Method::GET, path, None).await
     }
 
+    /// POST `body` encoded as JSON (a request type of the API's, e.g. `TransferIn`).
+    pub async fn post_body(
+        &self,
+        path: &str,
+        body: &impl serde::Serialize,
+    ) -> Result<Response, String> {
+        let body = serde_json::to_value(body).map_err(|e| format!("POST {path}: {e}"))?;
+        self.post(path, &body).await
+    }
+
     /// `POST path` with a JSON body.
     pub async fn post(&self, path: &str, body: &Value) -> Result<Response, String> {
         self.send(Method::POST, path, Some(body)).await

@@ -27,7 +27,7 @@ pub struct AccountCreate {
     /// The asset it holds.
     pub asset: String,
     /// An integer (0 or below; negative is a credit line) or `"unbounded"` (an issuer).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lower_bound: Option<serde_json::Value>,
 }
 
@@ -70,14 +70,54 @@ pub struct TransferIn {
     /// 1 to 64 postings.
     pub postings: Vec<PostingIn>,
     /// Opaque client data, at most 2,048 bytes.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub metadata: String,
     /// Present for a hold.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold: Option<HoldIn>,
     /// How long prepares may take (default 5,000 ms).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+}
+
+impl PostingIn {
+    /// A posting of `amount` minor units, as a client sends it.
+    pub fn new(from: &str, to: &str, asset: &str, amount: u64) -> PostingIn {
+        PostingIn {
+            from: from.to_string(),
+            to: to.to_string(),
+            asset: asset.to_string(),
+            amount: amount.into(),
+        }
+    }
+}
+
+impl From<&TransferSpec> for TransferIn {
+    /// The request that asks for `spec` (what a client such as `xfer bench` sends); the
+    /// timeout is left out at the API's default.
+    fn from(spec: &TransferSpec) -> TransferIn {
+        TransferIn {
+            id: spec.id.to_string(),
+            postings: spec
+                .postings
+                .iter()
+                .map(|p| {
+                    PostingIn::new(
+                        p.from.as_str(),
+                        p.to.as_str(),
+                        p.asset.as_str(),
+                        p.amount.units(),
+                    )
+                })
+                .collect(),
+            metadata: spec.metadata.clone(),
+            hold: match spec.kind {
+                TransferKind::Hold { ttl_ms } => Some(HoldIn { ttl_ms }),
+                TransferKind::Transfer => None,
+            },
+            timeout_ms: (spec.timeout_ms != TIMEOUT_MS_DEFAULT).then_some(spec.timeout_ms),
+        }
+    }
 }
 
 /// `POST /v1/transfers/batch`.
@@ -95,7 +135,7 @@ pub struct RefundIn {
     /// The refund's own id (its idempotency key).
     pub id: String,
     /// Opaque client data.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub metadata: String,
 }
 

@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Value};
 use xfer_client::{segment, Client};
 use xfer_server::config::ServeArgs;
+use xfer_server::wire::{AccountCreate, HoldIn, PostingIn, RefundIn, TransferIn};
 
 /// The `xfer` command.
 #[derive(Debug, Parser)]
@@ -297,35 +298,39 @@ pub struct TransferArgs {
 }
 
 impl TransferArgs {
-    fn body(&self, hold_ttl_ms: Option<u64>) -> Result<Value, String> {
+    fn body(&self, hold_ttl_ms: Option<u64>) -> Result<TransferIn, String> {
         let mut postings = Vec::new();
         if let (Some(from), Some(to), Some(asset), Some(amount)) =
             (&self.from, &self.to, &self.asset, self.amount)
         {
-            postings.push(json!({"from": from, "to": to, "asset": asset, "amount": amount}));
+            postings.push(PostingIn::new(from, to, asset, amount));
         }
         for p in &self.posting {
             let parts: Vec<&str> = p.split(',').collect();
             let [from, to, asset, amount] = parts.as_slice() else {
                 return Err(format!("--posting {p:?}: expected FROM,TO,ASSET,AMOUNT"));
             };
-            let amount: i128 = amount
+            // Any integer goes: the server says why one is not an amount.
+            let amount: serde_json::Number = amount
                 .parse()
-                .map_err(|_| format!("--posting {p:?}: {amount:?} is not an integer"))?;
-            postings.push(json!({"from": from, "to": to, "asset": asset, "amount": amount}));
+                .ok()
+                .filter(|n: &serde_json::Number| !n.is_f64())
+                .ok_or_else(|| format!("--posting {p:?}: {amount:?} is not an integer"))?;
+            postings.push(PostingIn {
+                amount,
+                ..PostingIn::new(from, to, asset, 0)
+            });
         }
         if postings.is_empty() {
             return Err("give --from, --to, --asset and --amount, or --posting".to_string());
         }
-        let id = self.id.clone().unwrap_or_else(generated_id);
-        let mut body = json!({"id": id, "postings": postings, "metadata": self.metadata});
-        if let Some(t) = self.timeout_ms {
-            body["timeout_ms"] = json!(t);
-        }
-        if let Some(ttl) = hold_ttl_ms {
-            body["hold"] = json!({"ttl_ms": ttl});
-        }
-        Ok(body)
+        Ok(TransferIn {
+            id: self.id.clone().unwrap_or_else(generated_id),
+            postings,
+            metadata: self.metadata.clone(),
+            hold: hold_ttl_ms.map(|ttl_ms| HoldIn { ttl_ms }),
+            timeout_ms: self.timeout_ms,
+        })
     }
 }
 
@@ -371,14 +376,15 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
             asset,
             lower_bound,
         }) => {
-            let mut body = json!({"id": id, "asset": asset});
-            if let Some(b) = lower_bound {
-                body["lower_bound"] = match b.parse::<i64>() {
-                    Ok(n) => json!(n),
-                    Err(_) => json!(b),
-                };
-            }
-            print_account(&client.post("/v1/accounts", &body).await?.ok()?);
+            let body = AccountCreate {
+                id,
+                asset,
+                lower_bound: lower_bound.map(|b| match b.parse::<i64>() {
+                    Ok(n) => Value::from(n),
+                    Err(_) => Value::from(b),
+                }),
+            };
+            print_account(&client.post_body("/v1/accounts", &body).await?.ok()?);
         }
         Command::Account(AccountCommand::Show { id }) => {
             let path = format!("/v1/accounts/{}", segment(&id));
@@ -397,7 +403,7 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
             let wait = if t.no_wait { "?wait=false" } else { "" };
             print_transfer(
                 &client
-                    .post(&format!("/v1/transfers{wait}"), &body)
+                    .post_body(&format!("/v1/transfers{wait}"), &body)
                     .await?
                     .ok()?,
             );
@@ -407,7 +413,7 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
             let wait = if transfer.no_wait { "?wait=false" } else { "" };
             print_transfer(
                 &client
-                    .post(&format!("/v1/transfers{wait}"), &body)
+                    .post_body(&format!("/v1/transfers{wait}"), &body)
                     .await?
                     .ok()?,
             );
@@ -431,8 +437,11 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
         } => {
             let refund_id = refund_id.unwrap_or_else(|| format!("{id}.refund"));
             let path = format!("/v1/transfers/{}/refund", segment(&id));
-            let body = json!({"id": refund_id, "metadata": metadata});
-            print_transfer(&client.post(&path, &body).await?.ok()?);
+            let body = RefundIn {
+                id: refund_id,
+                metadata,
+            };
+            print_transfer(&client.post_body(&path, &body).await?.ok()?);
         }
         Command::Get { id } => {
             let path = format!("/v1/transfers/{}", segment(&id));
@@ -556,9 +565,13 @@ mod tests {
         let Command::Transfer(t) = cli.command else {
             panic!("a transfer")
         };
-        let body = t.body(None).unwrap();
+        let body = serde_json::to_value(t.body(None).unwrap()).unwrap();
         assert_eq!(body["postings"][1]["amount"], 7);
         assert_eq!(body["id"], "t1");
+        assert!(
+            body.get("hold").is_none() && body.get("timeout_ms").is_none(),
+            "{body}"
+        );
         let bad = TransferArgs {
             posting: vec!["a,b,USD".into()],
             ..t

@@ -23,6 +23,7 @@ use xfer_engine::{Sleeper, TokioSleeper};
 use xfer_server::config::ServeConfig;
 use xfer_server::metrics::Stopwatch;
 use xfer_server::server::Server;
+use xfer_server::wire::{AccountCreate, HoldIn, PostingIn, RefundIn, TransferIn};
 
 /// The demos.
 #[derive(Debug, Subcommand)]
@@ -155,26 +156,36 @@ pub async fn run(cmd: DemoCommand, remote: &Remote) -> Result<i32, String> {
 }
 
 async fn create(c: &Client, id: &str, asset: &str, bound: Value) -> Result<(), String> {
-    c.post(
-        "/v1/accounts",
-        &json!({"id": id, "asset": asset, "lower_bound": bound}),
-    )
-    .await?
-    .ok()
-    .map(|_| ())
+    let body = AccountCreate {
+        id: id.to_string(),
+        asset: asset.to_string(),
+        lower_bound: Some(bound),
+    };
+    c.post_body("/v1/accounts", &body).await?.ok().map(|_| ())
 }
 
-fn posting(from: &str, to: &str, asset: &str, amount: u64) -> Value {
-    json!({"from": from, "to": to, "asset": asset, "amount": amount})
+fn posting(from: &str, to: &str, asset: &str, amount: u64) -> PostingIn {
+    PostingIn::new(from, to, asset, amount)
 }
 
-async fn transfer(c: &Client, id: &str, postings: Vec<Value>) -> Result<Value, String> {
-    submit(c, &json!({"id": id, "postings": postings})).await
+/// A transfer of `postings`, as a client sends it.
+fn transfer_in(id: &str, postings: Vec<PostingIn>) -> TransferIn {
+    TransferIn {
+        id: id.to_string(),
+        postings,
+        metadata: String::new(),
+        hold: None,
+        timeout_ms: None,
+    }
+}
+
+async fn transfer(c: &Client, id: &str, postings: Vec<PostingIn>) -> Result<Value, String> {
+    submit(c, &transfer_in(id, postings)).await
 }
 
 /// Submits a transfer and answers it once settled (see [`settled`]).
-async fn submit(c: &Client, body: &Value) -> Result<Value, String> {
-    let t = c.post("/v1/transfers", body).await?.ok()?;
+async fn submit(c: &Client, body: &TransferIn) -> Result<Value, String> {
+    let t = c.post_body("/v1/transfers", body).await?.ok()?;
     settled(c, t).await
 }
 
@@ -442,16 +453,16 @@ async fn flash_sale(c: &Client, p: &str, common: &DemoArgs, sale: Sale) -> Resul
                     let u = k % users; // each shopper comes back three times
                     let order = format!("{p}:order{k}");
                     let (cash, quota) = (format!("{p}:u{u}:cash"), format!("{p}:u{u}:quota"));
-                    let body = json!({
-                        "id": order,
-                        "postings": [
-                            posting(&store, &format!("{p}:u{u}:items"), "SKU-42", 1),
-                            posting(&cash, &shop, "USD", PRICE),
-                            posting(&quota, &quota_used, "QUOTA-42", 1),
-                        ],
-                        "hold": {"ttl_ms": TTL_MS},
-                        "timeout_ms": 1_000,
-                    });
+                    let postings = vec![
+                        posting(&store, &format!("{p}:u{u}:items"), "SKU-42", 1),
+                        posting(&cash, &shop, "USD", PRICE),
+                        posting(&quota, &quota_used, "QUOTA-42", 1),
+                    ];
+                    let body = TransferIn {
+                        hold: Some(HoldIn { ttl_ms: TTL_MS }),
+                        timeout_ms: Some(1_000),
+                        ..transfer_in(&order, postings)
+                    };
                     let t = submit(&c, &body).await?;
                     match t["state"].as_str() {
                         Some("held") => {}
@@ -621,9 +632,12 @@ async fn points_and_cash(c: &Client, p: &str) -> Result<(), String> {
         return Err("order2 moved one leg without the other".to_string());
     }
     let refund = c
-        .post(
+        .post_body(
             &format!("/v1/transfers/{}/refund", segment(&format!("{p}:order1"))),
-            &json!({"id": format!("{p}:order1.refund")}),
+            &RefundIn {
+                id: format!("{p}:order1.refund"),
+                metadata: String::new(),
+            },
         )
         .await?
         .ok()?;
