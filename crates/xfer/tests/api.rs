@@ -879,22 +879,28 @@ async fn holds_and_refunds(ts: &TestServer) {
     );
 }
 
-async fn history(ts: &TestServer) {
-    ts.create_account("hist", "USD", json!(0)).await;
-    for i in 1..=5 {
-        ts.pay(&format!("hist-{i}"), "bank", "hist", "USD", i).await;
-    }
+/// The ids of every page of a history read from `first` on, following `next_before`.
+async fn history_pages(ts: &TestServer, first: &str) -> Vec<Vec<String>> {
     let mut pages = Vec::new();
-    let mut path = "/v1/accounts/hist/transfers?limit=2".to_string();
+    let mut path = first.to_string();
     for _ in 0..10 {
         let page = ts.get(&path).await;
         assert_eq!(page.status, 200, "{}", page.text);
         pages.push(ids(&page.body, "transfers"));
         match page.body["next_before"].as_u64() {
-            Some(before) => path = format!("/v1/accounts/hist/transfers?limit=2&before={before}"),
+            Some(before) => path = format!("{first}&before={before}"),
             None => break,
         }
     }
+    pages
+}
+
+async fn history(ts: &TestServer) {
+    ts.create_account("hist", "USD", json!(0)).await;
+    for i in 1..=5 {
+        ts.pay(&format!("hist-{i}"), "bank", "hist", "USD", i).await;
+    }
+    let pages = history_pages(ts, "/v1/accounts/hist/transfers?limit=2").await;
     assert_eq!(
         pages,
         vec![
@@ -922,39 +928,16 @@ async fn history(ts: &TestServer) {
         a.text
     );
     for account in ["hist", "hist-empty", "bank"] {
-        let page = ts
-            .get(&format!("/v1/accounts/{account}/transfers?limit=1"))
-            .await;
-        assert_eq!(
-            ids(&page.body, "transfers"),
-            vec!["hist-6"],
-            "{account}: {}",
-            page.text
-        );
-        let page = ts
-            .get(&format!("/v1/accounts/{account}/transfers?state=canceled"))
-            .await;
-        assert_eq!(
-            ids(&page.body, "transfers"),
-            vec!["hist-6"],
-            "{account}: {}",
-            page.text
-        );
-    }
-    // A state filter pages as the unfiltered history does, newest first.
-    let mut pages = Vec::new();
-    let mut path = "/v1/accounts/hist/transfers?limit=2&state=done".to_string();
-    for _ in 0..10 {
-        let page = ts.get(&path).await;
-        assert_eq!(page.status, 200, "{}", page.text);
-        pages.push(ids(&page.body, "transfers"));
-        match page.body["next_before"].as_u64() {
-            Some(before) => {
-                path = format!("/v1/accounts/hist/transfers?limit=2&state=done&before={before}")
-            }
-            None => break,
+        for query in ["limit=1", "state=canceled"] {
+            let page = ts
+                .get(&format!("/v1/accounts/{account}/transfers?{query}"))
+                .await;
+            let got = ids(&page.body, "transfers");
+            assert_eq!(got, vec!["hist-6"], "{account} {query}: {}", page.text);
         }
     }
+    // A state filter pages as the unfiltered history does, newest first.
+    let pages = history_pages(ts, "/v1/accounts/hist/transfers?limit=2&state=done").await;
     assert_eq!(
         pages.concat(),
         vec!["hist-5", "hist-4", "hist-3", "hist-2", "hist-1"],
