@@ -96,7 +96,7 @@ impl Unreported {
 }
 
 /// Machines driven through all their rounds, on answers that may not be durable yet: the
-/// outcomes, once the log is durable up to [`Rounds::point`] ([`Rounds::settle`]).
+/// outcomes, once the log is durable up to [`Rounds::point`] ([`Rounds::outcomes`]).
 pub(crate) struct Rounds {
     flights: Vec<Flight>,
     unreported: Unreported,
@@ -110,7 +110,7 @@ impl Rounds {
 
     /// The outcomes, in the order the machines came, given the wait for [`Rounds::point`]:
     /// if it failed, every outcome that rests on an answer is `Indeterminate`.
-    pub(crate) fn settle(
+    pub(crate) fn outcomes(
         mut self,
         synced: Result<Durable, StoreError>,
         decisions: Option<&dyn Decisions>,
@@ -148,7 +148,7 @@ pub(crate) async fn drive(
 ) -> Vec<Result<Outcome, ExecError>> {
     let driven = rounds(cluster, clock, retry, starts, decisions).await;
     let synced = cluster.wait_durable(driven.point()).await;
-    driven.settle(synced, decisions)
+    driven.outcomes(synced, decisions)
 }
 
 /// Runs `starts` through all their rounds, without waiting for the log at the end.
@@ -223,7 +223,7 @@ pub(crate) async fn rounds(
 
 /// What a stopped machine means to a caller: rejections, a missing transfer and broken
 /// invariants are errors; finished, held and left are outcomes.
-fn settle(id: &TransferId, outcome: Outcome) -> Result<Outcome, ExecError> {
+fn finished(id: &TransferId, outcome: Outcome) -> Result<Outcome, ExecError> {
     match outcome {
         Outcome::Rejected(r) => Err(ExecError::Rejected(r)),
         Outcome::NotFound => Err(ExecError::Rejected(Rejection::new(
@@ -383,7 +383,7 @@ impl Flight {
         let id = self.machine.id().clone();
         let phase = self.machine.phase_name();
         match self.machine.into_outcome() {
-            Some(o) => settle(&id, o),
+            Some(o) => finished(&id, o),
             None => Err(ExecError::Indeterminate(format!(
                 "{id}: stopped driving in phase {phase}"
             ))),

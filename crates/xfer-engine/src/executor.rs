@@ -117,7 +117,7 @@ impl Executor {
         for window in windows(specs) {
             let window = self.submit_window(window, decisions).await;
             let synced = self.cluster.wait_durable(window.rounds.point()).await;
-            results.extend(window.settle(synced, decisions));
+            results.extend(window.outcomes(synced, decisions));
         }
         results
     }
@@ -376,14 +376,14 @@ impl Ahead {
     pub fn outcomes(self, synced: Result<Durable, StoreError>) -> Vec<Result<Outcome, ExecError>> {
         self.windows
             .into_iter()
-            .flat_map(|w| w.settle(synced.clone(), None))
+            .flat_map(|w| w.outcomes(synced.clone(), None))
             .collect()
     }
 }
 
 impl Window {
     /// Its outcomes in the order of its specs, given the wait for its rounds' point.
-    fn settle(
+    fn outcomes(
         self,
         synced: Result<Durable, StoreError>,
         decisions: Option<&dyn Decisions>,
@@ -392,7 +392,7 @@ impl Window {
         for (i, r) in self
             .slots
             .into_iter()
-            .zip(self.rounds.settle(synced, decisions))
+            .zip(self.rounds.outcomes(synced, decisions))
         {
             results[i] = Some(r);
         }

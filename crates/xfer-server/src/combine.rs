@@ -259,7 +259,7 @@ mod tests {
             .collect()
     }
 
-    async fn settle() {
+    async fn let_others_run() {
         for _ in 0..20 {
             tokio::task::yield_now().await;
         }
@@ -272,7 +272,7 @@ mod tests {
     ) -> tokio::task::JoinHandle<Answers> {
         let c = Arc::clone(c);
         let h = tokio::spawn(async move { c.submit(specs).await });
-        settle().await;
+        let_others_run().await;
         h
     }
 
@@ -300,7 +300,7 @@ mod tests {
             10,
             "the five queued requests in one batch"
         );
-        settle().await;
+        let_others_run().await;
         assert_eq!(
             c.lock().running,
             0,

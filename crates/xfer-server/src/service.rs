@@ -92,7 +92,7 @@ struct Submitter {
 /// A submit pre-checked and driven through every round ([`Submitter::start`]), its
 /// answers waiting for the log: the pre-check's reads and the rounds' answers may rest on
 /// entries not yet durable, so nothing is answered before the log is durable up to both.
-struct Pending {
+struct Started {
     submitter: Submitter,
     watch: Stopwatch,
     /// Answers known before any write: refusals of the pre-check (or its failure).
@@ -113,7 +113,7 @@ enum Go {
     Answered(Vec<Result<Answer, ApiError>>),
 }
 
-impl Pending {
+impl Started {
     /// Waits for the log to be durable up to everything the answers rest on, then answers
     /// each transfer in the order submitted. If the wait fails, every answer is that error.
     ///
@@ -126,7 +126,7 @@ impl Pending {
     /// thread is blocked so, for one sync at a time; the others run the connections (the
     /// lane does so only when the runtime has another thread).
     async fn answer(self, inline: bool) -> Vec<Result<Answer, ApiError>> {
-        let Pending {
+        let Started {
             submitter: s,
             watch,
             mut results,
@@ -390,15 +390,15 @@ impl Submitter {
 
     /// Pre-checks `specs`, then drives the good ones through every round (`wait`) or
     /// inserts them for the background: all but the wait for the log, which
-    /// [`Pending::answer`] does.
-    async fn start(&self, specs: Vec<TransferSpec>, wait: bool) -> Pending {
+    /// [`Started::answer`] does.
+    async fn start(&self, specs: Vec<TransferSpec>, wait: bool) -> Started {
         let watch = Stopwatch::start();
         let n = specs.len();
         let mut results: Vec<Option<Result<Answer, ApiError>>> = vec![None; n];
         let (checks, point) = match self.precheck(&specs).await {
             Ok(c) => c,
             Err(e) => {
-                return Pending {
+                return Started {
                     submitter: self.clone(),
                     watch,
                     results: vec![Some(Err(ApiError::from(e))); n],
@@ -434,7 +434,7 @@ impl Submitter {
         } else {
             Go::Answered(self.accept(go).await)
         };
-        Pending {
+        Started {
             submitter: self.clone(),
             watch,
             results,
