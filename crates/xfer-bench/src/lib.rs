@@ -3,8 +3,22 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | `bench` | the workloads, the clients, the measurements and the report |
+//! | `bench` | a run: set up the store and accounts, drive the clients, measure |
+//! | `target` | where the clients submit (library or HTTP) and what they read back |
+//! | `workload` | which accounts and assets each transfer names |
+//! | `ids` | transfer ids as the clients make them |
+//! | `latency` | latencies per request and submit to decided |
+//! | `usage` | CPU, idle and steal shares, bytes written, memory |
+//! | `report` | what a run measured, and how it is printed |
+//! | `args` | the command line |
 //! | `baseline` | the native PostgreSQL baseline: one SQL transaction per transfer |
 
+pub mod args;
 pub mod baseline;
 pub mod bench;
+pub mod ids;
+pub mod latency;
+pub mod report;
+pub mod target;
+pub mod usage;
+pub mod workload;
