@@ -69,7 +69,7 @@ impl<F: Fs> EmbeddedShard<F> {
                 ops: writes,
             })?;
         }
-        Ok((replies, self.inner.shared.horizon()))
+        Ok((replies, self.inner.shared.last_lsn()))
     }
 
     /// Runs `read` on the shard and answers once everything it could have seen is durable.
@@ -81,7 +81,7 @@ impl<F: Fs> EmbeddedShard<F> {
             let shard = self.inner.shared.shard(self.index);
             Ok((
                 read(&self.inner.shared.tables, &shard.mem)?,
-                self.inner.shared.horizon(),
+                self.inner.shared.last_lsn(),
             ))
         });
         Box::pin(async move {
@@ -230,7 +230,7 @@ impl<F: Fs> Store for EmbeddedShard<F> {
                 dropped += n;
                 left -= slice;
             }
-            Ok((dropped, self.inner.shared.horizon()))
+            Ok((dropped, self.inner.shared.last_lsn()))
         });
         Box::pin(async move {
             let (dropped, lsn) = result?;

@@ -83,7 +83,7 @@ impl<F: Fs> Shared<F> {
     }
 
     /// The LSN every reply given now must wait for: the last one appended.
-    pub(crate) fn horizon(&self) -> u64 {
+    pub(crate) fn last_lsn(&self) -> u64 {
         self.log.next_lsn() - 1
     }
 }
