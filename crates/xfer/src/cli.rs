@@ -99,7 +99,7 @@ const SERVER_TOKENS: &str = "it is the client's bearer token; the server's token
 const WORKER_NO_API: &str = "a worker serves no API; it is a setting of `xfer serve`";
 const BENCH_OWN_SERVER: &str = "the bench runs its own stores and server; see `xfer bench --help`";
 
-/// A flag given on the command line to a subcommand that would ignore it (see [`IGNORED`];
+/// A flag given on the command line to a subcommand that would ignore it (see `IGNORED`;
 /// a demo takes `--url` and `--token` only with `--remote`), as an error that names the
 /// flag that works there. The environment (`XFER_URL`, `XFER_TOKEN`) is ambient and not
 /// checked.
