@@ -495,9 +495,9 @@ async fn one_sweep_pass_prunes_every_tombstone_due_however_many_there_are() {
     );
 
     // Past every horizon, and past the end of the pruner's bucket holding it (a tombstone
-    // is taken up to one bucket after its horizon: `xfer_store::prune_at`).
+    // is taken up to one bucket after its horizon: `xfer_store::shard::prune_at`).
     w.clock
-        .advance_ms(TIMEOUT_MS + Config::default().skew_ms + xfer_store::PRUNE_BUCKET_MS);
+        .advance_ms(TIMEOUT_MS + Config::default().skew_ms + xfer_store::shard::PRUNE_BUCKET_MS);
     let report = w.sweeper.pass().await;
     // funding: issuer + alice; t0..t4: alice + bob each.
     assert_eq!(report.pruned, 12, "{report:?}");

@@ -454,8 +454,8 @@ fn late_prepare_finds_the_tombstone() {
     let reply = b.shards[s].apply(&op, Timestamp(b.now));
     writeln!(b.log, "  * s{s} {op}\n        => {reply}").unwrap();
     b.note("past the horizon the mark is pruned; the deadline now refuses the same prepare");
-    // Past the end of the pruner's bucket too (`xfer_store::prune_at`).
-    b.now += 2_200 + xfer_store::PRUNE_BUCKET_MS;
+    // Past the end of the pruner's bucket too (`xfer_store::shard::prune_at`).
+    b.now += 2_200 + xfer_store::shard::PRUNE_BUCKET_MS;
     let pruned = b.shards[s].prune(Timestamp(b.now), 100);
     writeln!(b.log, "  * s{s} prune => {pruned} dropped").unwrap();
     let reply = b.shards[s].apply(&op, Timestamp(b.now));

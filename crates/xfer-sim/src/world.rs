@@ -328,7 +328,7 @@ impl World {
 
     /// How long the sweepers need, from now, to pass every tombstone's horizon on every
     /// shard's clock (the end of its bucket, when the store's pruner takes it:
-    /// `xfer_store::prune_at`) and prune the backlog 256 a pass.
+    /// `xfer_store::shard::prune_at`) and prune the backlog 256 a pass.
     fn horizon_wait_ms(&self) -> u64 {
         let mut wait = 0;
         for (i, s) in self.shards.iter().enumerate() {
@@ -338,7 +338,7 @@ impl World {
                 .accounts()
                 .flat_map(|a| a.intents.unordered().map(|(_, i)| i));
             let (count, latest) = tombstones.fold((0u64, 0u64), |(n, h), t| {
-                (n + 1, h.max(xfer_store::prune_at(t.horizon).as_ms()))
+                (n + 1, h.max(xfer_store::shard::prune_at(t.horizon).as_ms()))
             });
             let passes = count / 256 + 2;
             let until_horizon = latest.saturating_sub(self.shard_clock(i).as_ms());

@@ -8,8 +8,9 @@ use crate::tables::{warm_records, ShardCut, ShardMeta, WARM_CHUNK};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use xfer_core::{TransferId, TransferRecord};
-use xfer_store::{Cut, FastSet, Room, RoomSizes, StoreError};
+use xfer_core::{FastSet, TransferId, TransferRecord};
+use xfer_store::shard::{Cut, Room, RoomSizes};
+use xfer_store::StoreError;
 
 /// Records evicted per hold of a shard's lock after a checkpoint.
 const EVICT_SLICE: usize = 256;
@@ -242,7 +243,8 @@ mod tests {
     use crate::testing::one_shard;
     use std::sync::Arc;
     use xfer_core::{Clock, OwnerId, SystemClock, TransferId, TransferRecord, TransferState};
-    use xfer_store::{Op, Reply, RoomSizes, TransferOp};
+    use xfer_store::shard::RoomSizes;
+    use xfer_store::{Op, Reply, TransferOp};
 
     /// A checkpoint lets go of the finished transfers it saved (their ids noted for
     /// eviction as they are encoded) and keeps the unfinished ones; one that finishes

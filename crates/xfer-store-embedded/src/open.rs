@@ -19,8 +19,8 @@ use std::fmt;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use xfer_core::{Clock, TransferId};
-use xfer_store::{FastSet, MemoryShard, StoreError};
+use xfer_core::{Clock, FastSet, TransferId};
+use xfer_store::{MemoryShard, StoreError};
 
 /// Why a data directory could not be opened.
 #[derive(Debug)]

@@ -206,7 +206,7 @@ impl<F: Fs> Store for EmbeddedShard<F> {
                 // order, and what each logged slice takes, is the one replay finds.
                 if let Some((at, mut entries)) = shard.mem.tombstones_to_sort(now, SORT_APART_MIN) {
                     drop(shard);
-                    xfer_store::sort_bucket(&mut entries);
+                    xfer_store::shard::sort_bucket(&mut entries);
                     self.inner
                         .shared
                         .shard(self.index)

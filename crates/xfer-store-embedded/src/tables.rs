@@ -54,8 +54,8 @@ use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistM
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use xfer_core::{Account, AccountId, TransferId, TransferRecord};
-use xfer_store::{FastSet, MemoryShard, StoreError};
+use xfer_core::{Account, AccountId, FastSet, TransferId, TransferRecord};
+use xfer_store::{MemoryShard, StoreError};
 
 /// fjall's memtables are flushed (and its journal let go) once checkpoints have put this
 /// many bytes into them since the last flush: flushing at every checkpoint would make small
@@ -228,12 +228,12 @@ impl Tables {
     pub fn begin_batch(&self, shards: u16) -> CheckpointBatch {
         // As many items as the last checkpoint's, and some (grown from empty, fjall's list of
         // them would be copied over and over).
-        let items = xfer_store::room_for(self.batch_items.load(Ordering::Relaxed));
+        let items = xfer_store::shard::room_for(self.batch_items.load(Ordering::Relaxed));
         let mut batch = CheckpointBatch {
             batch: OwnedWriteBatch::with_capacity(self.db.clone(), items)
                 .durability(Some(PersistMode::SyncAll)),
             bytes: 0,
-            done: Vec::with_capacity(xfer_store::room_for(
+            done: Vec::with_capacity(xfer_store::shard::room_for(
                 self.done_items.load(Ordering::Relaxed),
             )),
         };
@@ -243,7 +243,7 @@ impl Tables {
 
     /// Encodes accounts of shard `s`'s cut into `batch` and releases them (`None`: dropped).
     /// The checkpointer calls it for each slice of the cut as soon as it is handed over, so
-    /// a cut's copies of accounts (`memory.rs`, `CutCopy`) do not pile up over the shard.
+    /// a cut's copies of accounts (`xfer_store::shard::cut`, `CutCopy`) do not pile up over the shard.
     pub fn add_accounts(
         &self,
         batch: &mut CheckpointBatch,

@@ -348,7 +348,7 @@ fn sort(c: &mut Criterion) {
         b.iter_batched(
             || bucket.clone(),
             |mut entries| {
-                xfer_store::sort_bucket(&mut entries);
+                xfer_store::shard::sort_bucket(&mut entries);
                 entries // dropped untimed
             },
             BatchSize::LargeInput,
@@ -364,7 +364,7 @@ fn sort(c: &mut Criterion) {
 /// --workload holds`' transfers in flight), about 12 per millisecond of store clock.
 fn wake(c: &mut Criterion) {
     use std::collections::BTreeSet;
-    use xfer_store::wake_index::WakeIndex;
+    use xfer_store::shard::WakeIndex;
     const N: u64 = 100_000;
     const LAG: u64 = 250;
     const LEASE_MS: u64 = 5_000;

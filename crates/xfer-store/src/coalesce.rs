@@ -221,8 +221,8 @@ impl<S: Store> Store for Coalesce<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::memory::MemoryStore;
     use crate::op::AccountOp;
+    use crate::shard::MemoryStore;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use xfer_core::{AccountId, AssetCode, LowerBound, ManualClock, Timestamp};
 

@@ -8,7 +8,7 @@ use fjall::{Keyspace, OwnedWriteBatch};
 use serde::Serialize;
 use std::sync::Arc;
 use xfer_core::{Account, AccountId, TransferRecord};
-use xfer_store::HistoryEntry;
+use xfer_store::shard::HistoryEntry;
 
 /// One shard's part of a checkpoint: what changed since the previous one.
 #[derive(Debug, Default)]
@@ -67,13 +67,13 @@ pub(crate) const WARM_CHUNK: usize = 64;
 /// touched by the shard's steps, are scattered over the heap, and each pass over them (the
 /// live ones noted, encoding, dropping) would otherwise miss on every line in turn.
 /// (Reading only each allocation's first line would leave the spec's id on another: a miss
-/// per record.) The record's fields are [`xfer_store::transfer_lines`]; the spec's and
+/// per record.) The record's fields are [`xfer_store::shard::transfer_lines`]; the spec's and
 /// postings' are less than a cache line apart in the layouts rustc 1.95 gives
 /// (`offset_of!`); another layout only warms less.
 pub(crate) fn warm_records(records: &[Arc<TransferRecord>]) {
     use std::hint::black_box;
     for r in records {
-        black_box(xfer_store::transfer_lines(r));
+        black_box(xfer_store::shard::transfer_lines(r));
     }
     for r in records {
         let s = &r.spec;

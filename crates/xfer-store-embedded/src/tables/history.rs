@@ -5,8 +5,9 @@ use crate::codec;
 use crate::tables::batch::CheckpointBatch;
 use crate::tables::keyspace::{corrupted, growing, unavailable};
 use fjall::{Database, Keyspace};
-use xfer_core::{AccountId, TransferId};
-use xfer_store::{FastMap, HistoryEntry, StoreError};
+use xfer_core::{AccountId, FastMap, TransferId};
+use xfer_store::shard::HistoryEntry;
+use xfer_store::StoreError;
 
 /// The most entries in one history run: a hot account gains tens of thousands per
 /// checkpoint, and a read decodes a whole run (under the shard's lock) to page it.

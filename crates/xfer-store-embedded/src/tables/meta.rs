@@ -3,7 +3,7 @@
 use crate::codec::Tombstone;
 use serde::{Deserialize, Serialize};
 use xfer_core::{AccountId, Timestamp, TransferId};
-use xfer_store::prune_at;
+use xfer_store::shard::prune_at;
 
 /// Where a shard's checkpoint stands.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -16,7 +16,7 @@ pub struct ShardMeta {
     /// account, transfer)` (`None`: the shard held no tombstone). A tombstone whose entry
     /// sorts before it had been pruned, and is not restored.
     ///
-    /// Directories written before the index was bucketed (`xfer_store::prune_at`) hold
+    /// Directories written before the index was bucketed (`xfer_store::shard::prune_at`) hold
     /// `(horizon, account, transfer)` here; read under the bucketed order it keeps every
     /// tombstone the old order kept (`prune_at(h) >= h`, equal only on a bucket's end),
     /// and perhaps some that were pruned, which a prune takes again.

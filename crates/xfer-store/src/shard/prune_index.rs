@@ -3,22 +3,22 @@
 //! The order is `(prune_at(horizon), account, transfer)`: tombstones are due a bucket of
 //! [`PRUNE_BUCKET_MS`] of horizons at a time, and a bucket's are taken in account order, so
 //! that the pruner takes each account once for all its tombstones in a row instead of once
-//! per tombstone (a lookup and, while a checkpoint holds the account, a copy: the pruner
-//! was 7–11 % of `xfer bench`'s CPU, `docs/benchmarks.md`). A tombstone stays up to one
-//! bucket past its horizon; none goes before it.
+//! per tombstone (a lookup and, while a checkpoint holds the account, a copy:
+//! `docs/benchmarks.md#prune-buckets`). A tombstone stays up to one bucket past its
+//! horizon; none goes before it.
 //!
 //! Held as a vector per bucket, appended to and sorted only when the bucket is first taken
-//! from: a B-tree of the whole order put every new tombstone at a random place in the
-//! newest bucket, which cost what the pruner saved. When a bucket's entries name a few
+//! from: a B-tree of the whole order would put every new tombstone at a random place in the
+//! newest bucket, costing what the buckets save. When a bucket's entries name a few
 //! accounts each, the sort counts: each entry is placed once by its account's rank and
-//! only each account's run is sorted by transfer (`sort_descending`). Sorting the pairs
-//! whole was 7–8 % of `xfer bench`'s samples (`docs/benchmarks.md`). The first entry,
-//! which a checkpoint records, is kept as entries are added (neither sorted nor scanned
-//! for); and a caller may take a due
-//! bucket's entries out to sort them without holding the shard
-//! ([`PruneIndex::take_to_sort`]): a big bucket's sort took milliseconds, every step on
-//! the shard waiting behind it.
+//! only each account's run is sorted by transfer (`sort_descending`,
+//! `docs/benchmarks.md#prune-counting-sort`). The first entry, which a checkpoint records,
+//! is kept as entries are added (neither sorted nor scanned for); and a caller may take a
+//! due bucket's entries out to sort them without holding the shard
+//! ([`PruneIndex::take_to_sort`]): a big bucket's sort takes milliseconds, every step on
+//! the shard waiting behind it (`docs/benchmarks.md#prune-sort-unlocked`).
 
+use crate::shard::list_room::{push_made, room_for};
 use std::collections::BTreeMap;
 use xfer_core::{AccountId, FastMap, Timestamp, TransferId};
 
@@ -51,10 +51,9 @@ struct Bucket {
     /// While the bucket's entries are out being sorted ([`PruneIndex::take_to_sort`]):
     /// the least of them. `entries` holds only those added since.
     out: Option<(AccountId, TransferId)>,
-    /// While `entries` is not sorted: the least of them, kept as they are pushed. Finding
-    /// it by a scan read the whole bucket (about 100,000 entries of 48 bytes in `xfer
-    /// bench`) at every checkpoint and every sort taken out: 1.1 % of the samples
-    /// (`docs/benchmarks.md`).
+    /// While `entries` is not sorted: the least of them, kept as they are pushed: finding
+    /// it by a scan would read the whole bucket at every checkpoint and every sort taken
+    /// out (`docs/benchmarks.md#bucket-least-kept`).
     least_unsorted: Option<(AccountId, TransferId)>,
 }
 
@@ -85,7 +84,7 @@ impl Bucket {
         {
             self.least_unsorted = Some((account.clone(), transfer.clone()));
         }
-        crate::push_made(&mut self.entries, || (account.clone(), transfer.clone()));
+        push_made(&mut self.entries, || (account.clone(), transfer.clone()));
     }
 
     /// The least entry, without sorting.
@@ -141,13 +140,12 @@ pub fn sort_bucket(entries: &mut Vec<(AccountId, TransferId)>) {
 }
 
 /// Sorts `entries` in descending order: by account, then by transfer. Sorting the pairs
-/// whole compares and moves 48-byte pairs about 17 times each. When the entries name a
-/// few accounts each (`xfer bench`'s buckets: about 100,000 entries over 2,500 accounts
-/// per shard), a counting sort on each account's rank places each entry once (a
-/// permutation applied by swaps) and compares transfers only within an account's run:
-/// less than half the time of sorting them whole. With about one entry per account it
-/// costs more than it saves, so once a third as many accounts as entries have turned up,
-/// the entries are sorted whole after all (`docs/benchmarks.md`).
+/// whole compares and moves each 48-byte pair many times. When the entries name a few
+/// accounts each, a counting sort on each account's rank places each entry once (a
+/// permutation applied by swaps) and compares transfers only within an account's run.
+/// With about one entry per account it costs more than it saves, so once a third as many
+/// accounts as entries have turned up, the entries are sorted whole after all
+/// (`docs/benchmarks.md#prune-counting-sort`).
 fn sort_descending(entries: &mut [(AccountId, TransferId)]) {
     let Some((rank, accounts)) = account_ranks(entries) else {
         entries.sort_unstable_by(|x, y| y.cmp(x));
@@ -223,7 +221,7 @@ fn account_ranks(entries: &[(AccountId, TransferId)]) -> Option<(Vec<u32>, usize
 #[derive(Debug, Default)]
 pub struct PruneIndex {
     buckets: BTreeMap<Timestamp, Bucket>,
-    /// How many entries the last bucket sorted held, and some ([`crate::room_for`]): a new
+    /// How many entries the last bucket sorted held, and some ([`room_for`]): a new
     /// bucket starts with room for as many (at most [`ROOM_MAX`]), not grown from empty by
     /// doubling (copied over and over).
     room: usize,
@@ -233,16 +231,12 @@ pub struct PruneIndex {
     /// least a new vector's room) and not more than [`SPARE_ROOMS`] times `room` (the
     /// vector of a burst long past is let go, not kept for ever); those that do not fit
     /// are let go then too. A new vector's pages are fresh memory, zeroed by the kernel on
-    /// first write; keeping the spares made the process touch less in all
-    /// (`docs/benchmarks.md`).
+    /// first write (`docs/benchmarks.md#lists-kept-for-memory`).
     ///
-    /// One spare was not enough: buckets begin as transfers come and are emptied as the
-    /// pruner's passes go, so two may begin between two emptied, the second growing from
-    /// a new vector's room by copies into fresh pages; and the test was against `room`
-    /// capped at [`ROOM_MAX`], so the buckets of a hot account's shard (about 500,000
-    /// entries in `xfer bench --workload hot`, in vectors of 524,288) never took a spare
-    /// at all. Bucket growth was 0.66 % of that run's samples and its page zeroing 0.70 %
-    /// (`docs/benchmarks.md`).
+    /// More than one, and tested against `room` uncapped, because buckets begin as
+    /// transfers come and are emptied as the pruner's passes go, so two may begin between
+    /// two emptied; and the buckets of a hot account's shard hold more than [`ROOM_MAX`]
+    /// entries (`docs/benchmarks.md#pruner-spares`).
     spares: Vec<Vec<(AccountId, TransferId)>>,
 }
 
@@ -266,7 +260,7 @@ impl PruneIndex {
     /// Notes how many entries a bucket held when sorted (0: it was sorted already).
     fn note_room(&mut self, sorted: usize) {
         if sorted > 0 {
-            self.room = crate::room_for(sorted);
+            self.room = room_for(sorted);
         }
     }
 
@@ -510,7 +504,7 @@ mod tests {
         fill(&mut index, next, 0..1);
         let room = index.buckets[&prune_at(next)].entries.capacity();
         assert!(
-            (crate::room_for(10)..=SPARE_ROOMS * crate::room_for(10)).contains(&room),
+            (room_for(10)..=SPARE_ROOMS * room_for(10)).contains(&room),
             "a room like the last bucket's: {room}"
         );
         assert!(index.spares.is_empty(), "the burst's vector let go");

@@ -3,23 +3,21 @@
 //!
 //! Held as a B-tree of wake times, each with the ids that wake then in a queue, rather than
 //! one B-tree of `(time, id)` pairs. Tens of a shard's transfers share each millisecond of
-//! wake time (a lease from now: some 30 per millisecond per shard in `xfer bench`), and the
-//! pairs' tree compared
-//! ids at every level of every insert and removal, missing the caches at each: 4–7 % of the
-//! runtime threads' samples in the holds workload, whose transfers move in it three times
-//! (`docs/benchmarks.md`). Here a step finds its millisecond by comparing integers, and
-//! the queue of the millisecond being filled is in the cache. The order the sweeper
+//! wake time (a lease from now), and a tree of pairs compares ids at every level of every
+//! insert and removal, missing the caches at each (`docs/benchmarks.md#wake-index-by-time`).
+//! Here a step finds its millisecond by comparing integers, and the queue of the
+//! millisecond being filled is in the cache. The order the sweeper
 //! sees is the same: by time, then by id, each millisecond's ids sorted when scanned
 //! (rarely: only what is due).
 //!
 //! Each millisecond's ids are a queue kept in the order they came: transfers leave a wake
 //! time in about the order they came to it (their leases' ends when decided or finished,
 //! their holds' expiries when captured), so the id a step removes is near the front, where
-//! the scan starts, and taking it off moves the few ids before it. Removals that swapped
-//! the last id into the gap scrambled that order, and in-order removals then scanned half
-//! the millisecond on average (`WakeIndex::remove` 3 % of the runtime threads' samples in
-//! the holds workload, `docs/benchmarks.md`).
+//! the scan starts, and taking it off moves the few ids before it. Swapping the last id
+//! into the gap would scramble that order, and in-order removals would then scan half the
+//! millisecond on average (`docs/benchmarks.md#wake-index-queues`).
 
+use crate::shard::list_room::push_made;
 use std::collections::{BTreeMap, VecDeque};
 use xfer_core::{Timestamp, TransferId};
 
@@ -30,7 +28,7 @@ pub struct WakeIndex {
     by_time: BTreeMap<Timestamp, VecDeque<TransferId>>,
     /// Emptied queues, kept (at most [`SPARE_MAX`], of room for at most [`SPARE_ROOM_MAX`]
     /// ids each, so that a burst's are let go) for the times to come: a new millisecond's
-    /// queue grown from empty was an allocation and three regrowths.
+    /// queue grown from empty is an allocation and three regrowths.
     spare: Vec<VecDeque<TransferId>>,
 }
 
@@ -50,7 +48,7 @@ impl WakeIndex {
             .entry(at)
             .or_insert_with(|| spare.pop().unwrap_or_default());
         debug_assert!(!ids.contains(id), "{id} is already due at {at:?}");
-        crate::push_made(ids, || id.clone());
+        push_made(ids, || id.clone());
     }
 
     /// Removes `id` from `at`, if it is there.

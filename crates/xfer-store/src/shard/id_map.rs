@@ -3,14 +3,14 @@
 //! A shard looks records up by id several times per transfer (every step names one), and
 //! lists them in id order only for scans (pages of accounts and transfers, audits, the
 //! simulator's checks). A `BTreeMap` keyed by the id string pays a dozen or more string
-//! comparisons per lookup (`memcmp` was 12 % of `xfer bench`'s CPU, see
-//! `docs/benchmarks.md`); here a lookup is one hash, and the ordered set of ids is touched
-//! only when a record is added or removed.
+//! comparisons per lookup (`docs/benchmarks.md#shard-indexes-by-hash`); here a lookup is
+//! one hash, and the ordered set of ids is touched only when a record is added or removed.
 //!
 //! A map whose keys come and go all the time (a shard's transfers: one added per transfer,
 //! removed once saved) keeps no ordered set (`ORDERED = false`): adding and removing a key
-//! there cost 2 % of `xfer bench`'s CPU, for scans that are rare. Such a map sorts its keys
-//! when scanned (a page of `limit` after a key takes the `limit` smallest first).
+//! there costs more than it saves the scans, which are rare
+//! (`docs/benchmarks.md#transfers-unordered`). Such a map sorts its keys when scanned (a
+//! page of `limit` after a key takes the `limit` smallest first).
 //!
 //! Determinism: the hash map's order depends on its random seed, so it is never iterated
 //! for its order; every iteration goes through ids in order, kept or sorted.
@@ -22,15 +22,15 @@ use std::collections::hash_map::Entry;
 use std::collections::BTreeSet;
 use std::hash::Hash;
 use std::ops::Bound::{Excluded, Unbounded};
-
-pub use xfer_core::{FastMap, FastSet, FastState};
+use xfer_core::{FastMap, FastState};
 
 /// Values by key: hash lookups, iteration in key order. See the module docs.
 ///
 /// Each value carries a mark: the value changed (was inserted or taken to change through
 /// the `_marking` calls) since the last [`IdMap::next_mark`]. A shard tracks what a
 /// checkpoint must write with it, in the lookup it makes anyway, where a set of changed
-/// ids cost a second hash probe and key comparison per step.
+/// ids would cost a second hash probe and key comparison per step
+/// (`docs/benchmarks.md#change-marks`).
 ///
 /// A cut ([`IdMap::start_cut`]) is the set of values marked when it starts, as they are
 /// then, collected a few at a time ([`IdMap::take_cut`]) while the map goes on changing: a
@@ -221,7 +221,7 @@ impl<K: Ord + Hash + Clone, V: Clone + CutCopy, const ORDERED: bool> IdMap<K, V,
     }
 
     /// Removes `k` if `remove(value, marked)` says so, `marked` as [`IdMap::is_marked`]
-    /// answers it: one lookup where asking, then removing, took three.
+    /// answers it: one lookup where asking, then removing, takes three.
     pub(crate) fn remove_if(&mut self, k: &K, remove: impl FnOnce(&V, bool) -> bool) -> Option<V> {
         let (mark, cut) = (self.mark, self.cut);
         let Entry::Occupied(e) = self.by_id.entry(k.clone()) else {
