@@ -4,7 +4,7 @@
 
 use crate::fs::Fs;
 use crate::shared::Shared;
-use crate::tables::{warm_records, ShardCut, ShardMeta, WARM_CHUNK};
+use crate::tables::{prefetch_records, ShardCut, ShardMeta, PREFETCH_CHUNK};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -193,7 +193,7 @@ impl Checkpointer {
                 // In the filter before they leave memory: a call that no longer finds one
                 // there must be sent to the table (`done_filter.rs`).
                 shard.done.insert_all(slice);
-                shard.mem.warm_evictions(slice);
+                shard.mem.prefetch_evictions(slice);
                 for id in slice {
                     shard.mem.evict_transfer(id);
                 }
@@ -228,12 +228,12 @@ impl Checkpointer {
 
 /// Drops a cut's transfers, most of them the last references to their records and specs
 /// (the shard let go of what it evicted), a chunk at a time from the end, each chunk read
-/// first ([`warm_records`]): dropping one after the other would wait for each record's
+/// first ([`prefetch_records`]): dropping one after the other would wait for each record's
 /// misses in turn.
 fn drop_records(mut records: Vec<Arc<TransferRecord>>) {
     while !records.is_empty() {
-        let from = records.len().saturating_sub(WARM_CHUNK);
-        warm_records(&records[from..]);
+        let from = records.len().saturating_sub(PREFETCH_CHUNK);
+        prefetch_records(&records[from..]);
         records.truncate(from);
     }
 }

@@ -83,8 +83,8 @@ impl Bloom {
     }
 
     /// Reads the block of each of `hashes`, and throws it away (see
-    /// [`DoneFilter::insert_all`] and [`DoneFilter::warm`]).
-    fn warm(&self, hashes: &[u64]) {
+    /// [`DoneFilter::insert_all`] and [`DoneFilter::prefetch`]).
+    fn prefetch(&self, hashes: &[u64]) {
         for &h in hashes {
             std::hint::black_box(self.blocks[self.block(h)][0]);
         }
@@ -139,7 +139,7 @@ impl DoneFilter {
     /// one by one.
     pub fn insert_all(&mut self, ids: &[&TransferId]) {
         let hashes = self.hash_all(ids);
-        self.blooms.last().expect("never empty").warm(&hashes);
+        self.blooms.last().expect("never empty").prefetch(&hashes);
         for h in hashes {
             self.insert_hash(h);
         }
@@ -185,10 +185,10 @@ impl DoneFilter {
     /// samples, `docs/benchmarks.md`). Here they overlap; [`DoneFilter::may_hold_hash`]
     /// then finds the lines in cache. Reads nothing while the filter is incomplete (every
     /// answer is "maybe" then).
-    pub fn warm(&self, ids: &[&TransferId]) -> Vec<u64> {
+    pub fn prefetch(&self, ids: &[&TransferId]) -> Vec<u64> {
         let hashes = self.hash_all(ids);
         if self.complete {
-            self.blooms.iter().for_each(|b| b.warm(&hashes));
+            self.blooms.iter().for_each(|b| b.prefetch(&hashes));
         }
         hashes
     }
@@ -215,17 +215,17 @@ mod tests {
         let mut f = DoneFilter::new(0);
         f.insert(&id(1));
         assert!(f.may_hold(&id(2)));
-        let h = f.warm(&[&id(2)]);
+        let h = f.prefetch(&[&id(2)]);
         assert!(f.may_hold_hash(h[0]));
         f.set_complete();
         assert!(f.may_hold(&id(1)));
         assert!(!f.may_hold(&id(2)));
     }
 
-    /// The hashes `warm` answers are the ids' own, in order: asked by hash, each id gets
+    /// The hashes `prefetch` answers are the ids' own, in order: asked by hash, each id gets
     /// the answer it gets by id, across grown filters.
     #[test]
-    fn warm_answers_each_ids_hash_in_order() {
+    fn prefetch_answers_each_ids_hash_in_order() {
         let mut f = DoneFilter::new(0);
         for i in (0..CAPACITY_MIN * 3).step_by(2) {
             f.insert(&id(i));
@@ -234,7 +234,7 @@ mod tests {
         assert!(f.blooms.len() >= 2, "{} filters", f.blooms.len());
         let ids: Vec<TransferId> = (0..2_000).map(id).collect();
         let refs: Vec<&TransferId> = ids.iter().collect();
-        let hashes = f.warm(&refs);
+        let hashes = f.prefetch(&refs);
         assert_eq!(hashes.len(), ids.len());
         for (i, (t, h)) in ids.iter().zip(&hashes).enumerate() {
             assert_eq!(f.may_hold_hash(*h), f.may_hold(t), "{t}");

@@ -53,7 +53,7 @@ impl<F: Fs> EmbeddedShard<F> {
     /// themselves or, from [`Store::execute_pending`], references to the caller's.
     fn execute_locked<O: Borrow<Op>>(&self, shard: &mut ShardState, ops: &[O]) -> Applied {
         let now = self.inner.shared.clock.now();
-        shard.mem.warm(ops);
+        shard.mem.prefetch(ops);
         fetch_finished(&self.inner.shared.tables, self.index, shard, ops)?;
         let replies = ops
             .iter()

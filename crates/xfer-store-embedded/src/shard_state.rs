@@ -24,7 +24,7 @@ pub(crate) fn fetch_finished<O: Borrow<Op>>(
     ops: &[O],
 ) -> Result<(), StoreError> {
     // The ids not in memory (new ones, nearly all), then the filter's lines of each read
-    // ahead (`DoneFilter::warm`), then asked.
+    // ahead (`DoneFilter::prefetch`), then asked.
     let absent: Vec<&TransferId> = ops
         .iter()
         .filter_map(|op| match op.borrow() {
@@ -35,7 +35,7 @@ pub(crate) fn fetch_finished<O: Borrow<Op>>(
     if absent.is_empty() {
         return Ok(());
     }
-    let hashes = shard.done.warm(&absent);
+    let hashes = shard.done.prefetch(&absent);
     for (id, h) in absent.into_iter().zip(hashes) {
         // Asked again: an id named twice in the batch is fetched once.
         if shard.done.may_hold_hash(h) && !shard.mem.has_transfer(id) {

@@ -38,7 +38,7 @@ mod keyspace;
 mod meta;
 mod tombstones;
 
-pub(crate) use batch::{warm_records, WARM_CHUNK};
+pub(crate) use batch::{prefetch_records, PREFETCH_CHUNK};
 pub use batch::{CheckpointBatch, ShardCut};
 pub use done::DONE_L0_TABLES;
 pub use history::HISTORY_RUN_MAX;
@@ -279,8 +279,8 @@ impl Tables {
         let s = cut.shard;
         batch.insert(&self.meta, meta_key(s), &cut.meta);
         self.add_accounts(batch, s, std::mem::take(&mut cut.accounts));
-        for chunk in cut.transfers.chunks(WARM_CHUNK) {
-            warm_records(chunk);
+        for chunk in cut.transfers.chunks(PREFETCH_CHUNK) {
+            prefetch_records(chunk);
             for r in chunk {
                 let key = record_key(s, r.spec.id.as_bytes());
                 let left_live = each(r);

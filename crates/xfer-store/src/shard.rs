@@ -23,7 +23,7 @@
 //! - [`changes`]: [`Changes`], what a tracked shard changed since it was last taken.
 //! - [`apply`]: [`MemoryShard`], the records and indexes, [`MemoryShard::apply`], and the
 //!   reads and scans.
-//! - [`warm`]: read-ahead: what the steps ([`MemoryShard::warm`]), evictions and the pruner
+//! - [`prefetch`]: read-ahead: what the steps ([`MemoryShard::prefetch`]), evictions and the pruner
 //!   will read first, read so that cache misses overlap ([`transfer_lines`]).
 //! - [`cut`]: the checkpoint's side: changes taken, the [`Cut`] handed over in slices, the
 //!   [`Room`] of the lists that follow, what was saved let go.
@@ -40,13 +40,13 @@ pub mod history;
 mod id_map;
 pub mod list_room;
 pub mod memory_store;
+pub mod prefetch;
 mod prune;
 pub mod prune_index;
 mod restore;
 #[cfg(test)]
 mod testing;
 pub mod wake_index;
-pub mod warm;
 
 pub use apply::MemoryShard;
 pub use changes::Changes;
@@ -54,6 +54,6 @@ pub use cut::{Cut, Room, RoomSizes};
 pub use history::HistoryEntry;
 pub use list_room::{push_made, room_for, room_like};
 pub use memory_store::MemoryStore;
+pub use prefetch::transfer_lines;
 pub use prune_index::{prune_at, sort_bucket, PruneIndex, PRUNE_BUCKET_MS};
 pub use wake_index::WakeIndex;
-pub use warm::transfer_lines;

@@ -1,5 +1,5 @@
 //! A checkpoint on its way into the tables: each shard's [`ShardCut`], read ahead as it is
-//! encoded ([`warm_records`]), and the [`CheckpointBatch`] it is encoded into.
+//! encoded ([`prefetch_records`]), and the [`CheckpointBatch`] it is encoded into.
 
 use crate::codec::{self, Tombstone};
 use crate::tables::done;
@@ -58,8 +58,8 @@ impl CheckpointBatch {
     }
 }
 
-/// Transfers of a cut read ahead at a time by [`warm_records`].
-pub(crate) const WARM_CHUNK: usize = 64;
+/// Transfers of a cut read ahead at a time by [`prefetch_records`].
+pub(crate) const PREFETCH_CHUNK: usize = 64;
 
 /// Reads, and throws away, a field on every cache line of each of `records`, of its spec
 /// and of its postings (three allocations, seven or more lines), one allocation at a time
@@ -69,8 +69,8 @@ pub(crate) const WARM_CHUNK: usize = 64;
 /// (Reading only each allocation's first line would leave the spec's id on another: a miss
 /// per record.) The record's fields are [`xfer_store::shard::transfer_lines`]; the spec's and
 /// postings' are less than a cache line apart in the layouts rustc 1.95 gives
-/// (`offset_of!`); another layout only warms less.
-pub(crate) fn warm_records(records: &[Arc<TransferRecord>]) {
+/// (`offset_of!`); another layout only prefetches less.
+pub(crate) fn prefetch_records(records: &[Arc<TransferRecord>]) {
     use std::hint::black_box;
     for r in records {
         black_box(xfer_store::shard::transfer_lines(r));

@@ -3,7 +3,7 @@
 //! bucket, for a caller to record or to sort apart.
 
 use crate::shard::apply::MemoryShard;
-use crate::shard::warm::warm_prune;
+use crate::shard::prefetch::prefetch_prune;
 use std::sync::Arc;
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{Account, AccountId, AccountStatus, Timestamp, TransferId};
@@ -76,7 +76,7 @@ impl MemoryShard {
             let (accounts, index) = (&mut self.accounts, &mut self.tombstones);
             // Due entries are the first ones: take them off the front (no key comparisons,
             // where looking each one up again to remove it would compare ids all the way down),
-            // a chunk at a time, whose tombstones are looked up once ahead (`warm_prune`).
+            // a chunk at a time, whose tombstones are looked up once ahead (`prefetch_prune`).
             let mut chunk = Vec::with_capacity(limit.min(PRUNE_CHUNK));
             while left > 0 {
                 chunk.extend(std::iter::from_fn(|| index.pop_due(now)).take(left.min(PRUNE_CHUNK)));
@@ -84,7 +84,7 @@ impl MemoryShard {
                     break;
                 }
                 left -= chunk.len();
-                warm_prune(accounts, &chunk);
+                prefetch_prune(accounts, &chunk);
                 // The account the last entry named, taken once for all its entries in a row
                 // (a bucket's entries are in account order: `prune_index.rs`).
                 // (`None` for an account the shard no longer holds: its entries are stale.)

@@ -1,4 +1,4 @@
-//! Read-ahead: what a batch's steps ([`MemoryShard::warm`]), a checkpoint's evictions and
+//! Read-ahead: what a batch's steps ([`MemoryShard::prefetch`]), a checkpoint's evictions and
 //! the pruner will read first, read and thrown away in short loops of their own, so that
 //! the lookups' cache misses overlap instead of being waited for one after the other
 //! (`docs/benchmarks.md#lookups-ahead`).
@@ -18,7 +18,7 @@ impl MemoryShard {
     /// do not depend on each other, so the processor has several in flight at once, and
     /// `apply` then finds the lines in cache. In stages (records, then their intents), so
     /// that a stage's loop is short enough for many of its misses to overlap.
-    pub fn warm<O: std::borrow::Borrow<Op>>(&self, ops: &[O]) {
+    pub fn prefetch<O: std::borrow::Borrow<Op>>(&self, ops: &[O]) {
         let mut accounts: Vec<(&Arc<Account>, &TransferId)> = Vec::with_capacity(ops.len());
         for op in ops {
             match op.borrow() {
@@ -38,24 +38,24 @@ impl MemoryShard {
                 }
             }
         }
-        warm_intents(&accounts);
+        prefetch_intents(&accounts);
     }
 
     /// Reads, and throws away, what [`MemoryShard::evict_transfer`] of each of `ids` reads
     /// first (the record's slot and its state), in a short loop of its own so that their
-    /// cache misses overlap, as [`MemoryShard::warm`] does for a batch's steps: the records
+    /// cache misses overlap, as [`MemoryShard::prefetch`] does for a batch's steps: the records
     /// a checkpoint evicts were last touched long before, and looked up one after the
     /// other inside the eviction each miss would be waited for in turn.
-    pub fn warm_evictions(&self, ids: &[&TransferId]) {
+    pub fn prefetch_evictions(&self, ids: &[&TransferId]) {
         for id in ids {
             std::hint::black_box(self.transfers.get(id).map(|r| r.state));
         }
     }
 }
 
-/// [`MemoryShard::warm`] for a chunk of the pruner's entries: their accounts, then their
+/// [`MemoryShard::prefetch`] for a chunk of the pruner's entries: their accounts, then their
 /// tombstones, read and thrown away, so that the lookups' cache misses overlap.
-pub(super) fn warm_prune(
+pub(super) fn prefetch_prune(
     accounts: &IdMap<AccountId, Arc<Account>>,
     chunk: &[(AccountId, TransferId)],
 ) {
@@ -69,16 +69,16 @@ pub(super) fn warm_prune(
             found.push((a, transfer));
         }
     }
-    warm_intents(&found);
+    prefetch_intents(&found);
 }
 
-/// The second and third stages of [`MemoryShard::warm`]: each account (a field on every
+/// The second and third stages of [`MemoryShard::prefetch`]: each account (a field on every
 /// cache line of it, its shared count first, which the write's `Arc::make_mut` reads, else
 /// that line is still a miss in `apply`: `docs/benchmarks.md#steps-read-every-line`), then
 /// the intent of each transfer in it, read and thrown away.
 /// (The fields read are less than a cache line apart in the layout rustc 1.95 gives,
-/// `offset_of!`; another layout only warms less.)
-fn warm_intents(found: &[(&Arc<Account>, &TransferId)]) {
+/// `offset_of!`; another layout only prefetches less.)
+fn prefetch_intents(found: &[(&Arc<Account>, &TransferId)]) {
     use std::hint::black_box;
     for (a, _) in found {
         black_box((
@@ -96,9 +96,9 @@ fn warm_intents(found: &[(&Arc<Account>, &TransferId)]) {
 
 /// A field on every cache line of transfer record `r`, its shared count first (what a
 /// write's `Arc::make_mut` reads), for read-ahead loops to throw away (`black_box`): the
-/// shard's steps ([`MemoryShard::warm`]) and a checkpoint's passes over its cut. The fields
+/// shard's steps ([`MemoryShard::prefetch`]) and a checkpoint's passes over its cut. The fields
 /// are less than a cache line apart in the layout rustc 1.95 gives (`offset_of!`); another
-/// layout only warms less.
+/// layout only prefetches less.
 #[inline(always)]
 pub fn transfer_lines(r: &Arc<TransferRecord>) -> impl Sized {
     (
