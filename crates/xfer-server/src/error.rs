@@ -345,6 +345,18 @@ mod tests {
     }
 
     #[test]
+    fn a_503_says_when_to_retry_and_nothing_else_does() {
+        for code in [ApiCode::Overloaded, ApiCode::Unavailable, ApiCode::NotReady] {
+            let r = ApiError::api(code, None, "x").into_response();
+            assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE, "{code:?}");
+            let after = r.headers().get(axum::http::header::RETRY_AFTER);
+            assert_eq!(after.and_then(|v| v.to_str().ok()), Some("1"), "{code:?}");
+        }
+        let r = ApiError::api(ApiCode::InvalidQuery, None, "x").into_response();
+        assert!(r.headers().get(axum::http::header::RETRY_AFTER).is_none());
+    }
+
+    #[test]
     fn statuses_are_decided_by_the_code() {
         assert_eq!(AnyCode::Protocol(Code::TransferNotFound).status(), 404);
         assert_eq!(
