@@ -186,6 +186,24 @@ async fn body<T: DeserializeOwned>(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<T, ApiError> {
+    decode_json(headers, &bytes(app, body).await?)
+}
+
+/// The request's body, whole: at most the configured size ([`whole_body`] read it already).
+async fn bytes(app: &App, body: Body) -> Result<axum::body::Bytes, ApiError> {
+    axum::body::to_bytes(body, app.body_limit)
+        .await
+        .map_err(|_| {
+            ApiError::api(
+                ApiCode::BodyTooLarge,
+                None,
+                format!("the body is larger than {} bytes", app.body_limit),
+            )
+        })
+}
+
+/// Decodes `bytes` as JSON into `T`, if the content type (when given) is JSON.
+fn decode_json<T: DeserializeOwned>(headers: &HeaderMap, bytes: &[u8]) -> Result<T, ApiError> {
     if let Some(ct) = headers.get(header::CONTENT_TYPE) {
         let ct = ct.to_str().unwrap_or("");
         if !ct.starts_with("application/json") {
@@ -196,16 +214,7 @@ async fn body<T: DeserializeOwned>(
             ));
         }
     }
-    let bytes = axum::body::to_bytes(body, app.body_limit)
-        .await
-        .map_err(|_| {
-            ApiError::api(
-                ApiCode::BodyTooLarge,
-                None,
-                format!("the body is larger than {} bytes", app.body_limit),
-            )
-        })?;
-    decode(&bytes)
+    decode(bytes)
 }
 
 /// Decodes the query string into `T`.
@@ -456,11 +465,9 @@ struct NoFields {}
 
 async fn settle(app: &App, id: String, action: Settle, headers: HeaderMap, b: Body) -> Handled {
     let id = wire::transfer_id(&id, "id")?;
-    let bytes = axum::body::to_bytes(b, app.body_limit)
-        .await
-        .unwrap_or_default();
+    let bytes = bytes(app, b).await?;
     if !bytes.trim_ascii().is_empty() {
-        body::<NoFields>(app, &headers, Body::from(bytes)).await?;
+        decode_json::<NoFields>(&headers, &bytes)?;
     }
     let answer: Answer = app.svc.settle(id, action).await?;
     Ok(json_status(status_of(&answer), answer.out()))
