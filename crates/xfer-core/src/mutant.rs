@@ -34,11 +34,15 @@ pub enum Mutant {
     TombstonesNeverPruned,
     /// Tombstones are dropped before their horizon.
     PruneIgnoresHorizon,
+    /// The driver hands out outcomes without waiting for the log to be durable.
+    AckBeforeSync,
+    /// The driver reports a decision whose answer is not durable yet.
+    ReportUndurableDecision,
 }
 
 impl Mutant {
     /// Every mutant, in a stable order.
-    pub const ALL: [Mutant; 14] = [
+    pub const ALL: [Mutant; 16] = [
         Mutant::CreditAtPrepare,
         Mutant::DebitWithoutBalanceCheck,
         Mutant::DoublePost,
@@ -53,6 +57,8 @@ impl Mutant {
         Mutant::DuplicateAnswersStaleState,
         Mutant::TombstonesNeverPruned,
         Mutant::PruneIgnoresHorizon,
+        Mutant::AckBeforeSync,
+        Mutant::ReportUndurableDecision,
     ];
 
     /// Its command-line name.
@@ -72,6 +78,8 @@ impl Mutant {
             Mutant::DuplicateAnswersStaleState => "duplicate-answers-stale-state",
             Mutant::TombstonesNeverPruned => "tombstones-never-pruned",
             Mutant::PruneIgnoresHorizon => "prune-ignores-horizon",
+            Mutant::AckBeforeSync => "ack-before-sync",
+            Mutant::ReportUndurableDecision => "report-undurable-decision",
         }
     }
 
@@ -93,6 +101,8 @@ impl Mutant {
             Mutant::InsertOverwritesBody => "insert of an existing id overwrites its body",
             Mutant::TombstonesNeverPruned => "tombstones are never dropped",
             Mutant::PruneIgnoresHorizon => "tombstones dropped before their horizon",
+            Mutant::AckBeforeSync => "outcomes told before the log is durable",
+            Mutant::ReportUndurableDecision => "a decision reported before it is durable",
             Mutant::DuplicateAnswersStaleState => {
                 "a duplicate submission is told the stored state as final"
             }

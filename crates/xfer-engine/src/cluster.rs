@@ -12,9 +12,10 @@
 //! ```
 //!
 //! A batch is one round trip; each op in it stays atomic on its own record and nothing more
-//! (see [`Store`]). When every shard appends to one log ([`Store::log_domain`]),
+//! (see [`Store`]). When every shard appends to one log ([`Store::log`]),
 //! [`Cluster::execute_pending`] lets them answer before their sync, with the log point to
-//! wait for ([`Cluster::wait_durable`]) before acknowledging anything. A failed batch fails every request in it: the caller cannot tell which
+//! wait for ([`Cluster::wait_durable`]) before acknowledging anything. A failed batch fails
+//! every request in it: the caller cannot tell which
 //! prefix was applied, and need not, because every protocol step is idempotent. The engine
 //! never spawns tasks: the per-shard calls are futures joined in the caller's task.
 
@@ -22,11 +23,11 @@ use crate::machine::Request;
 use crate::router::{RouteError, Router};
 use futures_util::future::join_all;
 use std::sync::Arc;
-use xfer_store::{answered_durable, LogDomain, Op, Reply, Store, StoreError};
+use xfer_store::{answered_durable, same_log, Op, Reply, SharedLog, Store, StoreError};
 
-/// Proof that the shards' log is durable up to [`Durable::point`]. Only
-/// [`Cluster::wait_durable`] and [`Cluster::sync_durable`] make one, once the store said so:
-/// outcomes answered ahead of the sync ([`crate::Ahead::outcomes`]) are released against it,
+/// Proof that the shards' log is durable up to [`Durable::point`]. Only a log that said
+/// so makes one ([`Cluster::wait_durable`], [`Cluster::sync_durable`], [`Durable::of`]):
+/// outcomes answered ahead of the sync ([`crate::Drive::synced`]) are released against it,
 /// never against a promise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Durable {
@@ -34,6 +35,11 @@ pub struct Durable {
 }
 
 impl Durable {
+    /// The proof for `point` if `log` says it is durable now (point 0 always is).
+    pub fn of(log: &dyn SharedLog, point: u64) -> Option<Durable> {
+        (point == 0 || log.is_durable(point)).then_some(Durable { point })
+    }
+
     /// The log point known durable.
     pub fn point(self) -> u64 {
         self.point
@@ -50,7 +56,7 @@ pub struct Cluster {
     shards: Vec<Arc<dyn Store>>,
     router: Router,
     /// The log every shard appends to, if they all share one.
-    domain: Option<LogDomain>,
+    log: Option<Arc<dyn SharedLog>>,
 }
 
 /// The result of one request: the store's reply, or why its batch failed.
@@ -66,19 +72,28 @@ impl Cluster {
             shards.len(),
             router.shards()
         );
-        let first = shards.first().and_then(|s| s.log_domain());
-        let domain = first.filter(|d| shards.iter().all(|s| s.log_domain() == Some(*d)));
+        let first = shards.first().and_then(|s| s.log());
+        let log = first.filter(|l| {
+            shards
+                .iter()
+                .all(|s| s.log().is_some_and(|o| same_log(&o, l)))
+        });
         Cluster {
             shards,
             router,
-            domain,
+            log,
         }
     }
 
     /// True if every shard appends to one log, so that answers may come before the sync
     /// ([`Cluster::execute_pending`]).
     pub fn pipelined(&self) -> bool {
-        self.domain.is_some()
+        self.log.is_some()
+    }
+
+    /// The log every shard appends to, if they all share one.
+    pub fn log(&self) -> Option<&Arc<dyn SharedLog>> {
+        self.log.as_ref()
     }
 
     /// The router.
@@ -110,11 +125,10 @@ impl Cluster {
         self.send(requests, self.pipelined()).await
     }
 
-    /// Waits until the shards' log is durable up to `point`.
+    /// Waits until the shards' log is durable up to `point` (0: at once).
     pub async fn wait_durable(&self, point: u64) -> Result<Durable, StoreError> {
-        match self.shards.first() {
-            Some(s) if point > 0 => s.wait_durable(point).await?,
-            _ => {}
+        if point > 0 {
+            self.shared_log(point)?.wait_durable(point).await?;
         }
         Ok(Durable { point })
     }
@@ -122,16 +136,28 @@ impl Cluster {
     /// As [`Cluster::wait_durable`], syncing in the calling thread (blocking it) where the
     /// shards can ([`Store::sync_durable`]); `None` where they cannot.
     pub fn sync_durable(&self, point: u64) -> Option<Result<Durable, StoreError>> {
-        let synced = match self.shards.first() {
-            Some(s) if point > 0 => s.sync_durable(point)?,
-            _ => Ok(()),
+        let synced = match point {
+            0 => Ok(()),
+            _ => match self.shared_log(point) {
+                Ok(log) => log.sync_durable(point)?,
+                Err(e) => Err(e),
+            },
         };
         Some(synced.map(|()| Durable { point }))
     }
 
     /// True if the shards' log is durable up to `point` now.
     pub fn is_durable(&self, point: u64) -> bool {
-        point == 0 || self.shards.first().is_some_and(|s| s.is_durable(point))
+        point == 0 || self.log.as_ref().is_some_and(|l| l.is_durable(point))
+    }
+
+    /// The shared log, asked about `point`: only a shared log hands out points above 0.
+    fn shared_log(&self, point: u64) -> Result<&Arc<dyn SharedLog>, StoreError> {
+        self.log.as_ref().ok_or_else(|| {
+            StoreError::Corrupted(format!(
+                "asked to wait for log point {point} of shards that share no log"
+            ))
+        })
     }
 
     /// One batch per shard: `execute_pending` on each if `pending`, else `execute`; the

@@ -1,33 +1,41 @@
-//! Driving many [`Machine`]s together, in rounds. Each round:
+//! Driving many [`Machine`]s together, in rounds, as [`Drive`]: a state machine with no
+//! I/O of its own (requests out; results, the time and the log's durable point in), so that
+//! the simulator runs the very code production runs. Each round:
 //!
 //! ```text
 //!   tick every live machine (deadline cancels) ─▶ drop requests it no longer wants
-//!        ─▶ ONE batch per shard for all machines' requests (Cluster::execute)
+//!        ─▶ ONE batch per shard for all machines' requests         (Next::Send)
 //!        ─▶ feed each reply to its machine; keep each failed request for the next round
-//!        ─▶ if anything failed: back off (Retry), counting failed rounds per machine
+//!        ─▶ if anything failed: back off, counting failed rounds   (Next::Pause)
+//!   … until no machine waits for a request; then wait for the log  (Next::Sync)
+//!        ─▶ the outcomes                                           (Next::Done)
 //! ```
 //!
 //! When every shard appends to one log (the embedded store), a round's answers come before
-//! they are durable ([`Cluster::execute_pending`]) and the next round goes on at once: a
+//! they are durable, with the log point they rest on, and the next round goes on at once: a
 //! crash keeps a prefix of that log, so no step can survive without the steps it followed.
 //! Nothing leaves the drive before the log is durable up to the last point its machines
-//! saw: a decision is reported ([`Decisions`]) once its round's point is durable, and the
-//! outcomes are returned after one wait for the highest point. If that wait fails, every
-//! outcome that rests on an answer is `Indeterminate`. A transfer thus waits for one sync
-//! instead of one per step.
+//! saw: a decision is reported ([`Decisions`]) once its round's point is durable
+//! ([`Drive::report`]), and the outcomes only after [`Drive::synced`] was given a
+//! [`Durable`] covering [`Drive::point`]. If that wait fails, every outcome that rests on an
+//! answer is `Indeterminate`. A transfer thus waits for one sync instead of one per step.
 //!
 //! A machine whose rounds fail `attempts_max` times in a row is given up: `Unavailable` if
 //! nothing of it can have been applied (no reply ever came and every failure said so),
 //! else `Indeterminate`. Giving up is always safe: every request is idempotent and whatever
 //! the machine left is finished by a sweeper once its lease lapses. A round that answers
 //! anything counts as progress and resets the count; [`ROUNDS_MAX`] bounds the whole drive.
+//!
+//! [`run`] is the production loop: `Drive` against a [`Cluster`], pausing with a [`Retry`].
 
 use crate::cluster::{Cluster, Durable, Sent};
 use crate::error::ExecError;
 use crate::machine::{Machine, Outcome, Request};
 use crate::retry::{Retry, RetryPolicy};
+use crate::router::RouteError;
 use std::collections::VecDeque;
-use xfer_core::{Clock, Code, Rejection, TransferId};
+use xfer_core::mutant::{self, Mutant};
+use xfer_core::{Clock, Code, Rejection, Timestamp, TransferId};
 use xfer_store::StoreError;
 
 /// Told, while transfers are driven, of each decision this executor writes: the transfer's
@@ -41,6 +49,216 @@ pub trait Decisions: Send + Sync {
 /// The most rounds one drive runs before giving up on every machine still live. A plain
 /// transfer needs six rounds without failures, a refund about ten.
 pub const ROUNDS_MAX: u32 = 1_000;
+
+/// What a [`Drive`] needs next.
+#[derive(Debug)]
+pub enum Next<'a> {
+    /// Send these requests, one batch per shard, and hand one result per request, in this
+    /// order, to [`Drive::answered`] (or the routing error to [`Drive::unroutable`]).
+    Send(&'a [Request]),
+    /// Pause before the next round; the worst machine's failed rounds in a row (for
+    /// [`Retry::pause`]).
+    Pause(u32),
+    /// Every round is over: wait until the log is durable up to this point and hand the
+    /// result to [`Drive::synced`].
+    Sync(u64),
+    /// The outcomes are ready ([`Drive::outcomes`]).
+    Done,
+}
+
+/// Where a drive is.
+#[derive(Debug)]
+enum Stage {
+    Rounds,
+    Syncing(u64),
+    /// The wait for the log is over: `Ok` if every answer taken is durable.
+    Synced(Result<(), StoreError>),
+}
+
+/// Machines driven together. See the module docs.
+pub struct Drive {
+    flights: Vec<Flight>,
+    /// Decisions not yet reported; `None` when nobody is told of them.
+    unreported: Option<Unreported>,
+    /// This round's requests, and the flight each came from. One pair of lists for every
+    /// round, emptied as it is answered: a round's writes go to memory the round before wrote.
+    owners: Vec<usize>,
+    batch: Vec<Request>,
+    round: u32,
+    pause: Option<u32>,
+    stage: Stage,
+}
+
+impl Drive {
+    /// Drives `starts` (machines and their first requests); `decisions`: whether their
+    /// decisions are to be reported ([`Drive::report`]).
+    pub fn new(starts: Vec<(Machine, Vec<Request>)>, decisions: bool) -> Drive {
+        let flights: Vec<Flight> = starts.into_iter().map(Flight::new).collect();
+        Drive {
+            owners: Vec::with_capacity(2 * flights.len()),
+            batch: Vec::with_capacity(2 * flights.len()),
+            flights,
+            unreported: decisions.then(Unreported::default),
+            round: 0,
+            pause: None,
+            stage: Stage::Rounds,
+        }
+    }
+
+    /// What to do next, at `now`.
+    pub fn next(&mut self, now: Timestamp) -> Next<'_> {
+        assert!(
+            self.batch.is_empty(),
+            "a round's requests were not answered"
+        );
+        if let Some(failures) = self.pause.take() {
+            return Next::Pause(failures);
+        }
+        if matches!(self.stage, Stage::Rounds) {
+            if self.begin_round(now) {
+                return Next::Send(&self.batch);
+            }
+            let point = self.point();
+            self.stage = if point == 0 || mutant::is(Mutant::AckBeforeSync) {
+                Stage::Synced(Ok(()))
+            } else {
+                Stage::Syncing(point)
+            };
+        }
+        match self.stage {
+            Stage::Syncing(point) => Next::Sync(point),
+            _ => Next::Done,
+        }
+    }
+
+    /// The results of the round's requests, in their order, answered at log `point` (0:
+    /// durable when answered) and taken at `now`. `policy` says how many failed rounds a
+    /// machine is allowed.
+    pub fn answered(&mut self, sent: Vec<Sent>, point: u64, now: Timestamp, policy: &RetryPolicy) {
+        assert_eq!(sent.len(), self.batch.len(), "one result per request");
+        let mut decided = Vec::new();
+        let (owners, batch) = (&mut self.owners, &mut self.batch);
+        for ((i, req), sent) in owners.drain(..).zip(batch.drain(..)).zip(sent) {
+            let f = &mut self.flights[i];
+            if f.absorb(req, sent, now, point) && self.unreported.is_some() {
+                decided.push(f.machine.id().clone());
+            }
+        }
+        if let Some(u) = &mut self.unreported {
+            u.push(point, decided);
+        }
+        self.pause = self
+            .flights
+            .iter_mut()
+            .filter_map(|f| f.end_round(policy))
+            .max();
+    }
+
+    /// The round could not be sent (an op no shard holds): every machine stops with it.
+    pub fn unroutable(&mut self, e: RouteError) {
+        self.owners.clear();
+        self.batch.clear();
+        self.flights
+            .iter_mut()
+            .for_each(|f| f.fail(ExecError::Unroutable(e.clone())));
+    }
+
+    /// The log point every answer the machines took rests on (0: none waits).
+    pub fn point(&self) -> u64 {
+        self.flights.iter().map(|f| f.point).max().unwrap_or(0)
+    }
+
+    /// The wait for the log that [`Next::Sync`] asked for: if it failed, or proves a point
+    /// short of [`Drive::point`], every outcome that rests on an answer is `Indeterminate`.
+    /// Ignored once the drive has its answer.
+    pub fn synced(&mut self, synced: Result<Durable, StoreError>) {
+        let point = match self.stage {
+            Stage::Synced(_) => return,
+            _ => self.point(),
+        };
+        self.stage = Stage::Synced(synced.and_then(|d| {
+            if d.covers(point) {
+                Ok(())
+            } else {
+                Err(StoreError::Indeterminate(format!(
+                    "the log is durable up to {}, not {point}: nothing ahead of it is told",
+                    d.point()
+                )))
+            }
+        }));
+    }
+
+    /// Tells `to` of every decision whose round's point `is_durable` says durable (all of
+    /// them once [`Drive::synced`] succeeded), in the order they were taken.
+    pub fn report(&mut self, is_durable: &dyn Fn(u64) -> bool, to: &dyn Decisions) {
+        let all = matches!(self.stage, Stage::Synced(Ok(())));
+        if let Some(u) = &mut self.unreported {
+            u.report(&|point| all || is_durable(point), to);
+        }
+    }
+
+    /// The outcomes, in the order the machines came; reports what is left to `decisions`.
+    /// Panics before [`Next::Done`].
+    pub fn outcomes(
+        mut self,
+        decisions: Option<&dyn Decisions>,
+    ) -> Vec<Result<Outcome, ExecError>> {
+        match std::mem::replace(&mut self.stage, Stage::Rounds) {
+            Stage::Synced(Ok(())) => {
+                self.stage = Stage::Synced(Ok(()));
+                if let Some(d) = decisions {
+                    self.report(&|_| true, d);
+                }
+            }
+            Stage::Synced(Err(e)) => self.flights.iter_mut().for_each(|f| f.unsynced(&e)),
+            stage => panic!("outcomes asked for in stage {stage:?}"),
+        }
+        self.flights.into_iter().map(Flight::finish).collect()
+    }
+}
+
+/// Runs `drive` against `cluster` until it waits for the log (`Some(point)`) or is done
+/// (`None`), pausing as `retry` says and reporting decisions to `decisions` as their
+/// points become durable.
+pub(crate) async fn run(
+    drive: &mut Drive,
+    cluster: &Cluster,
+    clock: &dyn Clock,
+    retry: &Retry,
+    decisions: Option<&dyn Decisions>,
+) -> Option<u64> {
+    loop {
+        match drive.next(clock.now()) {
+            Next::Send(batch) => match cluster.execute_pending(batch).await {
+                Ok((sent, point)) => {
+                    drive.answered(sent, point, clock.now(), retry.policy());
+                    if let Some(d) = decisions {
+                        drive.report(&|p| cluster.is_durable(p), d);
+                    }
+                }
+                Err(e) => drive.unroutable(e),
+            },
+            Next::Pause(failures) => retry.pause(failures).await,
+            Next::Sync(point) => return Some(point),
+            Next::Done => return None,
+        }
+    }
+}
+
+/// Runs `starts` to their outcomes; results in the same order.
+pub(crate) async fn drive(
+    cluster: &Cluster,
+    clock: &dyn Clock,
+    retry: &Retry,
+    starts: Vec<(Machine, Vec<Request>)>,
+    decisions: Option<&dyn Decisions>,
+) -> Vec<Result<Outcome, ExecError>> {
+    let mut drive = Drive::new(starts, decisions.is_some());
+    if let Some(point) = run(&mut drive, cluster, clock, retry, decisions).await {
+        drive.synced(cluster.wait_durable(point).await);
+    }
+    drive.outcomes(decisions)
+}
 
 /// One machine and the requests it waits on.
 struct Flight {
@@ -82,11 +300,10 @@ impl Unreported {
         }
     }
 
-    /// Reports every round whose point is durable (all of them if `cluster` is `None`: the
-    /// caller waited for the last).
-    fn report(&mut self, cluster: Option<&Cluster>, to: &dyn Decisions) {
+    /// Reports every round, oldest first, up to the first whose point is not durable.
+    fn report(&mut self, is_durable: &dyn Fn(u64) -> bool, to: &dyn Decisions) {
         while let Some((point, _)) = self.rounds.front() {
-            if cluster.is_some_and(|c| !c.is_durable(*point)) {
+            if !(is_durable(*point) || mutant::is(Mutant::ReportUndurableDecision)) {
                 return;
             }
             let (_, ids) = self.rounds.pop_front().expect("front exists");
@@ -95,129 +312,30 @@ impl Unreported {
     }
 }
 
-/// Machines driven through all their rounds, on answers that may not be durable yet: the
-/// outcomes, once the log is durable up to [`Rounds::point`] ([`Rounds::outcomes`]).
-pub(crate) struct Rounds {
-    flights: Vec<Flight>,
-    unreported: Unreported,
-}
-
-impl Rounds {
-    /// The log point every answer the machines took rests on (0: none waits).
-    pub(crate) fn point(&self) -> u64 {
-        self.flights.iter().map(|f| f.point).max().unwrap_or(0)
-    }
-
-    /// The outcomes, in the order the machines came, given the wait for [`Rounds::point`]:
-    /// if it failed, every outcome that rests on an answer is `Indeterminate`.
-    pub(crate) fn outcomes(
-        mut self,
-        synced: Result<Durable, StoreError>,
-        decisions: Option<&dyn Decisions>,
-    ) -> Vec<Result<Outcome, ExecError>> {
-        let point = self.point();
-        let synced = synced.and_then(|d| {
-            if d.covers(point) {
-                Ok(())
-            } else {
-                Err(StoreError::Indeterminate(format!(
-                    "the log is durable up to {}, not {point}: nothing ahead of it is told",
-                    d.point()
-                )))
-            }
-        });
-        match synced {
-            Ok(()) => {
-                if let Some(d) = decisions {
-                    self.unreported.report(None, d);
-                }
-            }
-            Err(e) => self.flights.iter_mut().for_each(|f| f.unsynced(&e)),
-        }
-        self.flights.into_iter().map(Flight::finish).collect()
-    }
-}
-
-/// Runs `starts` to their outcomes; results in the same order.
-pub(crate) async fn drive(
-    cluster: &Cluster,
-    clock: &dyn Clock,
-    retry: &Retry,
-    starts: Vec<(Machine, Vec<Request>)>,
-    decisions: Option<&dyn Decisions>,
-) -> Vec<Result<Outcome, ExecError>> {
-    let driven = rounds(cluster, clock, retry, starts, decisions).await;
-    let synced = cluster.wait_durable(driven.point()).await;
-    driven.outcomes(synced, decisions)
-}
-
-/// Runs `starts` through all their rounds, without waiting for the log at the end.
-pub(crate) async fn rounds(
-    cluster: &Cluster,
-    clock: &dyn Clock,
-    retry: &Retry,
-    starts: Vec<(Machine, Vec<Request>)>,
-    decisions: Option<&dyn Decisions>,
-) -> Rounds {
-    let mut flights: Vec<Flight> = starts.into_iter().map(Flight::new).collect();
-    let mut unreported = Unreported::default();
-    // One pair of lists for every round, emptied as it is answered: a round's writes go to
-    // memory the round before wrote (new lists each round were fresh memory, and a miss
-    // per request written: 1 % of `xfer bench`'s samples).
-    let (mut owners, mut batch) = (
-        Vec::with_capacity(2 * flights.len()),
-        Vec::with_capacity(2 * flights.len()),
-    );
-    for round in 0..=ROUNDS_MAX {
-        let now = clock.now();
-        for (i, f) in flights.iter_mut().enumerate() {
+impl Drive {
+    /// Ticks every live machine and gathers the round's requests; false when there are
+    /// none (or the drive ran out of rounds and gave every machine up).
+    fn begin_round(&mut self, now: Timestamp) -> bool {
+        for (i, f) in self.flights.iter_mut().enumerate() {
             if f.begin_round(now) {
                 for req in f.queue.drain(..) {
-                    owners.push(i);
-                    batch.push(req);
+                    self.owners.push(i);
+                    self.batch.push(req);
                 }
             }
         }
-        if batch.is_empty() {
-            break;
+        if self.batch.is_empty() {
+            return false;
         }
-        if round == ROUNDS_MAX {
+        if self.round == ROUNDS_MAX {
             let why = format!("still running after {ROUNDS_MAX} rounds");
-            flights.iter_mut().for_each(|f| f.give_up(&why));
-            break;
+            self.flights.iter_mut().for_each(|f| f.give_up(&why));
+            self.owners.clear();
+            self.batch.clear();
+            return false;
         }
-        let (sent, point) = match cluster.execute_pending(&batch).await {
-            Ok(sent) => sent,
-            Err(e) => {
-                flights
-                    .iter_mut()
-                    .for_each(|f| f.fail(ExecError::Unroutable(e.clone())));
-                break;
-            }
-        };
-        let now = clock.now();
-        let mut decided = Vec::new();
-        for ((i, req), sent) in owners.drain(..).zip(batch.drain(..)).zip(sent) {
-            let f = &mut flights[i];
-            if f.absorb(req, sent, now, point) && decisions.is_some() {
-                decided.push(f.machine.id().clone());
-            }
-        }
-        if let Some(d) = decisions {
-            unreported.push(point, decided);
-            unreported.report(Some(cluster), d);
-        }
-        let worst = flights
-            .iter_mut()
-            .filter_map(|f| f.end_round(retry.policy()))
-            .max();
-        if let Some(failures) = worst {
-            retry.pause(failures).await;
-        }
-    }
-    Rounds {
-        flights,
-        unreported,
+        self.round += 1;
+        true
     }
 }
 
@@ -265,7 +383,7 @@ impl Flight {
     }
 
     /// Ticks the machine and prunes the queue; true if there is something to send.
-    fn begin_round(&mut self, now: xfer_core::Timestamp) -> bool {
+    fn begin_round(&mut self, now: Timestamp) -> bool {
         if self.result.is_some() {
             return false;
         }
@@ -291,7 +409,7 @@ impl Flight {
 
     /// Takes one request's result, answered at log `point`; true if it decided the
     /// transfer.
-    fn absorb(&mut self, req: Request, sent: Sent, now: xfer_core::Timestamp, point: u64) -> bool {
+    fn absorb(&mut self, req: Request, sent: Sent, now: Timestamp, point: u64) -> bool {
         if self.result.is_some() {
             return false;
         }

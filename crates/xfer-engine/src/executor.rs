@@ -14,8 +14,7 @@
 //! transfer and broken invariants come back as `Err`.
 
 use crate::cluster::{Cluster, Durable};
-pub use crate::drive::Decisions;
-use crate::drive::{drive, gave_up, rounds, Rounds};
+use crate::drive::{drive, gave_up, run, Decisions, Drive};
 use crate::error::ExecError;
 use crate::machine::{Config, Machine, Outcome, Request};
 use crate::retry::Retry;
@@ -116,7 +115,7 @@ impl Executor {
         let mut results = Vec::with_capacity(specs.len());
         for window in windows(specs) {
             let window = self.submit_window(window, decisions).await;
-            let synced = self.cluster.wait_durable(window.rounds.point()).await;
+            let synced = self.cluster.wait_durable(window.point()).await;
             results.extend(window.outcomes(synced, decisions));
         }
         results
@@ -153,18 +152,13 @@ impl Executor {
                 Err(r) => results[i] = Some(Err(ExecError::Rejected(r))),
             }
         }
-        let rounds = rounds(
-            &self.cluster,
-            self.clock.as_ref(),
-            &self.retry,
-            starts,
-            decisions,
-        )
-        .await;
+        let mut drive = Drive::new(starts, decisions.is_some());
+        let clock = self.clock.as_ref();
+        run(&mut drive, &self.cluster, clock, &self.retry, decisions).await;
         Window {
             results,
             slots,
-            rounds,
+            drive,
         }
     }
 
@@ -352,26 +346,22 @@ pub struct Ahead {
 }
 
 /// One window of at most [`FLIGHTS_MAX`] transfers: those refused before they started, and
-/// the rounds of the others (at `slots`).
+/// the drive of the others (at `slots`), every round run.
 struct Window {
     results: Vec<Option<Result<Outcome, ExecError>>>,
     slots: Vec<usize>,
-    rounds: Rounds,
+    drive: Drive,
 }
 
 impl Ahead {
     /// The log point the outcomes rest on (0: nothing to wait for).
     pub fn point(&self) -> u64 {
-        self.windows
-            .iter()
-            .map(|w| w.rounds.point())
-            .max()
-            .unwrap_or(0)
+        self.windows.iter().map(Window::point).max().unwrap_or(0)
     }
 
     /// The outcomes, in the order of the specs, given the result of waiting for
-    /// [`Ahead::point`] (`Cluster::wait_durable` or `Cluster::sync_durable`, the only makers
-    /// of a [`Durable`]): if the wait failed, or proves a point short of this one, every
+    /// [`Ahead::point`] (`Cluster::wait_durable` or `Cluster::sync_durable`, whose
+    /// [`Durable`] only a log makes): if the wait failed, or proves a point short of this one, every
     /// outcome that rests on an answer is `Indeterminate`.
     pub fn outcomes(self, synced: Result<Durable, StoreError>) -> Vec<Result<Outcome, ExecError>> {
         self.windows
@@ -382,18 +372,20 @@ impl Ahead {
 }
 
 impl Window {
-    /// Its outcomes in the order of its specs, given the wait for its rounds' point.
+    /// The log point its outcomes rest on.
+    fn point(&self) -> u64 {
+        self.drive.point()
+    }
+
+    /// Its outcomes in the order of its specs, given the wait for [`Window::point`].
     fn outcomes(
-        self,
+        mut self,
         synced: Result<Durable, StoreError>,
         decisions: Option<&dyn Decisions>,
     ) -> Vec<Result<Outcome, ExecError>> {
+        self.drive.synced(synced);
         let mut results = self.results;
-        for (i, r) in self
-            .slots
-            .into_iter()
-            .zip(self.rounds.outcomes(synced, decisions))
-        {
+        for (i, r) in self.slots.into_iter().zip(self.drive.outcomes(decisions)) {
             results[i] = Some(r);
         }
         results

@@ -5,12 +5,13 @@
 //! - [`cluster`]: the shards behind a router; one batch per shard per call ([`Cluster`]).
 //! - [`retry`]: backoff, attempt bounds, and a sleep tests control ([`Retry`], [`Sleeper`]).
 //! - [`error`]: [`ExecError`], what the caller of a failed call may do next.
-//! - `drive` (private): many machines driven together in rounds, with retries.
+//! - [`drive`]: many machines driven together in rounds, with retries, as a state
+//!   machine without I/O ([`Drive`]) that the executor and the simulator both run.
 //! - [`executor`]: submits, captures, voids, re-drives transfers; closes accounts ([`Executor`]).
 //! - [`sweeper`]: finishes transfers whose executor vanished; prunes tombstones ([`Sweeper`]).
 pub mod audit;
 pub mod cluster;
-mod drive;
+pub mod drive;
 pub mod error;
 pub mod executor;
 pub mod machine;
@@ -20,9 +21,9 @@ pub mod sweeper;
 
 pub use audit::{audit, AuditReport};
 pub use cluster::{Cluster, Durable};
-pub use drive::ROUNDS_MAX;
+pub use drive::{Decisions, Drive, Next, ROUNDS_MAX};
 pub use error::ExecError;
-pub use executor::{Ahead, Decisions, Executor};
+pub use executor::{Ahead, Executor};
 pub use machine::{Config, Machine, Outcome, Request};
 pub use retry::{ManualSleeper, Retry, RetryPolicy, Sleeper, TokioSleeper};
 pub use router::{Match, RouteError, Router, Rule};

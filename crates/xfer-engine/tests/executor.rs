@@ -989,6 +989,27 @@ impl Gate {
     }
 }
 
+impl xfer_store::SharedLog for Gate {
+    fn wait_durable(&self, point: u64) -> xfer_store::BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            loop {
+                let changed = self.changed.notified();
+                if self.failed.load(Relaxed) {
+                    return Err(StoreError::Indeterminate("sync failed".into()));
+                }
+                if self.is_durable(point) {
+                    return Ok(());
+                }
+                changed.await;
+            }
+        })
+    }
+
+    fn is_durable(&self, point: u64) -> bool {
+        point <= self.durable.load(Relaxed)
+    }
+}
+
 /// A Memory store that says it appends to the gate's log and answers before the log is
 /// durable (as the embedded store does).
 struct Pipelined {
@@ -1001,8 +1022,8 @@ impl Store for Pipelined {
         self.inner.execute(ops)
     }
 
-    fn log_domain(&self) -> Option<xfer_store::LogDomain> {
-        Some(xfer_store::LogDomain::of(&self.gate))
+    fn log(&self) -> Option<Arc<dyn xfer_store::SharedLog>> {
+        Some(self.gate.clone())
     }
 
     fn execute_pending<'a>(
@@ -1013,25 +1034,6 @@ impl Store for Pipelined {
             let replies = self.inner.execute(Op::copies(ops)).await?;
             Ok((replies, self.gate.next.fetch_add(1, Relaxed) + 1))
         })
-    }
-
-    fn wait_durable(&self, point: u64) -> xfer_store::BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            loop {
-                let changed = self.gate.changed.notified();
-                if self.gate.failed.load(Relaxed) {
-                    return Err(StoreError::Indeterminate("sync failed".into()));
-                }
-                if self.is_durable(point) {
-                    return Ok(());
-                }
-                changed.await;
-            }
-        })
-    }
-
-    fn is_durable(&self, point: u64) -> bool {
-        point <= self.gate.durable.load(Relaxed)
     }
 
     fn scan_due(

@@ -5,11 +5,10 @@
 //! record before it, so everything the replies could have seen — is durable (a read may show
 //! another caller's write that is applied in memory but not yet durable). `execute_pending`
 //! answers at once with the last LSN appended so far (its own record's or later: whatever
-//! the replies could have seen): its caller waits for it (`wait_durable`) before
+//! the replies could have seen): its caller waits for it (the shard's [`Store::log`]) before
 //! acknowledging anything that rests on the replies.
 
 use crate::codec::EntryRef;
-use crate::committer::sync_here;
 use crate::fs::{Fs, RealFs};
 use crate::inner::Inner;
 use crate::shard_state::{fetch_finished, ShardState};
@@ -19,7 +18,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use xfer_core::{Account, AccountId, AccountStatus, Timestamp, TransferId, TransferRecord};
 use xfer_store::{
-    BoxFuture, HistoryPage, LogDomain, MemoryShard, Op, Reply, Store, StoreError, TransferOp,
+    BoxFuture, HistoryPage, MemoryShard, Op, Reply, SharedLog, Store, StoreError, TransferOp,
 };
 
 /// Tombstones pruned per hold of a shard's lock (and per log entry).
@@ -116,8 +115,8 @@ impl<F: Fs> Store for EmbeddedShard<F> {
     }
 
     /// Every shard of one data directory appends to its one log.
-    fn log_domain(&self) -> Option<LogDomain> {
-        Some(LogDomain::of(&self.inner))
+    fn log(&self) -> Option<Arc<dyn SharedLog>> {
+        Some(self.inner.clone())
     }
 
     /// Runs when first polled. A shard whose lock is held (by the other runtime thread's
@@ -141,18 +140,6 @@ impl<F: Fs> Store for EmbeddedShard<F> {
             };
             Poll::Ready(self.execute_locked(&mut shard, ops))
         }))
-    }
-
-    fn wait_durable(&self, point: u64) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.inner.committer.durable(&self.inner.shared, point))
-    }
-
-    fn is_durable(&self, point: u64) -> bool {
-        point < self.inner.shared.log.durable_lsn()
-    }
-
-    fn sync_durable(&self, point: u64) -> Option<Result<(), StoreError>> {
-        Some(sync_here(&self.inner.shared, point))
     }
 
     fn scan_due(

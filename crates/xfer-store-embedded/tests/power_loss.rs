@@ -11,7 +11,7 @@ use xfer_core::{
     Account, AccountId, Amount, AssetCode, LowerBound, ManualClock, OwnerId, Posting, Rng,
     Timestamp, TransferId, TransferKind, TransferRecord, TransferSpec, TransferState,
 };
-use xfer_store::{AccountOp, MemoryShard, Op, Store, TransferOp};
+use xfer_store::{same_log, AccountOp, MemoryShard, Op, SharedLog, Store, TransferOp};
 use xfer_store_embedded::fs::Torn;
 use xfer_store_embedded::{Embedded, EmbeddedConfig, LogConfig, SimFs};
 
@@ -271,16 +271,16 @@ async fn run_pending(disk: &SimFs, tables: &std::path::Path, ops: &[Op]) -> usiz
             // Either shard waits for the one log.
             let other = &shards[1 - s];
             let synced = if i % 10 == 4 {
-                other.wait_durable(point).await
+                log_of(other).wait_durable(point).await
             } else {
-                other
+                log_of(other)
                     .sync_durable(point)
                     .expect("syncs in the caller's thread")
             };
             if synced.is_err() {
                 break;
             }
-            assert!(shard.is_durable(point));
+            assert!(log_of(shard).is_durable(point));
             acked = i + 1;
         }
         if i % 17 == 16 && store.checkpoint().is_err() {
@@ -288,6 +288,13 @@ async fn run_pending(disk: &SimFs, tables: &std::path::Path, ops: &[Op]) -> usiz
         }
     }
     acked
+}
+
+/// The log `shard` appends to (every shard of a data directory names the same one).
+fn log_of<S: Store + ?Sized>(shard: &S) -> Arc<dyn SharedLog> {
+    shard
+        .log()
+        .expect("an embedded shard appends to its store's log")
 }
 
 async fn recovered_two(disk: SimFs, tables: &std::path::Path) -> (State, State) {
@@ -356,6 +363,7 @@ async fn pending_answers_are_synced_only_when_waited_for_and_one_wait_covers_bot
     let clock = Arc::new(ManualClock::at(NOW));
     let (store, _) = Embedded::open_with(disk.clone(), tables.path(), cfg, clock).unwrap();
     let shards = store.shards();
+    assert!(same_log(&log_of(&shards[0]), &log_of(&shards[1])));
     let before = disk.syncs();
     let mut points = Vec::new();
     for op in &ops {
@@ -366,11 +374,15 @@ async fn pending_answers_are_synced_only_when_waited_for_and_one_wait_covers_bot
     // Give a committer that syncs on its own the time to do it.
     std::thread::sleep(std::time::Duration::from_millis(50));
     assert_eq!(disk.syncs(), before, "synced with nobody waiting");
-    assert!(points.iter().all(|&(s, p)| !shards[s].is_durable(p)));
+    assert!(points
+        .iter()
+        .all(|&(s, p)| !log_of(&shards[s]).is_durable(p)));
     let (s, last) = *points.last().unwrap();
-    shards[1 - s].wait_durable(last).await.unwrap();
+    log_of(&shards[1 - s]).wait_durable(last).await.unwrap();
     assert_eq!(disk.syncs() - before, 1, "one wait, one sync");
-    assert!(points.iter().all(|&(s, p)| shards[s].is_durable(p)));
+    assert!(points
+        .iter()
+        .all(|&(s, p)| log_of(&shards[s]).is_durable(p)));
     // The same in the caller's thread: one sync covers both shards, and a point already
     // durable costs none.
     let more = crate::ops(6);
@@ -379,12 +391,14 @@ async fn pending_answers_are_synced_only_when_waited_for_and_one_wait_covers_bot
         let s = shard_of(op);
         later.push((s, shards[s].execute_pending(&[op]).await.unwrap().1));
     }
-    assert!(later.iter().all(|&(s, p)| !shards[s].is_durable(p)));
+    assert!(later
+        .iter()
+        .all(|&(s, p)| !log_of(&shards[s]).is_durable(p)));
     let (s, last) = *later.last().unwrap();
-    shards[1 - s].sync_durable(last).unwrap().unwrap();
+    log_of(&shards[1 - s]).sync_durable(last).unwrap().unwrap();
     assert_eq!(disk.syncs() - before, 2, "one sync in the caller's thread");
-    assert!(later.iter().all(|&(s, p)| shards[s].is_durable(p)));
-    shards[s].sync_durable(last).unwrap().unwrap();
+    assert!(later.iter().all(|&(s, p)| log_of(&shards[s]).is_durable(p)));
+    log_of(&shards[s]).sync_durable(last).unwrap().unwrap();
     assert_eq!(disk.syncs() - before, 2, "nothing to sync");
     drop(shards);
     store.close().unwrap();

@@ -4,10 +4,12 @@
 //!
 //! [`Store::execute_pending`] goes through a second hook if one is given
 //! ([`Intercept::with_pending`]); without one the wrapper answers only what is durable (no
-//! log domain), so nothing the inner store answers early can bypass the hook.
+//! log), so nothing the inner store answers early can bypass the hook.
 
+use crate::log::SharedLog;
 use crate::op::{Op, Reply};
-use crate::store::{answered_durable, BoxFuture, LogDomain, Store, StoreError};
+use crate::store::{answered_durable, BoxFuture, Store, StoreError};
+use std::sync::Arc;
 
 /// The hook: sees each batch and the inner store, and answers for it.
 pub type ExecuteHook<S> = Box<
@@ -39,7 +41,7 @@ impl<S: Store> Intercept<S> {
     }
 
     /// Also sends [`Store::execute_pending`] through `pending` (and so takes the inner
-    /// store's log domain).
+    /// store's log).
     pub fn with_pending(mut self, pending: PendingHook<S>) -> Intercept<S> {
         self.pending = Some(pending);
         self
@@ -56,8 +58,8 @@ impl<S: Store> Store for Intercept<S> {
         (self.hook)(&self.inner, ops)
     }
 
-    fn log_domain(&self) -> Option<LogDomain> {
-        self.pending.as_ref().and_then(|_| self.inner.log_domain())
+    fn log(&self) -> Option<Arc<dyn SharedLog>> {
+        self.pending.as_ref().and_then(|_| self.inner.log())
     }
 
     fn execute_pending<'a>(
@@ -68,18 +70,6 @@ impl<S: Store> Store for Intercept<S> {
             Some(hook) => hook(&self.inner, ops),
             None => answered_durable(self.execute(Op::copies(ops))),
         }
-    }
-
-    fn wait_durable(&self, point: u64) -> BoxFuture<'_, Result<(), StoreError>> {
-        self.inner.wait_durable(point)
-    }
-
-    fn is_durable(&self, point: u64) -> bool {
-        self.inner.is_durable(point)
-    }
-
-    fn sync_durable(&self, point: u64) -> Option<Result<(), StoreError>> {
-        self.inner.sync_durable(point)
     }
 
     crate::store::forward_to_inner!(inner: scan_due, history, prune, accounts, transfers);

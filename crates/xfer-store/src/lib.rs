@@ -6,7 +6,9 @@
 //!
 //! - [`op`]: the operations ([`Op`]) and their answers ([`Reply`]).
 //! - [`record`]: what each operation means, as pure functions of one record.
-//! - [`store`]: the async, batchable [`Store`] trait, [`StoreError`] and [`LogDomain`].
+//! - [`error`]: [`StoreError`], why a call failed, and [`BoxFuture`], how calls answer.
+//! - [`log`]: [`SharedLog`], the one log several shards append to ahead of its sync.
+//! - [`store`]: the async, batchable [`Store`] trait.
 //! - [`shard`]: the in-memory shard, [`MemoryShard`] (the simulator's and the embedded
 //!   store's memory), and [`MemoryStore`], the reference implementation of [`Store`] over
 //!   it. What only a checkpointing store needs (the cut, its lists' room, the pruner's order)
@@ -18,8 +20,10 @@
 
 pub mod coalesce;
 pub mod conformance;
+pub mod error;
 pub mod faulty;
 pub mod intercept;
+pub mod log;
 pub mod op;
 pub mod record;
 pub mod shard;
@@ -28,6 +32,7 @@ pub mod store;
 pub use coalesce::Coalesce;
 pub use faulty::{FaultPlan, Faulty};
 pub use intercept::{ExecuteHook, Intercept, PendingHook};
+pub use log::{same_log, SharedLog};
 pub use op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
 pub use shard::{MemoryShard, MemoryStore};
-pub use store::{answered_durable, BoxFuture, HistoryPage, LogDomain, Store, StoreError};
+pub use store::{answered_durable, BoxFuture, HistoryPage, Store, StoreError};

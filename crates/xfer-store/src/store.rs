@@ -25,15 +25,12 @@
 //! # Answering before the sync (one log, one order)
 //!
 //! A store whose shards all append to one log in one order (the embedded store) can answer
-//! [`Store::execute_pending`] as soon as the ops are applied and appended, before the log
-//! is synced: a crash then keeps a prefix of that log, so whatever an answer led to (the
-//! next step, on any shard of the same log) is appended after what it depended on and can
-//! never survive without it. Such stores name their log with [`Store::log_domain`]. The
-//! engine uses this only when every shard of its cluster has the same domain, and
-//! acknowledges nothing outside it (an outcome, a decision) until [`Store::wait_durable`]
-//! covers the point the answers carried. Every other store keeps the defaults: `None`,
-//! `execute_pending` is `execute` (durable when answered, point 0), and point 0 is always
-//! durable.
+//! [`Store::execute_pending`] before the log is synced, with the log point the answers rest
+//! on; such a shard names its log with [`Store::log`] ([`SharedLog`]). The engine uses this
+//! only when every shard of its cluster names the same log, and acknowledges nothing
+//! outside it (an outcome, a decision) until the log is durable up to that point. Every
+//! other store keeps the defaults: no log, `execute_pending` is `execute` (durable when
+//! answered, point 0).
 //!
 //! # Scans
 //!
@@ -41,45 +38,11 @@
 //! [`Store::history`] serves an account's transfers newest first from an index written by
 //! each account's first write for a transfer (intent or released mark); [`Store::prune`] drops tombstones whose horizon the store's clock has passed.
 
+pub use crate::error::{BoxFuture, StoreError};
+use crate::log::SharedLog;
 use crate::op::{Op, Reply};
-use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
+use std::sync::Arc;
 use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
-
-/// A boxed, sendable future: the trait is used as `dyn Store` by the router.
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// Why a store call failed. Each variant says what the caller may do next.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StoreError {
-    /// Nothing was applied (the store said so, or the request never left). Retry later.
-    Unavailable(String),
-    /// Some prefix of the batch may have been applied (a timeout, a lost reply). Retry the
-    /// same ops: every op is idempotent.
-    Indeterminate(String),
-    /// A record failed its checks (bad checksum, impossible value). Needs a human.
-    Corrupted(String),
-}
-
-impl StoreError {
-    /// True when retrying the same ops later may succeed.
-    pub fn is_retryable(&self) -> bool {
-        !matches!(self, StoreError::Corrupted(_))
-    }
-}
-
-impl fmt::Display for StoreError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            StoreError::Unavailable(m) => write!(f, "store unavailable: {m}"),
-            StoreError::Indeterminate(m) => write!(f, "store outcome unknown: {m}"),
-            StoreError::Corrupted(m) => write!(f, "store corrupted: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for StoreError {}
 
 /// One page of an account's history, newest first.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,19 +70,6 @@ impl HistoryPage {
     }
 }
 
-/// A log that several shards append to in one order (see the module docs): equal domains
-/// share every crash's prefix.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct LogDomain(usize);
-
-impl LogDomain {
-    /// The domain of the log `owner` holds (its allocation's address: unique while it
-    /// lives, and every shard of that log holds it).
-    pub fn of<T: ?Sized>(owner: &std::sync::Arc<T>) -> LogDomain {
-        LogDomain(std::sync::Arc::as_ptr(owner) as *const () as usize)
-    }
-}
-
 /// `execute`'s answer as `execute_pending`'s: durable when answered, so point 0.
 pub fn answered_durable<'a>(
     call: BoxFuture<'a, Result<Vec<Reply>, StoreError>>,
@@ -133,15 +83,16 @@ pub trait Store: Send + Sync {
     /// op once they are durable. Ops of one batch must address records of this shard.
     fn execute(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Reply>, StoreError>>;
 
-    /// The log this shard appends to, if it can answer before its writes are durable (see
-    /// the module docs). `None` (the default): every answer is durable.
-    fn log_domain(&self) -> Option<LogDomain> {
+    /// The log this shard appends to, if it answers [`Store::execute_pending`] before its
+    /// writes are durable (see the module docs). `None` (the default): every answer is
+    /// durable.
+    fn log(&self) -> Option<Arc<dyn SharedLog>> {
         None
     }
 
     /// As [`Store::execute`], but may answer before the ops are durable: with the replies
-    /// comes the point of the log (0: nothing to wait for) that [`Store::wait_durable`]
-    /// must reach before anything that depends on them is acknowledged. The ops are
+    /// comes the point of the log (0: nothing to wait for) that [`Store::log`] must make
+    /// durable before anything that depends on them is acknowledged. The ops are
     /// borrowed: a store that answers ahead of its log applies and logs them where they
     /// are (the engine keeps every op it sends until answered, and copying each one per
     /// call was 1.15 % of `xfer bench`'s samples, `docs/benchmarks.md`). The default is
@@ -151,33 +102,6 @@ pub trait Store: Send + Sync {
         ops: &'a [&'a Op],
     ) -> BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>> {
         answered_durable(self.execute(Op::copies(ops)))
-    }
-
-    /// Waits until the log is durable up to `point` (from [`Store::execute_pending`]); an
-    /// error means it may never be (the answers that carried it must not be acknowledged).
-    /// The default knows only point 0.
-    fn wait_durable(&self, point: u64) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(std::future::ready(if point == 0 {
-            Ok(())
-        } else {
-            Err(StoreError::Corrupted(format!(
-                "asked to wait for log point {point} of a store that answers only what is durable"
-            )))
-        }))
-    }
-
-    /// True if the log is durable up to `point` now (no wait).
-    fn is_durable(&self, point: u64) -> bool {
-        point == 0
-    }
-
-    /// As [`Store::wait_durable`], but syncing in the calling thread, which it blocks, where
-    /// the store can; `None` where it cannot (then wait with `wait_durable`). For a caller
-    /// whose wait is the critical path of many others (the HTTP combiner's lane): a wait
-    /// handed to another thread costs that thread's wake-up and then the caller's.
-    fn sync_durable(&self, point: u64) -> Option<Result<(), StoreError>> {
-        let _ = point;
-        None
     }
 
     /// Non-terminal transfers whose wake time ([`TransferRecord::wake_at`]) is at or before
@@ -225,23 +149,14 @@ macro_rules! forward_to_inner {
         $(crate::store::forward_to_inner!(@ $inner $method);)+
     };
     (@ $inner:ident pending) => {
-        fn log_domain(&self) -> Option<crate::store::LogDomain> {
-            self.$inner.log_domain()
+        fn log(&self) -> Option<std::sync::Arc<dyn crate::log::SharedLog>> {
+            self.$inner.log()
         }
         fn execute_pending<'a>(
             &'a self,
             ops: &'a [&'a crate::op::Op],
         ) -> crate::store::BoxFuture<'a, Result<(Vec<crate::op::Reply>, u64), crate::store::StoreError>> {
             self.$inner.execute_pending(ops)
-        }
-        fn wait_durable(&self, point: u64) -> crate::store::BoxFuture<'_, Result<(), crate::store::StoreError>> {
-            self.$inner.wait_durable(point)
-        }
-        fn is_durable(&self, point: u64) -> bool {
-            self.$inner.is_durable(point)
-        }
-        fn sync_durable(&self, point: u64) -> Option<Result<(), crate::store::StoreError>> {
-            self.$inner.sync_durable(point)
         }
     };
     (@ $inner:ident scan_due) => {
@@ -295,8 +210,8 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         (**self).execute(ops)
     }
 
-    fn log_domain(&self) -> Option<LogDomain> {
-        (**self).log_domain()
+    fn log(&self) -> Option<Arc<dyn SharedLog>> {
+        (**self).log()
     }
 
     fn execute_pending<'a>(
@@ -304,18 +219,6 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         ops: &'a [&'a Op],
     ) -> BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>> {
         (**self).execute_pending(ops)
-    }
-
-    fn wait_durable(&self, point: u64) -> BoxFuture<'_, Result<(), StoreError>> {
-        (**self).wait_durable(point)
-    }
-
-    fn is_durable(&self, point: u64) -> bool {
-        (**self).is_durable(point)
-    }
-
-    fn sync_durable(&self, point: u64) -> Option<Result<(), StoreError>> {
-        (**self).sync_durable(point)
     }
 
     fn scan_due(
