@@ -13,7 +13,7 @@ use xfer_engine::Router;
 use xfer_store::MemoryShard;
 
 /// Every guarantee a checker judges, by the name violations carry.
-pub const GUARANTEES: [&str; 9] = [
+pub const GUARANTEES: [&str; 10] = [
     "conservation",
     "no_overdraft",
     "atomicity",
@@ -23,6 +23,7 @@ pub const GUARANTEES: [&str; 9] = [
     "no_leaks",
     "history",
     "acknowledged",
+    "durable",
 ];
 
 /// A broken guarantee.

@@ -25,11 +25,14 @@ pub enum FaultKind {
     Skew,
     /// A shard refuses every request for a while.
     Unavailable,
+    /// The shared log loses what it had not synced: the store's process dies, and with it
+    /// the executors that share its log (only in runs with a shared log).
+    LogLoss,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 9] = [
+    pub const ALL: [FaultKind; 10] = [
         FaultKind::Crash,
         FaultKind::ReplyLost,
         FaultKind::Delay,
@@ -39,6 +42,7 @@ impl FaultKind {
         FaultKind::TwoSweepers,
         FaultKind::Skew,
         FaultKind::Unavailable,
+        FaultKind::LogLoss,
     ];
 
     /// Its name in reports.
@@ -53,6 +57,7 @@ impl FaultKind {
             FaultKind::TwoSweepers => "two_sweepers",
             FaultKind::Skew => "skew",
             FaultKind::Unavailable => "unavailable",
+            FaultKind::LogLoss => "log_loss",
         }
     }
 
@@ -70,6 +75,20 @@ pub enum Hotness {
     DebitHot,
     /// 90 % of plain transfers credit one account.
     CreditHot,
+}
+
+/// How the executors drive their machines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Driver {
+    /// Each machine on its own, each request with a timer and resends of its own: every
+    /// interleaving of single steps.
+    Messages,
+    /// The production driver ([`xfer_engine::Drive`]): machines in rounds, one round's
+    /// requests sent together, failed ones resent the next round; every answer durable.
+    Rounds,
+    /// The production driver over one log shared by every shard, answering before its
+    /// sync (the embedded store): outcomes and decisions wait for the log.
+    RoundsSharedLog,
 }
 
 /// One run's scenario.
@@ -105,6 +124,10 @@ pub struct SimConfig {
     pub pause_extra_ms: (u64, u64),
     /// The workload's concentration.
     pub hotness: Hotness,
+    /// How executors drive their machines.
+    pub driver: Driver,
+    /// The shared log syncs every so often, in this range.
+    pub sync_ms: (u64, u64),
     faults: u32,
 }
 
@@ -144,6 +167,12 @@ impl SimConfig {
             delay_ms: (80, 900),
             pause_extra_ms: (50, 700),
             hotness,
+            driver: match rng.below(3) {
+                0 => Driver::Messages,
+                1 => Driver::Rounds,
+                _ => Driver::RoundsSharedLog,
+            },
+            sync_ms: (2, 10),
             faults,
         }
     }
@@ -154,9 +183,16 @@ impl SimConfig {
         self
     }
 
+    /// The same scenario driven by `driver`.
+    pub fn with_driver(mut self, driver: Driver) -> SimConfig {
+        self.driver = driver;
+        self
+    }
+
     /// True when `kind` is injected in this run.
     pub fn has(&self, kind: FaultKind) -> bool {
-        self.faults & kind.bit() != 0
+        let possible = kind != FaultKind::LogLoss || self.driver == Driver::RoundsSharedLog;
+        possible && self.faults & kind.bit() != 0
     }
 
     /// The faults on in this run, by name.

@@ -4,6 +4,8 @@
 //! - [`config`]: the scenario a seed names ([`SimConfig`]) and the [`FaultKind`]s.
 //! - [`workload`]: the simulated clients and what they were told.
 //! - [`world`]: processes, shards and network as a discrete-event simulation ([`World`]).
+//! - [`rounds`](mod@rounds): the production driver ([`xfer_engine::Drive`]) in that world.
+//! - [`log`]: the one log shards may share, synced and lost by events ([`log::SimLog`]).
 //! - [`checker`]: the guarantees ([`Checker`], [`Violation`]).
 //! - [`bench`](mod@bench): `xfer-sim bench`, the protocol on the embedded store with fsync, measured.
 //! - [`recovery`]: `xfer-sim recovery`, time to serve after `kill -9` on a big directory.
@@ -13,12 +15,14 @@ pub mod bench;
 pub mod checker;
 pub mod config;
 pub mod crash;
+pub mod log;
 pub mod recovery;
+pub mod rounds;
 pub mod workload;
 pub mod world;
 
 pub use checker::{Checker, Violation};
-pub use config::{FaultKind, SimConfig};
+pub use config::{Driver, FaultKind, SimConfig};
 pub use world::{RunStats, World};
 
 /// Runs the scenario of `seed` and returns what happened and what broke.

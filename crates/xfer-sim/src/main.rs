@@ -409,11 +409,12 @@ impl Report {
         if single {
             let cfg = SimConfig::from_seed(first);
             println!(
-                "seed {first}: shards={} procs={} users={} hotness={:?} faults=[{}]",
+                "seed {first}: shards={} procs={} users={} hotness={:?} driver={:?} faults=[{}]",
                 cfg.shards,
                 cfg.procs,
                 cfg.users,
                 cfg.hotness,
+                cfg.driver,
                 cfg.fault_names().join(",")
             );
         }

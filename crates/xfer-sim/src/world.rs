@@ -9,15 +9,22 @@
 //!                          └──────────────Reply / lost / late─────────────┘
 //! ```
 //!
+//! Executors drive their machines one message at a time (each request with a timer of its
+//! own) or, as production does, with the engine's [`xfer_engine::Drive`] in rounds, over
+//! shards that answer durably or over one shared log that answers ahead of its sync
+//! ([`crate::rounds`], [`SimLog`]); the seed picks ([`Driver`]).
+//!
 //! The run has a safety phase, where faults are injected and checkers watch every write,
 //! and a healing phase, where faults stop and every transfer must reach a terminal state.
 
 use crate::checker::Checker;
-use crate::config::{FaultKind, SimConfig};
+use crate::config::{Driver, FaultKind, SimConfig};
+use crate::log::{Entry, SimLog};
+use crate::rounds::Driven;
 use crate::workload::{Action, Told, Workload};
 use std::collections::{BTreeMap, BTreeSet};
 use xfer_core::{Code, OwnerId, Rng, Timestamp, TransferId, TransferKind, TransferState};
-use xfer_engine::{Machine, Outcome, Request, Router};
+use xfer_engine::{Machine, Outcome, Request, RetryPolicy, Router};
 use xfer_store::{AccountOp, MemoryShard, Op, Reply};
 
 /// Simulated time at which the run starts (so skewed clocks never go below zero).
@@ -47,7 +54,7 @@ pub struct RunStats {
 }
 
 #[derive(Clone, Debug)]
-struct Msg {
+pub(crate) struct Msg {
     proc: usize,
     inc: u32,
     mid: u64,
@@ -62,7 +69,7 @@ struct Msg {
 }
 
 #[derive(Clone, Debug)]
-enum Ticket {
+pub(crate) enum Ticket {
     /// The `n`th submission of a transfer id.
     Submit(TransferId, usize),
     /// A capture or void of a hold (the outcome is checked through `acks`).
@@ -74,7 +81,7 @@ enum Ticket {
 }
 
 #[derive(Clone, Debug)]
-enum Event {
+pub(crate) enum Event {
     Generate,
     Client {
         action: Action,
@@ -89,6 +96,8 @@ enum Event {
         tag: u32,
         attempt: u32,
         reply: Option<Box<Reply>>,
+        /// The shared log's point the reply rests on (0: durable when answered).
+        point: u64,
     },
     Timeout {
         proc: usize,
@@ -101,6 +110,21 @@ enum Event {
         proc: usize,
         inc: u32,
     },
+    /// A forming drive of process `proc` takes no more machines and starts.
+    Start {
+        proc: usize,
+        inc: u32,
+        mid: u64,
+    },
+    /// A drive's pause between rounds is over.
+    Resume {
+        proc: usize,
+        inc: u32,
+        mid: u64,
+    },
+    /// The shared log syncs.
+    Sync,
+    LogLoss,
     Crash(usize),
     Restart(usize),
     Pause(usize),
@@ -108,30 +132,34 @@ enum Event {
     Heal,
 }
 
-enum Work {
+pub(crate) enum Work {
     Machine(Box<Machine>),
     Admin(Action),
+    Drive(Box<Driven>),
 }
 
-struct Slot {
-    work: Work,
+pub(crate) struct Slot {
+    pub(crate) work: Work,
     sent: BTreeMap<u32, (Op, u32)>,
-    ticket: Ticket,
+    /// Whom to tell: one ticket per machine (a drive's in the order of its machines).
+    pub(crate) tickets: Vec<Ticket>,
 }
 
-struct Proc {
+pub(crate) struct Proc {
     skew: i64,
-    inc: u32,
-    alive: bool,
-    paused_until: u64,
+    pub(crate) inc: u32,
+    pub(crate) alive: bool,
+    pub(crate) paused_until: u64,
     sweeper: bool,
-    slots: BTreeMap<u64, Slot>,
+    pub(crate) slots: BTreeMap<u64, Slot>,
     next_mid: u64,
-    recovering: BTreeSet<TransferId>,
+    pub(crate) recovering: BTreeSet<TransferId>,
+    /// The drive taking machines before it starts.
+    pub(crate) forming: Option<u64>,
 }
 
-struct Shard {
-    store: MemoryShard,
+pub(crate) struct Shard {
+    pub(crate) store: MemoryShard,
     skew: i64,
     down_until: u64,
     newest_send: u64,
@@ -139,25 +167,31 @@ struct Shard {
 
 /// One simulated run.
 pub struct World {
-    cfg: SimConfig,
-    rng: Rng,
-    now: u64,
+    pub(crate) cfg: SimConfig,
+    pub(crate) rng: Rng,
+    pub(crate) now: u64,
     seq: u64,
     queue: BTreeMap<(u64, u64), Event>,
-    procs: Vec<Proc>,
-    shards: Vec<Shard>,
-    router: Router,
-    workload: Workload,
+    pub(crate) procs: Vec<Proc>,
+    pub(crate) shards: Vec<Shard>,
+    pub(crate) router: Router,
+    pub(crate) workload: Workload,
     /// The checkers and what they found.
     pub checker: Checker,
     stats: RunStats,
     generated: usize,
-    heal_at: Option<u64>,
+    pub(crate) heal_at: Option<u64>,
     messages_in_flight: u64,
     clients_waiting: u64,
     account_writes: u64,
-    acks: Vec<(TransferId, TransferState)>,
-    send_seq: u64,
+    pub(crate) acks: Vec<(TransferId, TransferState)>,
+    pub(crate) send_seq: u64,
+    /// The log every shard appends to, in runs with a shared log.
+    pub(crate) log: Option<SimLog>,
+    /// Messages sent up to this one died with a log loss.
+    pub(crate) lost_before: u64,
+    /// How drives back off between failed rounds.
+    pub(crate) policy: RetryPolicy,
 }
 
 impl World {
@@ -184,6 +218,7 @@ impl World {
                 slots: BTreeMap::new(),
                 next_mid: 0,
                 recovering: BTreeSet::new(),
+                forming: None,
             })
             .collect();
         let shards = (0..cfg.shards)
@@ -194,6 +229,12 @@ impl World {
                 newest_send: 0,
             })
             .collect();
+        let log = (cfg.driver == Driver::RoundsSharedLog).then(|| SimLog::new(cfg.shards));
+        let policy = RetryPolicy {
+            attempts_max: cfg.attempts_max,
+            backoff_ms_min: 10,
+            backoff_ms_max: 200,
+        };
         let mut w = World {
             router: Router::hash(cfg.shards),
             cfg,
@@ -213,6 +254,9 @@ impl World {
             account_writes: 0,
             acks: Vec::new(),
             send_seq: 0,
+            log,
+            lost_before: 0,
+            policy,
         };
         let clocks = w
             .procs
@@ -233,6 +277,14 @@ impl World {
                 .expect("hash router");
             let op = Op::Account(id, AccountOp::Create { asset, lower_bound });
             self.shards[shard].store.apply(&op, Timestamp(START_MS));
+            if let Some(log) = &mut self.log {
+                log.append(Entry::Apply(shard, op, Timestamp(START_MS)));
+            }
+        }
+        if let Some(log) = &mut self.log {
+            log.sync();
+            let ms = self.rng.range(self.cfg.sync_ms.0, self.cfg.sync_ms.1);
+            self.schedule(ms, Event::Sync);
         }
         for spec in self.workload.funding() {
             let n = self.workload.submission_count(&spec.id) - 1;
@@ -250,6 +302,7 @@ impl World {
             (FaultKind::Crash, safety_ms / 300),
             (FaultKind::Pause, safety_ms / 500),
             (FaultKind::Unavailable, safety_ms / 600),
+            (FaultKind::LogLoss, safety_ms / 900),
         ];
         for (kind, n) in plan {
             if !self.cfg.has(kind) {
@@ -264,6 +317,7 @@ impl World {
                     FaultKind::Pause => {
                         Event::Pause(self.rng.below(self.procs.len() as u64) as usize)
                     }
+                    FaultKind::LogLoss => Event::LogLoss,
                     _ => Event::ShardDown(self.rng.below(self.shards.len() as u64) as usize),
                 };
                 self.schedule(at, ev);
@@ -394,13 +448,21 @@ impl World {
 
     // --- plumbing -------------------------------------------------------------------------
 
-    fn schedule(&mut self, after_ms: u64, ev: Event) {
+    pub(crate) fn schedule(&mut self, after_ms: u64, ev: Event) {
         self.seq += 1;
         self.queue.insert((self.now + after_ms, self.seq), ev);
     }
 
     /// Schedules the resend timer of request `tag` of machine `mid` on process `p`.
-    fn timer(&mut self, after_ms: u64, p: usize, inc: u32, mid: u64, tag: u32, attempt: u32) {
+    pub(crate) fn timer(
+        &mut self,
+        after_ms: u64,
+        p: usize,
+        inc: u32,
+        mid: u64,
+        tag: u32,
+        attempt: u32,
+    ) {
         self.schedule(
             after_ms,
             Event::Timeout {
@@ -417,7 +479,7 @@ impl World {
         self.stats.digest = mix(self.stats.digest, v);
     }
 
-    fn count(&mut self, kind: FaultKind) {
+    pub(crate) fn count(&mut self, kind: FaultKind) {
         self.count_n(kind, 1);
     }
 
@@ -425,19 +487,19 @@ impl World {
         *self.stats.faults.entry(kind.name()).or_default() += n;
     }
 
-    fn faulty(&mut self, kind: FaultKind, per_million: u32) -> bool {
+    pub(crate) fn faulty(&mut self, kind: FaultKind, per_million: u32) -> bool {
         self.heal_at.is_none() && self.cfg.has(kind) && self.rng.chance(per_million)
     }
 
-    fn clock(&self, proc: usize) -> Timestamp {
+    pub(crate) fn clock(&self, proc: usize) -> Timestamp {
         Timestamp((self.now as i64 + self.procs[proc].skew) as u64)
     }
 
-    fn shard_clock(&self, shard: usize) -> Timestamp {
+    pub(crate) fn shard_clock(&self, shard: usize) -> Timestamp {
         Timestamp((self.now as i64 + self.shards[shard].skew) as u64)
     }
 
-    fn latency(&mut self) -> u64 {
+    pub(crate) fn latency(&mut self) -> u64 {
         if self.faulty(FaultKind::Delay, 30_000) {
             self.count(FaultKind::Delay);
             self.rng.range(self.cfg.delay_ms.0, self.cfg.delay_ms.1)
@@ -447,12 +509,12 @@ impl World {
     }
 
     /// Process `p` is dead (or a later incarnation) for an event of incarnation `inc`.
-    fn gone(&self, p: usize, inc: u32) -> bool {
+    pub(crate) fn gone(&self, p: usize, inc: u32) -> bool {
         !self.procs[p].alive || self.procs[p].inc != inc
     }
 
     /// Defers `ev` if process `p` is paused; true if it did.
-    fn deferred(&mut self, p: usize, ev: &Event) -> bool {
+    pub(crate) fn deferred(&mut self, p: usize, ev: &Event) -> bool {
         let until = self.procs[p].paused_until;
         if until > self.now {
             self.seq += 1;
@@ -482,6 +544,10 @@ impl World {
             ev @ Event::Reply { .. } => self.on_reply(ev),
             ev @ Event::Timeout { .. } => self.on_timeout(ev),
             ev @ Event::Sweep { .. } => self.on_sweep(ev),
+            ev @ Event::Start { .. } => self.on_start(ev),
+            ev @ Event::Resume { .. } => self.on_resume(ev),
+            Event::Sync => self.on_sync(),
+            Event::LogLoss => self.on_log_loss(),
             Event::Crash(p) => self.crash(p),
             Event::Restart(p) => {
                 self.procs[p].alive = true;
@@ -531,7 +597,7 @@ impl World {
         self.schedule(gap, Event::Generate);
     }
 
-    fn client(&mut self, after_ms: u64, action: Action, ticket: Ticket, tries: u32) {
+    pub(crate) fn client(&mut self, after_ms: u64, action: Action, ticket: Ticket, tries: u32) {
         self.clients_waiting += 1;
         self.schedule(
             after_ms,
@@ -581,27 +647,35 @@ impl World {
                 Some((Work::Admin(action.clone()), vec![Request { tag: 0, op }]))
             }
         };
-        if let Some((work, reqs)) = started {
-            self.start(p, work, reqs, ticket);
+        match started {
+            Some((Work::Machine(m), reqs)) if self.cfg.driver != Driver::Messages => {
+                self.join(p, *m, reqs, ticket)
+            }
+            Some((work, reqs)) => self.start(p, work, reqs, ticket),
+            None => {}
         }
     }
 
-    fn owner(&self, p: usize) -> OwnerId {
+    pub(crate) fn owner(&self, p: usize) -> OwnerId {
         OwnerId::new(&format!("p{p}.{}", self.procs[p].inc)).expect("valid owner")
     }
 
-    fn start(&mut self, p: usize, work: Work, reqs: Vec<Request>, ticket: Ticket) {
+    pub(crate) fn start(&mut self, p: usize, work: Work, reqs: Vec<Request>, ticket: Ticket) {
+        let mid = self.add_slot(p, work, vec![ticket]);
+        self.send_all(p, mid, reqs);
+    }
+
+    /// Gives process `p` a new slot; answers its id.
+    pub(crate) fn add_slot(&mut self, p: usize, work: Work, tickets: Vec<Ticket>) -> u64 {
         let mid = self.procs[p].next_mid;
         self.procs[p].next_mid += 1;
-        self.procs[p].slots.insert(
-            mid,
-            Slot {
-                work,
-                sent: BTreeMap::new(),
-                ticket,
-            },
-        );
-        self.send_all(p, mid, reqs);
+        let slot = Slot {
+            work,
+            sent: BTreeMap::new(),
+            tickets,
+        };
+        self.procs[p].slots.insert(mid, slot);
+        mid
     }
 
     fn send_all(&mut self, p: usize, mid: u64, reqs: Vec<Request>) {
@@ -613,7 +687,7 @@ impl World {
         }
     }
 
-    fn transmit(&mut self, p: usize, mid: u64, tag: u32, attempt: u32, op: Op) {
+    pub(crate) fn transmit(&mut self, p: usize, mid: u64, tag: u32, attempt: u32, op: Op) {
         let inc = self.procs[p].inc;
         self.timer(self.cfg.op_timeout_ms, p, inc, mid, tag, attempt);
         if self.faulty(FaultKind::Drop, 15_000) {
@@ -651,14 +725,18 @@ impl World {
     }
 
     fn deliver(&mut self, s: usize, msg: Msg) {
+        if msg.send_seq <= self.lost_before {
+            return; // sent by a process that died with the log's loss
+        }
         if msg.send_seq < self.shards[s].newest_send {
             self.stats.reordered += 1;
         }
         self.shards[s].newest_send = self.shards[s].newest_send.max(msg.send_seq);
-        let reply = if self.shards[s].down_until > self.now {
-            None
+        let (reply, point) = if self.shards[s].down_until > self.now {
+            (None, 0)
         } else {
-            Some(Box::new(self.apply(s, &msg.op)))
+            let (reply, point) = self.apply(s, &msg.op);
+            (Some(Box::new(reply)), point)
         };
         if msg.silent {
             return;
@@ -678,12 +756,24 @@ impl World {
                 tag,
                 attempt,
                 reply,
+                point,
             },
         );
     }
 
-    /// Applies `op` on shard `s` with the shard's clock, under the step-by-step checkers.
-    fn apply(&mut self, s: usize, op: &Op) -> Reply {
+    /// Applies `op` on shard `s` with the shard's clock, under the step-by-step checkers;
+    /// with a shared log, appends it: answers the reply and the log point it rests on.
+    fn apply(&mut self, s: usize, op: &Op) -> (Reply, u64) {
+        let reply = self.apply_checked(s, op);
+        let now = self.shard_clock(s);
+        let point = match &mut self.log {
+            Some(log) => log.append(Entry::Apply(s, op.clone(), now)),
+            None => 0,
+        };
+        (reply, point)
+    }
+
+    fn apply_checked(&mut self, s: usize, op: &Op) -> Reply {
         let now = self.shard_clock(s);
         let store = &mut self.shards[s].store;
         match op {
@@ -716,12 +806,27 @@ impl World {
             tag,
             attempt,
             ref reply,
+            ..
         } = ev
         else {
             unreachable!()
         };
         if self.gone(p, inc) || self.deferred(p, &ev) {
             return;
+        }
+        if let Some(Slot {
+            work: Work::Drive(_),
+            ..
+        }) = self.procs[p].slots.get(&mid)
+        {
+            let sent = match reply {
+                Some(r) => Ok((**r).clone()),
+                None => Err(xfer_store::StoreError::Unavailable("shard down".into())),
+            };
+            let Event::Reply { point, .. } = ev else {
+                unreachable!()
+            };
+            return self.on_round_result(p, mid, tag, attempt, sent, point);
         }
         let Some(reply) = reply.clone() else {
             // Unavailable: retry after a short backoff, as the timeout would.
@@ -762,6 +867,7 @@ impl World {
                     self.client(200, action, Ticket::Admin, 0); // the close waits and tries again
                 }
             }
+            Work::Drive(_) => unreachable!("a drive's results go to on_round_result"),
         }
     }
 
@@ -778,6 +884,15 @@ impl World {
         };
         if self.gone(p, inc) || self.deferred(p, &ev) {
             return;
+        }
+        if let Some(Slot {
+            work: Work::Drive(_),
+            ..
+        }) = self.procs[p].slots.get(&mid)
+        {
+            let why = format!("no answer within {} ms", self.cfg.op_timeout_ms);
+            let sent = Err(xfer_store::StoreError::Indeterminate(why));
+            return self.on_round_result(p, mid, tag, attempt, sent, 0);
         }
         let now = self.clock(p);
         let Some(slot) = self.procs[p].slots.get_mut(&mid) else {
@@ -808,7 +923,7 @@ impl World {
             // The executor gives up; the transfer is left to the sweeper.
             let slot = self.procs[p].slots.remove(&mid).expect("present");
             self.untrack(p, &slot);
-            self.tell(&slot.ticket, Told::Unknown);
+            self.tell(&slot.tickets[0], Told::Unknown);
             return;
         }
         *sent_attempt += 1;
@@ -832,29 +947,47 @@ impl World {
                 continue;
             }
             let due = self.shards[s].store.scan_due(now, 32);
+            let mut starts = Vec::new();
             for r in due {
                 let id = r.id().clone();
                 if self.procs[p].recovering.insert(id.clone()) {
                     let (m, reqs) = Machine::recover(id.clone(), self.owner(p), now, cfg);
-                    self.start(p, Work::Machine(Box::new(m)), reqs, Ticket::Sweep(id));
+                    starts.push((m, reqs, Ticket::Sweep(id)));
                 }
+            }
+            if self.cfg.driver == Driver::Messages {
+                for (m, reqs, ticket) in starts {
+                    self.start(p, Work::Machine(Box::new(m)), reqs, ticket);
+                }
+            } else if !starts.is_empty() {
+                self.drive_now(p, starts); // the sweeper drives a pass's machines together
             }
             let shard_now = self.shard_clock(s);
             self.shards[s].store.prune(shard_now, 256);
+            if let Some(log) = &mut self.log {
+                log.append(Entry::Prune(s, shard_now, 256));
+            }
         }
         self.schedule(self.cfg.sweep_interval_ms, Event::Sweep { proc: p, inc });
     }
 
-    fn crash(&mut self, p: usize) {
+    pub(crate) fn crash(&mut self, p: usize) {
+        if self.procs[p].alive {
+            self.count(FaultKind::Crash);
+            self.die(p);
+        }
+    }
+
+    /// Process `p` dies: what it ran is lost, its clients are told nothing.
+    pub(crate) fn die(&mut self, p: usize) {
         if !self.procs[p].alive {
             return;
         }
-        self.count(FaultKind::Crash);
         let slots = std::mem::take(&mut self.procs[p].slots);
-        for slot in slots.values() {
-            self.tell(&slot.ticket, Told::Unknown);
+        for ticket in slots.values().flat_map(|s| &s.tickets) {
+            self.tell(ticket, Told::Unknown);
             // A client whose request died with the process often sends it again.
-            if let (Ticket::Submit(id, n), true) = (&slot.ticket, self.workload.chance(500_000)) {
+            if let (Ticket::Submit(id, n), true) = (ticket, self.workload.chance(500_000)) {
                 if let Some(spec) = self
                     .workload
                     .submissions
@@ -869,6 +1002,7 @@ impl World {
         }
         let proc = &mut self.procs[p];
         proc.recovering.clear();
+        proc.forming = None;
         proc.alive = false;
         proc.inc += 1;
         let back = self.rng.range(20, 400);
@@ -881,36 +1015,41 @@ impl World {
         };
         self.untrack(p, &slot);
         let Work::Machine(m) = &slot.work else { return };
-        match m.outcome().cloned() {
+        self.conclude(&slot.tickets[0], m.outcome().cloned());
+    }
+
+    /// Tells the client of `ticket` what its machine ended with (`None`: nothing known).
+    pub(crate) fn conclude(&mut self, ticket: &Ticket, outcome: Option<Outcome>) {
+        match outcome {
             Some(Outcome::Finished(r)) => {
+                self.durable_holds(r.id(), r.state, "told");
                 self.acks.push((r.id().clone(), r.state));
-                self.tell(&slot.ticket, Told::State(r.state));
+                self.tell(ticket, Told::State(r.state));
             }
             Some(Outcome::Held(r)) => {
-                self.tell(&slot.ticket, Told::State(TransferState::Held));
-                if let (Ticket::Submit(..), TransferKind::Hold { ttl_ms }) =
-                    (&slot.ticket, r.spec.kind)
-                {
+                self.durable_holds(r.id(), TransferState::Held, "told");
+                self.tell(ticket, Told::State(TransferState::Held));
+                if let (Ticket::Submit(..), TransferKind::Hold { ttl_ms }) = (ticket, r.spec.kind) {
                     if let Some((after, action)) = self.workload.after_held(r.id(), ttl_ms) {
                         self.client(after, action, Ticket::Follow, 0);
                     }
                 }
             }
-            Some(Outcome::Rejected(r)) => self.tell(&slot.ticket, Told::Rejected(r.code)),
+            Some(Outcome::Rejected(r)) => self.tell(ticket, Told::Rejected(r.code)),
             Some(Outcome::Violation(v)) => self.checker.machine_violation(v, self.now),
-            Some(Outcome::Left(_) | Outcome::NotFound) | None => {
-                self.tell(&slot.ticket, Told::Unknown)
+            Some(Outcome::Left(_) | Outcome::NotFound) | None => self.tell(ticket, Told::Unknown),
+        }
+    }
+
+    pub(crate) fn untrack(&mut self, p: usize, slot: &Slot) {
+        for ticket in &slot.tickets {
+            if let Ticket::Sweep(id) = ticket {
+                self.procs[p].recovering.remove(id);
             }
         }
     }
 
-    fn untrack(&mut self, p: usize, slot: &Slot) {
-        if let Ticket::Sweep(id) = &slot.ticket {
-            self.procs[p].recovering.remove(id);
-        }
-    }
-
-    fn tell(&mut self, ticket: &Ticket, told: Told) {
+    pub(crate) fn tell(&mut self, ticket: &Ticket, told: Told) {
         if let Ticket::Submit(id, n) = ticket {
             self.workload.told(id, *n, told);
         }

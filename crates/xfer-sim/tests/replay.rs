@@ -1,7 +1,9 @@
 //! The simulator's own promises: a seed replays exactly, a few seeds pass every checker
 //! (the long runs are in `scripts/check`), and faults really happen.
 
-use xfer_sim::{run_seed, FaultKind, SimConfig, World};
+use xfer_sim::{run_seed, Driver, FaultKind, SimConfig, World};
+
+const DRIVERS: [Driver; 3] = [Driver::Messages, Driver::Rounds, Driver::RoundsSharedLog];
 
 #[test]
 fn a_seed_replays_exactly() {
@@ -15,9 +17,14 @@ fn a_seed_replays_exactly() {
 
 #[test]
 fn seeds_pass_every_checker() {
-    for seed in 1..=4 {
-        let (stats, violations) = run_seed(seed);
-        assert!(violations.is_empty(), "seed {seed}: {violations:?}");
+    for (seed, driver) in (1..=6).zip(DRIVERS.into_iter().cycle()) {
+        let cfg = SimConfig::from_seed(seed).with_driver(driver);
+        let (stats, checker) = World::new(cfg).run();
+        let violations = checker.violations;
+        assert!(
+            violations.is_empty(),
+            "seed {seed}, {driver:?}: {violations:?}"
+        );
         assert!(
             stats.transfers > 1_000,
             "seed {seed}: {} transfers",
@@ -33,11 +40,14 @@ fn seeds_pass_every_checker() {
 #[test]
 fn every_fault_kind_fires_when_switched_on() {
     // A scheduled pause or crash may land on a process that is already down, so one seed
-    // can miss a rare kind by chance: count over a few.
+    // can miss a rare kind by chance: count over a few, under every driver (a log loss
+    // needs the shared log).
     let mut fired = std::collections::BTreeMap::new();
     let mut reordered = 0;
-    for seed in 1..=4 {
-        let cfg = SimConfig::from_seed(seed).with_only(&FaultKind::ALL);
+    for (seed, driver) in (1..=6).zip(DRIVERS.into_iter().cycle()) {
+        let cfg = SimConfig::from_seed(seed)
+            .with_only(&FaultKind::ALL)
+            .with_driver(driver);
         let (stats, checker) = World::new(cfg).run();
         assert!(
             checker.violations.is_empty(),
@@ -52,7 +62,7 @@ fn every_fault_kind_fires_when_switched_on() {
     for kind in FaultKind::ALL {
         assert!(
             fired.get(kind.name()).copied().unwrap_or(0) > 0,
-            "{} never fired in seeds 1..=4",
+            "{} never fired in seeds 1..=6",
             kind.name()
         );
     }
