@@ -28,12 +28,24 @@ use xfer_store::{AccountOp, Op, Reply, TransferOp};
 pub const BACKGROUND_TRANSFERS_MAX: usize = 262_144;
 
 /// Background drives of transfers answered "accepted".
-#[derive(Default)]
 struct Background {
+    /// The most transfers they may hold ([`BACKGROUND_TRANSFERS_MAX`]).
+    limit: usize,
     running: AtomicUsize,
     /// Transfers those drives hold.
     transfers: AtomicUsize,
     idle: Notify,
+}
+
+impl Background {
+    fn new(limit: usize) -> Arc<Background> {
+        Arc::new(Background {
+            limit,
+            running: AtomicUsize::new(0),
+            transfers: AtomicUsize::new(0),
+            idle: Notify::new(),
+        })
+    }
 }
 
 /// Places among the background's transfers, given back when dropped.
@@ -189,7 +201,7 @@ impl Service {
         let submitter = Submitter {
             executor: Arc::new(executor),
             metrics,
-            background: Arc::default(),
+            background: Background::new(BACKGROUND_TRANSFERS_MAX),
         };
         let lane = submitter.clone();
         let run: Run = Arc::new(move |specs| {
@@ -212,6 +224,13 @@ impl Service {
             ready: AtomicBool::new(false),
             stuck_after_ms,
         }
+    }
+
+    /// The same service with room for `limit` background transfers.
+    #[cfg(test)]
+    fn with_background_max(mut self, limit: usize) -> Service {
+        self.submitter.background = Background::new(limit);
+        self
     }
 
     /// The executor.
@@ -453,13 +472,14 @@ impl Submitter {
         let n = specs.len();
         let _reserved = Reserved::take(&self.background, n);
         let held = self.background.transfers.load(Ordering::Acquire) - n;
-        if held + n > BACKGROUND_TRANSFERS_MAX && held > 0 {
+        let limit = self.background.limit;
+        if held + n > limit && held > 0 {
             let e = ApiError::api(
                 ApiCode::Overloaded,
                 None,
                 format!(
-                    "{held} accepted transfers are running, the limit is \
-                     {BACKGROUND_TRANSFERS_MAX}; retry shortly"
+                    "{held} accepted transfers are running, the limit is {limit}; \
+                     retry shortly"
                 ),
             );
             return vec![Err(e); n];
@@ -650,5 +670,105 @@ fn account_problem(
             field,
             format!("no account {id}"),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::ApiCode;
+    use xfer_core::{AssetCode, LowerBound, Posting, SystemClock, TransferKind};
+    use xfer_engine::{Config, Retry, RetryPolicy, Router, SweepConfig, TokioSleeper};
+    use xfer_store::{ExecuteHook, Intercept, MemoryStore, Store};
+
+    fn spec(id: &str) -> TransferSpec {
+        TransferSpec {
+            id: TransferId::new(id).unwrap(),
+            postings: vec![Posting {
+                from: AccountId::new("a").unwrap(),
+                to: AccountId::new("b").unwrap(),
+                asset: AssetCode::new("USD", "asset").unwrap(),
+                amount: xfer_core::Amount::new(1, "amount").unwrap(),
+            }]
+            .into(),
+            metadata: String::new(),
+            kind: TransferKind::Transfer,
+            refund_of: None,
+            timeout_ms: 60_000,
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn past_the_background_limit_a_request_is_refused_and_writes_nothing() {
+        // Claims wait at the gate: accepted transfers stay in their background drives.
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        let held = gate.clone();
+        let hook: ExecuteHook<MemoryStore> = Box::new(move |inner, ops| {
+            let gate = held.clone();
+            Box::pin(async move {
+                let claims = ops
+                    .iter()
+                    .any(|op| matches!(op, Op::Transfer(_, TransferOp::Claim { .. })));
+                if claims {
+                    drop(gate.acquire().await.expect("open"));
+                }
+                inner.execute(ops).await
+            })
+        });
+        let clock: Arc<dyn xfer_core::Clock> = Arc::new(SystemClock);
+        let store = Intercept::new(MemoryStore::new(clock.clone()), hook);
+        let cluster = Arc::new(Cluster::new(
+            vec![Arc::new(store) as Arc<dyn Store>],
+            Router::hash(1),
+        ));
+        let executor = |name: &str| {
+            let retry = Retry::new(RetryPolicy::default(), Arc::new(TokioSleeper));
+            let owner = xfer_core::OwnerId::new(name).unwrap();
+            Executor::new(
+                cluster.clone(),
+                owner,
+                Config::default(),
+                clock.clone(),
+                retry,
+            )
+        };
+        let sweeper = Sweeper::new(executor("sweep"), SweepConfig::default());
+        let service =
+            Service::new(executor("api"), sweeper, Arc::default(), 60_000).with_background_max(2);
+        for (id, lower_bound) in [("a", LowerBound::Unbounded), ("b", LowerBound::default())] {
+            let create = AccountOp::Create {
+                asset: AssetCode::new("USD", "asset").unwrap(),
+                lower_bound,
+            };
+            let op = Op::Account(AccountId::new(id).unwrap(), create);
+            service.executor().execute_op(op).await.unwrap();
+        }
+
+        let accepted = service.submit(vec![spec("t1"), spec("t2")], false).await;
+        assert!(
+            accepted
+                .iter()
+                .all(|a| matches!(a, Ok(Answer::Accepted(_)))),
+            "{accepted:?}"
+        );
+        let refused = service.submit(vec![spec("t3")], false).await;
+        match &refused[..] {
+            [Err(e)] => assert_eq!(
+                (e.code, e.status().as_u16()),
+                (ApiCode::Overloaded.as_str(), 503)
+            ),
+            other => panic!("{other:?}"),
+        }
+        let t3 = Op::Transfer(TransferId::new("t3").unwrap(), TransferOp::Get);
+        assert_eq!(
+            service.executor().execute_op(t3).await.unwrap(),
+            Reply::NotFound
+        );
+
+        // Once the drives finish there is room again.
+        gate.add_permits(1_000);
+        assert_eq!(service.drain_background(10_000).await, 0);
+        let again = service.submit(vec![spec("t3")], false).await;
+        assert!(matches!(&again[..], [Ok(Answer::Accepted(_))]), "{again:?}");
     }
 }
