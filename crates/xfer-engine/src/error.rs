@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | `Rejected` | nothing | fix the request (or, for a conflict, try again later) |
 //! | `Unavailable` | nothing | retry later |
+//! | `Busy` | nothing | retry later: too much already waits to run |
 //! | `Indeterminate` | maybe some steps | retry with the same id; a sweeper finishes it anyway |
 //! | `Corrupted` | unknown | a human: a store returned damaged data |
 //! | `Violation` | unknown | a human: a store answered what the protocol forbids |
@@ -22,6 +23,9 @@ pub enum ExecError {
     Rejected(Rejection),
     /// The stores could not be reached and nothing was applied. Retry later.
     Unavailable(String),
+    /// Refused before anything was applied because a bound on what waits to run was
+    /// reached (a queue, the transfers running in the background). Retry later.
+    Busy(String),
     /// Gave up with some steps possibly applied. Retry with the same id (every step is
     /// idempotent); a transfer left unfinished is finished by a sweeper.
     Indeterminate(String),
@@ -44,7 +48,7 @@ impl ExecError {
     /// the outcome is unknown, or an account was busy with transfers in flight.
     pub fn is_retryable(&self) -> bool {
         match self {
-            ExecError::Unavailable(_) | ExecError::Indeterminate(_) => true,
+            ExecError::Unavailable(_) | ExecError::Busy(_) | ExecError::Indeterminate(_) => true,
             ExecError::Rejected(r) => r.code == Code::AccountHasTransfersInFlight,
             ExecError::Corrupted(_) | ExecError::Violation(_) | ExecError::Unroutable(_) => false,
         }
@@ -64,6 +68,7 @@ impl fmt::Display for ExecError {
         match self {
             ExecError::Rejected(r) => write!(f, "rejected: {r}"),
             ExecError::Unavailable(m) => write!(f, "unavailable, nothing applied: {m}"),
+            ExecError::Busy(m) => write!(f, "busy, nothing applied: {m}"),
             ExecError::Indeterminate(m) => {
                 write!(f, "outcome unknown, retry with the same id: {m}")
             }

@@ -17,9 +17,12 @@ use crate::cluster::{Cluster, Durable};
 use crate::drive::{drive, gave_up, run, Decisions, Drive};
 use crate::error::ExecError;
 use crate::machine::{Config, Machine, Outcome, Request};
+use crate::precheck::Reads;
 use crate::retry::Retry;
 use std::sync::Arc;
-use xfer_core::{Account, AccountId, Clock, Code, OwnerId, Rejection, TransferId, TransferSpec};
+use xfer_core::{
+    Account, AccountId, Clock, Code, OwnerId, Rejection, TransferId, TransferRecord, TransferSpec,
+};
 use xfer_store::{AccountOp, Op, Reply, StoreError, TransferOp};
 
 /// The most transfers [`Executor::submit_many`] drives together; more go in further
@@ -131,7 +134,123 @@ impl Executor {
         for window in windows(specs) {
             driven.push(self.submit_window(window, None).await);
         }
-        Ahead { windows: driven }
+        Ahead {
+            windows: driven,
+            checked: None,
+        }
+    }
+
+    /// [`Executor::submit_many_ahead`] after a check that writes nothing (`precheck.rs`):
+    /// a new transfer naming an account that is missing, closed or of another asset is
+    /// refused before its record is written. The check's reads may be ahead of the sync
+    /// too: its refusals wait with the outcomes.
+    pub async fn submit_checked_ahead(&self, specs: Vec<TransferSpec>) -> Ahead {
+        let n = specs.len();
+        let (refusals, point) = match self.check(&specs).await {
+            Ok(checked) => checked,
+            Err(e) => {
+                let checked = Checked {
+                    results: vec![Some(Err(e)); n],
+                    slots: Vec::new(),
+                    point: 0,
+                };
+                return Ahead {
+                    windows: Vec::new(),
+                    checked: Some(checked),
+                };
+            }
+        };
+        let mut results = vec![None; n];
+        let (mut slots, mut go) = (Vec::new(), Vec::new());
+        for (i, (spec, refusal)) in specs.into_iter().zip(refusals).enumerate() {
+            match refusal {
+                Some(r) => results[i] = Some(Err(ExecError::Rejected(r))),
+                None => {
+                    slots.push(i);
+                    go.push(spec);
+                }
+            }
+        }
+        let mut ahead = self.submit_many_ahead(go).await;
+        ahead.checked = Some(Checked {
+            results,
+            slots,
+            point,
+        });
+        ahead
+    }
+
+    /// [`Executor::submit_checked_ahead`], waiting for the log: the outcomes in the order of
+    /// `specs`.
+    pub async fn submit_checked(
+        &self,
+        specs: Vec<TransferSpec>,
+    ) -> Vec<Result<Outcome, ExecError>> {
+        let ahead = self.submit_checked_ahead(specs).await;
+        let synced = self.cluster.wait_durable(ahead.point()).await;
+        ahead.outcomes(synced)
+    }
+
+    /// Checks `specs` as [`Executor::submit_checked_ahead`] does and inserts each that
+    /// passes, durably, without driving it: one record per spec (a resubmitted id answers
+    /// its record as it is), answered once everything it rests on is durable. The caller
+    /// drives the unfinished ones ([`Executor::submit_many`]; else a sweeper does).
+    pub async fn insert_checked(
+        &self,
+        specs: &[TransferSpec],
+    ) -> Vec<Result<TransferRecord, ExecError>> {
+        let (refusals, point) = match self.check(specs).await {
+            Ok(checked) => checked,
+            Err(e) => return vec![Err(e); specs.len()],
+        };
+        let (now, grace) = (self.clock.now(), self.cfg.claim_grace_ms);
+        let (mut slots, mut ops) = (Vec::new(), Vec::new());
+        let mut results: Vec<Option<Result<TransferRecord, ExecError>>> = vec![None; specs.len()];
+        for (i, (spec, refusal)) in specs.iter().zip(refusals).enumerate() {
+            match refusal {
+                Some(r) => results[i] = Some(Err(ExecError::Rejected(r))),
+                None => {
+                    let record = Arc::new(TransferRecord::accept(spec.clone(), now, grace));
+                    ops.push(Op::Transfer(spec.id.clone(), TransferOp::Insert(record)));
+                    slots.push(i);
+                }
+            }
+        }
+        let inserted = match self.execute_ops(ops).await {
+            Ok(replies) => replies,
+            Err(e) => return vec![Err(e); specs.len()],
+        };
+        if let Err(e) = self.wait_durable(point).await {
+            return vec![Err(e); specs.len()];
+        }
+        for (i, reply) in slots.into_iter().zip(inserted) {
+            let id = &specs[i].id;
+            results[i] = Some(match reply {
+                Reply::Transfer(r) | Reply::Unchanged(r) => Ok(Arc::unwrap_or_clone(r)),
+                Reply::Refused(code) => Err(rejected(
+                    code,
+                    "id",
+                    format!("{id} exists with a different body"),
+                )),
+                other => Err(ExecError::Violation(format!(
+                    "{id}: insert answered {other}"
+                ))),
+            });
+        }
+        results
+            .into_iter()
+            .map(|r| r.expect("every spec has a result"))
+            .collect()
+    }
+
+    /// The check's refusals for `specs`, and the log point its reads rest on.
+    async fn check(
+        &self,
+        specs: &[TransferSpec],
+    ) -> Result<(Vec<Option<Rejection>>, u64), ExecError> {
+        let (reads, ops) = Reads::of(specs);
+        let (replies, point) = self.execute_ops_pending(ops).await?;
+        Ok((reads.refusals(&replies), point))
     }
 
     async fn submit_window(
@@ -343,6 +462,16 @@ impl Executor {
 /// outcomes wait for the log to be durable up to [`Ahead::point`].
 pub struct Ahead {
     windows: Vec<Window>,
+    /// The check's answers, from [`Executor::submit_checked_ahead`].
+    checked: Option<Checked>,
+}
+
+/// What the check before a submit answered: refusals (or its failure) at their places, the
+/// places of the driven transfers, and the point its reads rest on.
+struct Checked {
+    results: Vec<Option<Result<Outcome, ExecError>>>,
+    slots: Vec<usize>,
+    point: u64,
 }
 
 /// One window of at most [`FLIGHTS_MAX`] transfers: those refused before they started, and
@@ -356,7 +485,11 @@ struct Window {
 impl Ahead {
     /// The log point the outcomes rest on (0: nothing to wait for).
     pub fn point(&self) -> u64 {
-        self.windows.iter().map(Window::point).max().unwrap_or(0)
+        let checked = self.checked.as_ref().map_or(0, |c| c.point);
+        self.windows
+            .iter()
+            .map(Window::point)
+            .fold(checked, u64::max)
     }
 
     /// The outcomes, in the order of the specs, given the result of waiting for
@@ -364,9 +497,33 @@ impl Ahead {
     /// [`Durable`] only a log makes): if the wait failed, or proves a point short of this one, every
     /// outcome that rests on an answer is `Indeterminate`.
     pub fn outcomes(self, synced: Result<Durable, StoreError>) -> Vec<Result<Outcome, ExecError>> {
-        self.windows
+        let point = self.point();
+        let driven = self
+            .windows
             .into_iter()
-            .flat_map(|w| w.outcomes(synced.clone(), None))
+            .flat_map(|w| w.outcomes(synced.clone(), None));
+        let Some(checked) = self.checked else {
+            return driven.collect();
+        };
+        // The check's refusals rest on its reads: told only if they are durable.
+        let unsynced = match &synced {
+            Ok(d) if d.covers(point) => None,
+            Ok(d) => Some(ExecError::Indeterminate(format!(
+                "the log is durable up to {}, not {point}",
+                d.point()
+            ))),
+            Err(e) => Some(ExecError::unsynced(e)),
+        };
+        let mut results = checked.results;
+        for (i, r) in checked.slots.into_iter().zip(driven) {
+            results[i] = Some(r);
+        }
+        results
+            .into_iter()
+            .map(|r| match (r.expect("every spec has a result"), &unsynced) {
+                (Err(ExecError::Rejected(_)), Some(e)) => Err(e.clone()),
+                (r, _) => r,
+            })
             .collect()
     }
 }

@@ -7,20 +7,25 @@
 //! - [`error`]: [`ExecError`], what the caller of a failed call may do next.
 //! - [`drive`]: many machines driven together in rounds, with retries, as a state
 //!   machine without I/O ([`Drive`]) that the executor and the simulator both run.
+//! - `precheck` (private): the reads that refuse bad input before a submit writes.
 //! - [`executor`]: submits, captures, voids, re-drives transfers; closes accounts ([`Executor`]).
+//! - [`combine`]: small submits of concurrent callers driven as one batch ([`Combiner`]).
 //! - [`sweeper`]: finishes transfers whose executor vanished; prunes tombstones ([`Sweeper`]).
 pub mod audit;
 pub mod cluster;
+pub mod combine;
 pub mod drive;
 pub mod error;
 pub mod executor;
 pub mod machine;
+mod precheck;
 pub mod retry;
 pub mod router;
 pub mod sweeper;
 
 pub use audit::{audit, AuditReport};
 pub use cluster::{Cluster, Durable};
+pub use combine::{Combiner, Spawn};
 pub use drive::{Decisions, Drive, Next, ROUNDS_MAX};
 pub use error::ExecError;
 pub use executor::{Ahead, Executor};

@@ -433,7 +433,8 @@ async fn submit_batch(
                 transfer: Some(a.out()),
                 error: None,
             },
-            Err(mut e) => {
+            Err(e) => {
+                let mut e = ApiError::from(e);
                 e.field = e.field.map(|f| format!("transfers[{i}].{f}"));
                 item_error(e)
             }

@@ -216,6 +216,7 @@ impl From<ExecError> for ApiError {
         match e {
             ExecError::Rejected(r) => r.into(),
             ExecError::Unavailable(_) => ApiError::api(ApiCode::Unavailable, None, message),
+            ExecError::Busy(_) => ApiError::api(ApiCode::Overloaded, None, message),
             ExecError::Indeterminate(_) => ApiError::api(ApiCode::OutcomeUnknown, None, message),
             ExecError::Corrupted(_) => ApiError::api(ApiCode::StoreCorrupted, None, message),
             ExecError::Violation(_) => ApiError::api(ApiCode::ProtocolViolation, None, message),

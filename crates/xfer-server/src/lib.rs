@@ -13,8 +13,7 @@
 //! | `routes` | every endpoint and the scope it needs |
 //! | `connections` | the listener's bound on open connections |
 //! | `listings` | accounts, history, canceled transfers and the audit, as the service's |
-//! | `service` | what handlers call: submit (with pre-checks), settle, reads, sweeps |
-//! | `combine` | concurrent small submits driven together as one batch |
+//! | `service` | what handlers call: submit, settle, reads, sweeps; results and `ExecError`, no status |
 //! | `answer` | how one transfer request was answered |
 //! | `stores` | opening the configured shards (embedded, PostgreSQL, Redis, mixed) |
 //! | `config` | the settings: defaults, file, environment, flags |
@@ -26,7 +25,6 @@
 pub mod answer;
 pub mod api;
 pub mod auth;
-pub mod combine;
 pub mod config;
 pub mod connections;
 pub mod error;

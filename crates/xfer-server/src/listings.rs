@@ -4,7 +4,6 @@
 //! the HTTP answer.
 
 use crate::answer::Answer;
-use crate::error::{ApiCode, ApiError};
 use crate::service::Service;
 use crate::wire::TIMEOUT_MS_DEFAULT;
 use xfer_core::{
@@ -43,7 +42,7 @@ impl Service {
         id: AccountId,
         asset: AssetCode,
         lower_bound: LowerBound,
-    ) -> Result<Account, ApiError> {
+    ) -> Result<Account, ExecError> {
         if let LowerBound::Bounded(b) = lower_bound {
             if b > 0 {
                 return Err(Rejection::new(
@@ -72,7 +71,7 @@ impl Service {
         &self,
         id: AccountId,
         lower_bound: LowerBound,
-    ) -> Result<Account, ApiError> {
+    ) -> Result<Account, ExecError> {
         let op = Op::Account(id.clone(), AccountOp::SetLowerBound { lower_bound });
         match self.executor().execute_op(op).await? {
             Reply::Account(a) => Ok(std::sync::Arc::unwrap_or_clone(a)),
@@ -90,8 +89,8 @@ impl Service {
     }
 
     /// Closes account `id` once no transfer is in flight on it.
-    pub async fn close_account(&self, id: AccountId) -> Result<Account, ApiError> {
-        Ok(self.executor().close_account(id).await?)
+    pub async fn close_account(&self, id: AccountId) -> Result<Account, ExecError> {
+        self.executor().close_account(id).await
     }
 
     /// Accounts in id order after `after`, at most `limit`, from every shard.
@@ -99,13 +98,13 @@ impl Service {
         &self,
         after: Option<AccountId>,
         limit: usize,
-    ) -> Result<Page<Account, AccountId>, ApiError> {
+    ) -> Result<Page<Account, AccountId>, ExecError> {
         let mut all = Vec::new();
         for shard in self.cluster().shards() {
             let page = shard
                 .accounts(after.as_ref(), limit)
                 .await
-                .map_err(|e| ApiError::api(ApiCode::Unavailable, None, e.to_string()))?;
+                .map_err(|e| ExecError::Unavailable(e.to_string()))?;
             all.extend(page);
         }
         all.sort_by(|a, b| a.id.cmp(&b.id));
@@ -126,7 +125,7 @@ impl Service {
         before: Option<u64>,
         limit: usize,
         state: Option<TransferState>,
-    ) -> Result<Page<TransferRecord, u64>, ApiError> {
+    ) -> Result<Page<TransferRecord, u64>, ExecError> {
         let account = self.get_account(id).await?;
         let shard = self
             .cluster()
@@ -139,7 +138,7 @@ impl Service {
             let page = self.cluster().shards()[shard]
                 .history(id, before, limit)
                 .await
-                .map_err(|e| ApiError::api(ApiCode::Unavailable, None, e.to_string()))?;
+                .map_err(|e| ExecError::Unavailable(e.to_string()))?;
             let ids: Vec<TransferId> = page.entries.iter().map(|(_, t)| t.clone()).collect();
             let records = self.get_transfers(&ids).await?;
             before = page.next;
@@ -176,7 +175,7 @@ impl Service {
         &self,
         after: Option<TransferId>,
         limit: usize,
-    ) -> Result<Page<TransferRecord, TransferId>, ApiError> {
+    ) -> Result<Page<TransferRecord, TransferId>, ExecError> {
         let mut cursor = after;
         let mut found = Vec::new();
         let mut more = true;
@@ -189,7 +188,7 @@ impl Service {
                 let chunk = shard
                     .transfers(cursor.as_ref(), SCAN_CHUNK)
                     .await
-                    .map_err(|e| ApiError::api(ApiCode::Unavailable, None, e.to_string()))?;
+                    .map_err(|e| ExecError::Unavailable(e.to_string()))?;
                 if chunk.len() == SCAN_CHUNK {
                     let last = chunk.last().expect("full").spec.id.clone();
                     bound = Some(bound.map_or(last.clone(), |b: TransferId| b.min(last)));
@@ -230,7 +229,7 @@ impl Service {
         original_id: TransferId,
         refund_id: TransferId,
         metadata: String,
-    ) -> Result<Answer, ApiError> {
+    ) -> Result<Answer, ExecError> {
         let original = self.get_transfer(&original_id).await?;
         let mine = original.refunded_by.as_ref() == Some(&refund_id);
         if original.state != TransferState::Done && !mine {
@@ -250,12 +249,12 @@ impl Service {
             // exists already (a resubmission is answered from its record).
             let taken_over = match self.get_transfer(rival).await {
                 Ok(r) => r.state == TransferState::Canceled,
-                Err(e) if e.code == Code::TransferNotFound.as_str() => true,
+                Err(e) if e.code() == Some(Code::TransferNotFound) => true,
                 Err(e) => return Err(e),
             };
             let exists = match self.get_transfer(&refund_id).await {
                 Ok(_) => true,
-                Err(e) if e.code == Code::TransferNotFound.as_str() => false,
+                Err(e) if e.code() == Some(Code::TransferNotFound) => false,
                 Err(e) => return Err(e),
             };
             if !taken_over && !exists {
@@ -283,8 +282,8 @@ impl Service {
     }
 
     /// Totals per asset, transfers in flight, leaks.
-    pub async fn audit(&self) -> Result<AuditReport, ApiError> {
-        Ok(xfer_engine::audit(self.cluster()).await?)
+    pub async fn audit(&self) -> Result<AuditReport, ExecError> {
+        xfer_engine::audit(self.cluster()).await
     }
 }
 
@@ -295,6 +294,6 @@ fn bound_text(b: LowerBound) -> String {
     }
 }
 
-fn unexpected(id: &impl std::fmt::Display, what: &str, reply: Reply) -> ApiError {
-    ExecError::Violation(format!("{id}: {what} answered {reply}")).into()
+fn unexpected(id: &impl std::fmt::Display, what: &str, reply: Reply) -> ExecError {
+    ExecError::Violation(format!("{id}: {what} answered {reply}"))
 }

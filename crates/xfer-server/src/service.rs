@@ -1,17 +1,14 @@
-//! [`Service`]: what the HTTP handlers call. It owns the executor (transfers driven in the
-//! request's task), the sweeper loop, the metrics and the transfers answered "accepted" that
-//! still run in the background.
+//! [`Service`]: what the HTTP handlers call, in the engine's terms: results and
+//! [`ExecError`]s, no HTTP status (`api.rs` decides those). It owns the executor
+//! (transfers driven in the request's task), the combiner, the sweeper loop, the metrics and
+//! the transfers answered "accepted" that still run in the background.
 //!
-//! Submitting checks, in one read round trip per shard, whether the transfer already
-//! exists and whether every account it names exists, is open and holds its asset; only then
-//! is anything written. So bad input changes nothing, while a resubmitted id is always
-//! answered from its record (idempotency wins over the checks).
+//! Submitting is the engine's checked submit ([`Executor::submit_checked_ahead`]): bad
+//! input changes nothing, a resubmitted id is answered from its record, and nothing is
+//! answered before the log is durable under it.
 
 pub use crate::answer::Answer;
-use crate::combine::{Combiner, Run};
-use crate::error::{ApiCode, ApiError};
 use crate::metrics::{Metrics, Stopwatch};
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use tokio::sync::Notify;
@@ -19,7 +16,8 @@ use tracing::Instrument;
 use xfer_core::{
     Account, AccountId, AccountStatus, Code, Rejection, TransferId, TransferRecord, TransferSpec,
 };
-use xfer_engine::{Cluster, ExecError, Executor, Outcome, Sweeper};
+use xfer_engine::combine::QUEUED_TRANSFERS_MAX;
+use xfer_engine::{Cluster, Combiner, ExecError, Executor, Outcome, Spawn, Sweeper};
 use xfer_store::{AccountOp, Op, Reply, TransferOp};
 
 /// Transfers answered "accepted" and driven in the background at most; a `?wait=false`
@@ -72,9 +70,11 @@ impl Drop for Reserved<'_> {
 /// The service behind the API. See the module docs.
 pub struct Service {
     sweeper: Sweeper,
-    /// The executor and metrics, with what submitting needs.
-    submitter: Submitter,
-    /// Single requests that wait for their outcome, driven together ([`crate::combine`]).
+    executor: Arc<Executor>,
+    metrics: Arc<Metrics>,
+    background: Arc<Background>,
+    /// Small requests that wait for their outcome, driven together
+    /// ([`xfer_engine::combine`]).
     combiner: Arc<Combiner>,
     ready: AtomicBool,
     stuck_after_ms: u64,
@@ -93,103 +93,6 @@ pub const COMBINE_REQUEST_MAX: usize = 16;
 /// Combined batches hold at most this many transfers.
 pub const COMBINE_BATCH_MAX: usize = 512;
 
-/// What submitting needs, shared with the combiner's lanes (which run in tasks of their own).
-#[derive(Clone)]
-struct Submitter {
-    executor: Arc<Executor>,
-    metrics: Arc<Metrics>,
-    background: Arc<Background>,
-}
-
-/// A submit pre-checked and driven through every round ([`Submitter::start`]), its
-/// answers waiting for the log: the pre-check's reads and the rounds' answers may rest on
-/// entries not yet durable, so nothing is answered before the log is durable up to both.
-struct Started {
-    submitter: Submitter,
-    watch: Stopwatch,
-    /// Answers known before any write: refusals of the pre-check (or its failure).
-    results: Vec<Option<Result<Answer, ApiError>>>,
-    /// Where the driven transfers' answers go in `results`.
-    slots: Vec<usize>,
-    refused: usize,
-    /// The pre-check's log point.
-    point: u64,
-    go: Go,
-}
-
-/// What happened to the transfers that passed the pre-check.
-enum Go {
-    /// Driven through every round ([`Executor::submit_many_ahead`]), one per slot.
-    Ahead(xfer_engine::Ahead),
-    /// Answered already (inserted for the background, durably).
-    Answered(Vec<Result<Answer, ApiError>>),
-}
-
-impl Started {
-    /// Waits for the log to be durable up to everything the answers rest on, then answers
-    /// each transfer in the order submitted. If the wait fails, every answer is that error.
-    ///
-    /// `inline`: sync in this thread where the store can ([`Cluster::sync_durable`]),
-    /// blocking it for one sync, instead of handing the wait to the store's committer
-    /// thread and being woken by it. Only the combiner's one lane does: its wait is the
-    /// critical path of every combined request, and the hand-over cost each batch two
-    /// thread wake-ups, in time and in CPU (`xfer bench --via http --in-flight 64 --batch
-    /// 1`: about a fifth more transfers/s, `docs/benchmarks.md`). At most one runtime
-    /// thread is blocked so, for one sync at a time; the others run the connections (the
-    /// lane does so only when the runtime has another thread).
-    async fn answer(self, inline: bool) -> Vec<Result<Answer, ApiError>> {
-        let Started {
-            submitter: s,
-            watch,
-            mut results,
-            slots,
-            refused,
-            point,
-            go,
-        } = self;
-        let point = match &go {
-            Go::Ahead(ahead) => point.max(ahead.point()),
-            Go::Answered(_) => point,
-        };
-        let cluster = s.executor.cluster();
-        let synced = match inline.then(|| cluster.sync_durable(point)).flatten() {
-            Some(synced) => synced,
-            None => cluster.wait_durable(point).await,
-        };
-        let mut answers: Vec<Result<Answer, ApiError>> = match go {
-            Go::Ahead(ahead) => {
-                s.metrics.in_flight(-(slots.len() as i64));
-                let outcomes = ahead.outcomes(synced.clone());
-                outcomes.into_iter().map(answer).collect()
-            }
-            Go::Answered(a) => a,
-        };
-        match synced {
-            Ok(_) => (0..refused).for_each(|_| s.metrics.transfer("rejected", 0.0)),
-            Err(e) => {
-                let e = ApiError::from(ExecError::unsynced(&e));
-                answers = vec![Err(e.clone()); answers.len()];
-                results = vec![Some(Err(e)); results.len()];
-                (0..refused).for_each(|_| s.metrics.transfer("failed", 0.0));
-            }
-        }
-        for (i, answer) in slots.into_iter().zip(answers) {
-            let outcome = match &answer {
-                Ok(Answer::Accepted(_)) => "accepted",
-                Ok(a) => a.record().state.as_str(),
-                Err(e) if e.status().is_client_error() => "rejected",
-                Err(_) => "failed",
-            };
-            s.metrics.transfer(outcome, watch.seconds());
-            results[i] = Some(answer);
-        }
-        results
-            .into_iter()
-            .map(|r| r.expect("every transfer answered"))
-            .collect()
-    }
-}
-
 impl Service {
     /// A service over `executor` (API requests) and `sweeper` (its own executor).
     pub fn new(
@@ -198,29 +101,27 @@ impl Service {
         metrics: Arc<Metrics>,
         stuck_after_ms: u64,
     ) -> Service {
-        let submitter = Submitter {
-            executor: Arc::new(executor),
-            metrics,
-            background: Background::new(BACKGROUND_TRANSFERS_MAX),
-        };
-        let lane = submitter.clone();
-        let run: Run = Arc::new(move |specs| {
-            let lane = lane.clone();
-            Box::pin(async move {
-                // With one runtime thread, a sync in it would stop every connection.
-                let inline = tokio::runtime::Handle::current().metrics().num_workers() > 1;
-                lane.start(specs, true).await.answer(inline).await
-            })
+        let executor = Arc::new(executor);
+        // With one runtime thread, a sync in it would stop every connection.
+        let sync_here =
+            tokio::runtime::Handle::try_current().is_ok_and(|h| h.metrics().num_workers() > 1);
+        let spawn: Spawn = Arc::new(|lane| {
+            tokio::spawn(lane);
         });
+        let combiner = Combiner::checked(
+            executor.clone(),
+            spawn,
+            sync_here,
+            COMBINE_LANES,
+            COMBINE_BATCH_MAX,
+            QUEUED_TRANSFERS_MAX,
+        );
         Service {
             sweeper,
-            submitter,
-            combiner: Combiner::new(
-                run,
-                COMBINE_LANES,
-                COMBINE_BATCH_MAX,
-                crate::combine::QUEUED_TRANSFERS_MAX,
-            ),
+            executor,
+            metrics,
+            background: Background::new(BACKGROUND_TRANSFERS_MAX),
+            combiner,
             ready: AtomicBool::new(false),
             stuck_after_ms,
         }
@@ -229,23 +130,23 @@ impl Service {
     /// The same service with room for `limit` background transfers.
     #[cfg(test)]
     fn with_background_max(mut self, limit: usize) -> Service {
-        self.submitter.background = Background::new(limit);
+        self.background = Background::new(limit);
         self
     }
 
     /// The executor.
     pub fn executor(&self) -> &Executor {
-        &self.submitter.executor
+        &self.executor
     }
 
     /// The shards.
     pub fn cluster(&self) -> &Cluster {
-        self.submitter.executor.cluster()
+        self.executor.cluster()
     }
 
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
-        &self.submitter.metrics
+        &self.metrics
     }
 
     /// True once the first sweep (recovery of what a previous run left) has finished.
@@ -255,13 +156,13 @@ impl Service {
 
     /// The clock's now.
     pub fn now(&self) -> xfer_core::Timestamp {
-        self.submitter.executor.clock().now()
+        self.executor.clock().now()
     }
 
     /// One sweep: finish abandoned transfers, drop old tombstones, count the stuck.
     pub async fn sweep(&self) {
         let report = self.sweeper.pass().await;
-        self.submitter.metrics.sweep(report.finished, report.pruned);
+        self.metrics.sweep(report.finished, report.pruned);
         for (id, e) in &report.failed {
             tracing::warn!(transfer_id = %id, error = %e, "sweeper could not finish transfer");
         }
@@ -275,7 +176,7 @@ impl Service {
             );
         }
         if let Ok(stuck) = self.stuck(usize::MAX >> 1).await {
-            self.submitter.metrics.set_stuck(stuck.len());
+            self.metrics.set_stuck(stuck.len());
         }
         self.ready.store(true, Ordering::Release);
     }
@@ -305,167 +206,40 @@ impl Service {
         &self,
         specs: Vec<TransferSpec>,
         wait: bool,
-    ) -> Vec<Result<Answer, ApiError>> {
-        if wait && specs.len() <= COMBINE_REQUEST_MAX {
-            self.combiner.submit(specs).await
-        } else {
-            self.submitter.submit(specs, wait).await
-        }
-    }
-
-    /// Waits until no background drive runs, at most `ms`; answers how many still run.
-    pub async fn drain_background(&self, ms: u64) -> usize {
-        let wait = async {
-            loop {
-                let idle = self.submitter.background.idle.notified();
-                if self.submitter.background.running.load(Ordering::Acquire) == 0 {
-                    return;
-                }
-                idle.await;
-            }
-        };
-        let _ = tokio::time::timeout(std::time::Duration::from_millis(ms), wait).await;
-        self.submitter.background.running.load(Ordering::Acquire)
-    }
-
-    /// Reads one transfer.
-    pub async fn get_transfer(&self, id: &TransferId) -> Result<TransferRecord, ApiError> {
-        match self
-            .submitter
-            .executor
-            .execute_op(Op::Transfer(id.clone(), TransferOp::Get))
-            .await?
-        {
-            Reply::Transfer(r) | Reply::Unchanged(r) => Ok(Arc::unwrap_or_clone(r)),
-            _ => Err(
-                Rejection::new(Code::TransferNotFound, "id", format!("no transfer {id}")).into(),
-            ),
-        }
-    }
-
-    /// Reads one account.
-    pub async fn get_account(&self, id: &AccountId) -> Result<Account, ApiError> {
-        match self
-            .submitter
-            .executor
-            .execute_op(Op::Account(id.clone(), AccountOp::Get))
-            .await?
-        {
-            Reply::Account(a) if a.status != AccountStatus::Unopened => Ok(Arc::unwrap_or_clone(a)),
-            _ => Err(no_account(id, "id")),
-        }
-    }
-
-    /// Reads many transfers, in order; missing ones are skipped.
-    pub async fn get_transfers(&self, ids: &[TransferId]) -> Result<Vec<TransferRecord>, ApiError> {
-        let ops = ids
-            .iter()
-            .map(|id| Op::Transfer(id.clone(), TransferOp::Get))
-            .collect();
-        Ok(self
-            .submitter
-            .executor
-            .execute_ops(ops)
-            .await?
-            .into_iter()
-            .filter_map(|r| match r {
-                Reply::Transfer(r) | Reply::Unchanged(r) => Some(Arc::unwrap_or_clone(r)),
-                _ => None,
-            })
-            .collect())
-    }
-
-    /// Captures, voids or re-drives `id` and answers its record.
-    pub async fn settle(&self, id: TransferId, action: Settle) -> Result<Answer, ApiError> {
-        let span = tracing::info_span!("transfer", transfer_id = %id, action = action.as_str());
-        let watch = Stopwatch::start();
-        self.submitter.metrics.in_flight(1);
-        let outcome = async {
-            match action {
-                Settle::Capture => self.submitter.executor.capture(id).await,
-                Settle::Void => self.submitter.executor.void(id).await,
-                Settle::Redrive => self.submitter.executor.redrive(id).await,
-            }
-        }
-        .instrument(span)
-        .await;
-        self.submitter.metrics.in_flight(-1);
-        let a = answer(outcome);
-        let label = match &a {
-            Ok(a) => a.record().state.as_str(),
-            Err(e) if e.status().is_client_error() => "rejected",
-            Err(_) => "failed",
-        };
-        self.submitter.metrics.transfer(label, watch.seconds());
-        a
-    }
-}
-
-impl Submitter {
-    /// [`Service::submit`], each call driven on its own.
-    async fn submit(&self, specs: Vec<TransferSpec>, wait: bool) -> Vec<Result<Answer, ApiError>> {
-        self.start(specs, wait).await.answer(false).await
-    }
-
-    /// Pre-checks `specs`, then drives the good ones through every round (`wait`) or
-    /// inserts them for the background: all but the wait for the log, which
-    /// [`Started::answer`] does.
-    async fn start(&self, specs: Vec<TransferSpec>, wait: bool) -> Started {
+    ) -> Vec<Result<Answer, ExecError>> {
         let watch = Stopwatch::start();
         let n = specs.len();
-        let mut results: Vec<Option<Result<Answer, ApiError>>> = vec![None; n];
-        let (checks, point) = match self.precheck(&specs).await {
-            Ok(c) => c,
-            Err(e) => {
-                return Started {
-                    submitter: self.clone(),
-                    watch,
-                    results: vec![Some(Err(ApiError::from(e))); n],
-                    slots: Vec::new(),
-                    refused: 0,
-                    point: 0,
-                    go: Go::Answered(Vec::new()),
-                }
-            }
-        };
-        let mut go = Vec::new();
-        let mut slots = Vec::new();
-        let mut refused = 0;
-        for (i, (spec, check)) in specs.into_iter().zip(checks).enumerate() {
-            match check {
-                Some(r) => {
-                    refused += 1;
-                    results[i] = Some(Err(r.into()));
-                }
-                None => {
-                    slots.push(i);
-                    go.push(spec);
-                }
-            }
-        }
-        let go = if wait {
-            let span = match go.as_slice() {
+        let answers: Vec<Result<Answer, ExecError>> = if wait {
+            let span = match specs.as_slice() {
                 [one] => tracing::info_span!("transfer", transfer_id = %one.id),
-                _ => tracing::info_span!("transfers", count = go.len()),
+                _ => tracing::info_span!("transfers", count = n),
             };
-            self.metrics.in_flight(go.len() as i64);
-            Go::Ahead(self.executor.submit_many_ahead(go).instrument(span).await)
+            self.metrics.in_flight(n as i64);
+            let outcomes = if n <= COMBINE_REQUEST_MAX {
+                self.combiner.submit(specs).instrument(span).await
+            } else {
+                self.executor.submit_checked(specs).instrument(span).await
+            };
+            self.metrics.in_flight(-(n as i64));
+            outcomes.into_iter().map(answer).collect()
         } else {
-            Go::Answered(self.accept(go).await)
+            self.accept(specs).await
         };
-        Started {
-            submitter: self.clone(),
-            watch,
-            results,
-            slots,
-            refused,
-            point,
-            go,
+        for a in &answers {
+            let label = match a {
+                Ok(Answer::Accepted(_)) => "accepted",
+                Ok(a) => a.record().state.as_str(),
+                Err(ExecError::Rejected(_)) => "rejected",
+                Err(_) => "failed",
+            };
+            self.metrics.transfer(label, watch.seconds());
         }
+        answers
     }
 
-    /// Inserts each transfer (durably) and drives the accepted ones in a background task.
-    async fn accept(&self, specs: Vec<TransferSpec>) -> Vec<Result<Answer, ApiError>> {
+    /// Checks and inserts each transfer (durably) and drives the unfinished ones in a
+    /// background task.
+    async fn accept(&self, specs: Vec<TransferSpec>) -> Vec<Result<Answer, ExecError>> {
         // Places for these transfers among the background's, taken for as long as this
         // runs (a drive started holds its own), so that concurrent requests cannot all pass
         // the check at once.
@@ -474,54 +248,25 @@ impl Submitter {
         let held = self.background.transfers.load(Ordering::Acquire) - n;
         let limit = self.background.limit;
         if held + n > limit && held > 0 {
-            let e = ApiError::api(
-                ApiCode::Overloaded,
-                None,
-                format!(
-                    "{held} accepted transfers are running, the limit is {limit}; \
-                     retry shortly"
-                ),
-            );
+            let e = ExecError::Busy(format!(
+                "{held} accepted transfers are running, the limit is {limit}; retry shortly"
+            ));
             return vec![Err(e); n];
         }
-        let now = self.executor.clock().now();
-        let grace = self.executor.config().claim_grace_ms;
-        let ops = specs
-            .iter()
-            .map(|s| {
-                let record = TransferRecord::accept(s.clone(), now, grace);
-                Op::Transfer(s.id.clone(), TransferOp::Insert(Arc::new(record)))
-            })
+        let records = self.executor.insert_checked(&specs).await;
+        let run: Vec<TransferSpec> = specs
+            .into_iter()
+            .zip(&records)
+            .filter(|(_, r)| r.as_ref().is_ok_and(|r| !r.state.is_terminal()))
+            .map(|(s, _)| s)
             .collect();
-        let replies = match self.executor.execute_ops(ops).await {
-            Ok(r) => r,
-            Err(e) => return vec![Err(ApiError::from(e)); specs.len()],
-        };
-        let mut run = Vec::new();
-        let mut answers = Vec::with_capacity(specs.len());
-        for (spec, reply) in specs.into_iter().zip(replies) {
-            answers.push(match reply {
-                Reply::Transfer(r) | Reply::Unchanged(r) => {
-                    if !r.state.is_terminal() {
-                        run.push(spec);
-                    }
-                    Ok(Answer::Accepted(Box::new(Arc::unwrap_or_clone(r))))
-                }
-                Reply::Refused(code) => Err(ApiError::from(Rejection::new(
-                    code,
-                    "id",
-                    format!("{} exists with a different body", spec.id),
-                ))),
-                other => Err(ApiError::from(ExecError::Violation(format!(
-                    "{}: insert answered {other}",
-                    spec.id
-                )))),
-            });
-        }
         if !run.is_empty() {
             self.spawn_background(run);
         }
-        answers
+        records
+            .into_iter()
+            .map(|r| r.map(|r| Answer::Accepted(Box::new(r))))
+            .collect()
     }
 
     fn spawn_background(&self, specs: Vec<TransferSpec>) {
@@ -536,13 +281,8 @@ impl Submitter {
         let span = tracing::info_span!("accepted", count = specs.len());
         tokio::spawn(
             async move {
-                for (id, r) in specs
-                    .iter()
-                    .map(|s| s.id.clone())
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .zip(executor.submit_many(specs).await)
-                {
+                let ids: Vec<TransferId> = specs.iter().map(|s| s.id.clone()).collect();
+                for (id, r) in ids.into_iter().zip(executor.submit_many(specs).await) {
                     if let Err(e) = r {
                         // The sweeper finishes it: nothing acknowledged is lost.
                         tracing::warn!(transfer_id = %id, error = %e, "left to the sweeper");
@@ -558,50 +298,95 @@ impl Submitter {
         );
     }
 
-    /// For each spec, `Some(rejection)` if it must not be written: it does not exist yet
-    /// and one of its accounts is missing, closed or holds another asset. With the log
-    /// point the reads saw (wait for it before answering from them: they need not be
-    /// durable yet, so the drive that follows does not wait for a sync first).
-    #[allow(clippy::type_complexity)]
-    async fn precheck(
-        &self,
-        specs: &[TransferSpec],
-    ) -> Result<(Vec<Option<Rejection>>, u64), ExecError> {
-        let mut accounts: BTreeMap<&AccountId, usize> = BTreeMap::new();
-        let mut ops = Vec::new();
-        for s in specs {
-            ops.push(Op::Transfer(s.id.clone(), TransferOp::Get));
+    /// Waits until no background drive runs, at most `ms`; answers how many still run.
+    pub async fn drain_background(&self, ms: u64) -> usize {
+        let wait = async {
+            loop {
+                let idle = self.background.idle.notified();
+                if self.background.running.load(Ordering::Acquire) == 0 {
+                    return;
+                }
+                idle.await;
+            }
+        };
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(ms), wait).await;
+        self.background.running.load(Ordering::Acquire)
+    }
+
+    /// Reads one transfer.
+    pub async fn get_transfer(&self, id: &TransferId) -> Result<TransferRecord, ExecError> {
+        match self
+            .executor
+            .execute_op(Op::Transfer(id.clone(), TransferOp::Get))
+            .await?
+        {
+            Reply::Transfer(r) | Reply::Unchanged(r) => Ok(Arc::unwrap_or_clone(r)),
+            _ => Err(ExecError::Rejected(Rejection::new(
+                Code::TransferNotFound,
+                "id",
+                format!("no transfer {id}"),
+            ))),
         }
-        for p in specs.iter().flat_map(|s| &s.postings) {
-            for a in [&p.from, &p.to] {
-                accounts.entry(a).or_insert_with(|| {
-                    ops.push(Op::Account(a.clone(), AccountOp::Get));
-                    ops.len() - 1
-                });
+    }
+
+    /// Reads one account.
+    pub async fn get_account(&self, id: &AccountId) -> Result<Account, ExecError> {
+        match self
+            .executor
+            .execute_op(Op::Account(id.clone(), AccountOp::Get))
+            .await?
+        {
+            Reply::Account(a) if a.status != AccountStatus::Unopened => Ok(Arc::unwrap_or_clone(a)),
+            _ => Err(no_account(id, "id")),
+        }
+    }
+
+    /// Reads many transfers, in order; missing ones are skipped.
+    pub async fn get_transfers(
+        &self,
+        ids: &[TransferId],
+    ) -> Result<Vec<TransferRecord>, ExecError> {
+        let ops = ids
+            .iter()
+            .map(|id| Op::Transfer(id.clone(), TransferOp::Get))
+            .collect();
+        Ok(self
+            .executor
+            .execute_ops(ops)
+            .await?
+            .into_iter()
+            .filter_map(|r| match r {
+                Reply::Transfer(r) | Reply::Unchanged(r) => Some(Arc::unwrap_or_clone(r)),
+                _ => None,
+            })
+            .collect())
+    }
+
+    /// Captures, voids or re-drives `id` and answers its record.
+    pub async fn settle(&self, id: TransferId, action: Settle) -> Result<Answer, ExecError> {
+        let span = tracing::info_span!("transfer", transfer_id = %id, action = action.as_str());
+        let watch = Stopwatch::start();
+        self.metrics.in_flight(1);
+        let outcome = async {
+            match action {
+                Settle::Capture => self.executor.capture(id).await,
+                Settle::Void => self.executor.void(id).await,
+                Settle::Redrive => self.executor.redrive(id).await,
             }
         }
-        let (replies, point) = self.executor.execute_ops_pending(ops).await?;
-        let checks = specs
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                if !matches!(replies[i], Reply::NotFound) {
-                    return None; // exists: the submit answers it (same body or conflict)
-                }
-                s.postings.iter().enumerate().find_map(|(k, p)| {
-                    [(&p.from, "from"), (&p.to, "to")]
-                        .into_iter()
-                        .find_map(|(a, side)| {
-                            let field = format!("postings[{k}].{side}");
-                            account_problem(&replies[accounts[a]], a, &p.asset, field)
-                        })
-                })
-            })
-            .collect();
-        Ok((checks, point))
+        .instrument(span)
+        .await;
+        self.metrics.in_flight(-1);
+        let a = answer(outcome);
+        let label = match &a {
+            Ok(a) => a.record().state.as_str(),
+            Err(ExecError::Rejected(_)) => "rejected",
+            Err(_) => "failed",
+        };
+        self.metrics.transfer(label, watch.seconds());
+        a
     }
 }
-
 /// A hold's settlement or a re-drive.
 #[derive(Clone, Copy, Debug)]
 pub enum Settle {
@@ -623,60 +408,32 @@ impl Settle {
     }
 }
 
-fn answer(outcome: Result<Outcome, ExecError>) -> Result<Answer, ApiError> {
+fn answer(outcome: Result<Outcome, ExecError>) -> Result<Answer, ExecError> {
     match outcome? {
         Outcome::Finished(r) | Outcome::Held(r) | Outcome::Left(r) => {
             Ok(Answer::Record(Box::new(r)))
         }
-        Outcome::Rejected(r) => Err(r.into()),
-        Outcome::NotFound => {
-            Err(Rejection::new(Code::TransferNotFound, "id", "no such transfer").into())
-        }
-        Outcome::Violation(v) => Err(ExecError::Violation(v).into()),
+        Outcome::Rejected(r) => Err(ExecError::Rejected(r)),
+        Outcome::NotFound => Err(ExecError::Rejected(Rejection::new(
+            Code::TransferNotFound,
+            "id",
+            "no such transfer",
+        ))),
+        Outcome::Violation(v) => Err(ExecError::Violation(v)),
     }
 }
 
-fn no_account(id: &AccountId, field: &str) -> ApiError {
-    Rejection::new(Code::AccountNotFound, field, format!("no account {id}")).into()
-}
-
-fn account_problem(
-    reply: &Reply,
-    id: &AccountId,
-    asset: &xfer_core::AssetCode,
-    field: String,
-) -> Option<Rejection> {
-    match reply {
-        Reply::Account(a) => match a.status {
-            AccountStatus::Unopened => Some(Rejection::new(
-                Code::AccountNotFound,
-                field,
-                format!("no account {id}"),
-            )),
-            AccountStatus::Closed => Some(Rejection::new(
-                Code::AccountClosed,
-                field,
-                format!("{id} is closed"),
-            )),
-            AccountStatus::Open if &a.asset != asset => Some(Rejection::new(
-                Code::AssetMismatch,
-                field,
-                format!("{id} holds {}, not {asset}", a.asset),
-            )),
-            AccountStatus::Open => None,
-        },
-        _ => Some(Rejection::new(
-            Code::AccountNotFound,
-            field,
-            format!("no account {id}"),
-        )),
-    }
+pub(crate) fn no_account(id: &AccountId, field: &str) -> ExecError {
+    ExecError::Rejected(Rejection::new(
+        Code::AccountNotFound,
+        field,
+        format!("no account {id}"),
+    ))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::error::ApiCode;
     use xfer_core::{AssetCode, LowerBound, Posting, SystemClock, TransferKind};
     use xfer_engine::{Config, Retry, RetryPolicy, Router, SweepConfig, TokioSleeper};
     use xfer_store::{ExecuteHook, Intercept, MemoryStore, Store};
@@ -753,10 +510,7 @@ mod tests {
         );
         let refused = service.submit(vec![spec("t3")], false).await;
         match &refused[..] {
-            [Err(e)] => assert_eq!(
-                (e.code, e.status().as_u16()),
-                (ApiCode::Overloaded.as_str(), 503)
-            ),
+            [Err(e)] => assert!(matches!(e, ExecError::Busy(_)), "{e:?}"),
             other => panic!("{other:?}"),
         }
         let t3 = Op::Transfer(TransferId::new("t3").unwrap(), TransferOp::Get);

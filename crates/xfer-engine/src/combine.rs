@@ -13,29 +13,42 @@
 //! appears twice in one combined batch: a request naming an id already taken waits for the
 //! next batch (two requests racing with one id are answered as they always were: the
 //! record's insert decides, and the other is answered from the record). The drive runs in
-//! a task of its own, so a request whose client goes away does not stop the batch it is in.
+//! a task of its own (the engine spawns none: the caller gives [`Spawn`]), so a request
+//! whose client goes away does not stop the batch it is in.
+//!
+//! [`Combiner::checked`] drives each batch with [`Executor::submit_checked_ahead`] and
+//! waits for the log once per batch: group commit for callers that each submit a few.
 
-use crate::answer::Answer;
-use crate::error::{ApiCode, ApiError};
-use futures_util::future::BoxFuture;
+use crate::cluster::Cluster;
+use crate::error::ExecError;
+use crate::executor::Executor;
+use crate::machine::Outcome;
 use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use tokio::sync::oneshot;
 use xfer_core::{FastSet, TransferId, TransferSpec};
+use xfer_store::BoxFuture;
 
 /// Transfers waiting for a lane at most; a request that would queue more is refused with
-/// `503 overloaded` instead of queued without bound.
+/// [`ExecError::Busy`] instead of queued without bound.
 pub const QUEUED_TRANSFERS_MAX: usize = 65_536;
 
 /// One answer per transfer, in the order given.
-pub type Answers = Vec<Result<Answer, ApiError>>;
+pub type Answers = Vec<Result<Outcome, ExecError>>;
 
-/// What drives a combined batch: the service's submit, waiting for the outcomes.
+/// What drives a combined batch to its outcomes.
 pub type Run = Arc<dyn Fn(Vec<TransferSpec>) -> BoxFuture<'static, Answers> + Send + Sync>;
+
+/// Runs a lane's future in a task of its own (`tokio::spawn`, for one).
+pub type Spawn = Arc<dyn Fn(BoxFuture<'static, ()>) + Send + Sync>;
 
 /// See the module docs.
 pub struct Combiner {
     run: Run,
+    spawn: Spawn,
     /// Drives at most this many batches at once.
     lanes: usize,
     /// Puts at most this many transfers in one batch (a request larger than that alone).
@@ -60,15 +73,55 @@ struct Waiting {
 }
 
 impl Combiner {
-    /// A combiner that drives batches with `run` (see the fields).
-    pub fn new(run: Run, lanes: usize, max: usize, queued_max: usize) -> Arc<Combiner> {
+    /// A combiner that drives batches with `run` in lanes started by `spawn` (see the
+    /// fields).
+    pub fn new(
+        run: Run,
+        spawn: Spawn,
+        lanes: usize,
+        max: usize,
+        queued_max: usize,
+    ) -> Arc<Combiner> {
         Arc::new(Combiner {
             run,
+            spawn,
             lanes: lanes.max(1),
             max: max.max(1),
             queued_max,
             queue: Mutex::default(),
         })
+    }
+
+    /// A combiner whose batches are checked and driven by `executor`
+    /// ([`Executor::submit_checked_ahead`]), each waiting once for the log. `sync_here`:
+    /// the lane syncs the log in its own thread where the store can
+    /// ([`Cluster::sync_durable`]), blocking it for one sync, instead of handing the wait to
+    /// the store's committer thread and being woken by it: a lane's wait is the critical
+    /// path of every request in its batch, and the hand-over costs two thread wake-ups
+    /// (`docs/benchmarks.md`, lane-syncs-inline). Only worth it, and only safe, where the
+    /// runtime has another thread for everything else.
+    pub fn checked(
+        executor: Arc<Executor>,
+        spawn: Spawn,
+        sync_here: bool,
+        lanes: usize,
+        max: usize,
+        queued_max: usize,
+    ) -> Arc<Combiner> {
+        let run: Run = Arc::new(move |specs| {
+            let executor = executor.clone();
+            Box::pin(async move {
+                let ahead = executor.submit_checked_ahead(specs).await;
+                let cluster: &Cluster = executor.cluster();
+                let point = ahead.point();
+                let synced = match sync_here.then(|| cluster.sync_durable(point)).flatten() {
+                    Some(synced) => synced,
+                    None => cluster.wait_durable(point).await,
+                };
+                ahead.outcomes(synced)
+            })
+        });
+        Combiner::new(run, spawn, lanes, max, queued_max)
     }
 
     /// Submits `specs` (waiting for their outcomes), combined with whatever other requests
@@ -79,11 +132,10 @@ impl Combiner {
         let start_lane = {
             let mut q = self.lock();
             if q.queued + n > self.queued_max && !q.waiting.is_empty() {
-                let e = ApiError::api(
-                    ApiCode::Overloaded,
-                    None,
-                    format!("{} transfers are waiting to run; retry shortly", q.queued),
-                );
+                let e = ExecError::Busy(format!(
+                    "{} transfers are waiting to run; retry shortly",
+                    q.queued
+                ));
                 return vec![Err(e); n];
             }
             q.queued += n;
@@ -96,15 +148,13 @@ impl Combiner {
         };
         if start_lane {
             let me = Arc::clone(self);
-            tokio::spawn(async move { me.lane().await });
+            (self.spawn)(Box::pin(async move { me.lane().await }));
         }
         rx.await.unwrap_or_else(|_| {
             // The lane's task ended without answering: it panicked (a bug). Whether the
             // transfers ran is not known; the sweeper finishes any that started.
-            let e = ApiError::api(
-                ApiCode::OutcomeUnknown,
-                None,
-                "the batch this transfer was driven in failed; retry with the same id",
+            let e = ExecError::Indeterminate(
+                "the batch this transfer was driven in failed; retry with the same id".into(),
             );
             vec![Err(e); n]
         })
@@ -140,7 +190,7 @@ impl Combiner {
             // A batch may be driven without the lane ever waiting (the embedded store
             // answers at once and the lane syncs in its own thread): let the thread's
             // other tasks, timers and I/O run between batches.
-            tokio::task::yield_now().await;
+            YieldOnce(false).await;
         }
     }
 
@@ -168,6 +218,22 @@ impl Combiner {
             q.running -= 1;
         }
         batch
+    }
+}
+
+/// Answers "not yet" once, waking itself: the executor runs its other tasks first.
+struct YieldOnce(bool);
+
+impl Future for YieldOnce {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        if self.0 {
+            return Poll::Ready(());
+        }
+        self.0 = true;
+        cx.waker().wake_by_ref();
+        Poll::Pending
     }
 }
 
@@ -245,23 +311,32 @@ mod tests {
                     .into_iter()
                     .map(|s| {
                         let rec = TransferRecord::accept(s, xfer_core::Timestamp::ZERO, 0);
-                        Ok(Answer::Record(Box::new(rec)))
+                        Ok(Outcome::Finished(rec))
                     })
                     .collect()
             })
         });
-        (Combiner::new(run, lanes, max, queued_max), rec)
+        (Combiner::new(run, spawn(), lanes, max, queued_max), rec)
     }
 
     fn ids(a: &Answers) -> Vec<String> {
         a.iter()
-            .map(|r| r.as_ref().unwrap().record().spec.id.to_string())
+            .map(|r| match r {
+                Ok(Outcome::Finished(rec)) => rec.spec.id.to_string(),
+                other => panic!("{other:?}"),
+            })
             .collect()
+    }
+
+    fn spawn() -> Spawn {
+        Arc::new(|f| {
+            tokio::spawn(f);
+        })
     }
 
     async fn let_others_run() {
         for _ in 0..20 {
-            tokio::task::yield_now().await;
+            YieldOnce(false).await;
         }
     }
 
@@ -354,12 +429,12 @@ mod tests {
                 .into_iter()
                 .map(|s| {
                     let rec = TransferRecord::accept(s, xfer_core::Timestamp::ZERO, 0);
-                    Ok(Answer::Record(Box::new(rec)))
+                    Ok(Outcome::Finished(rec))
                 })
                 .collect();
             Box::pin(std::future::ready(answers))
         });
-        let c = Combiner::new(run, 1, 1, QUEUED_TRANSFERS_MAX); // one transfer per batch
+        let c = Combiner::new(run, spawn(), 1, 1, QUEUED_TRANSFERS_MAX); // one transfer per batch
         let requests: Vec<_> = (0..3)
             .map(|i| {
                 let c = Arc::clone(&c);
@@ -385,7 +460,7 @@ mod tests {
         let b = queue(&c, vec![spec("b1", 1), spec("b2", 1)]).await;
         let refused = Arc::clone(&c).submit(vec![spec("c1", 1)]).await;
         let e = refused[0].as_ref().expect_err("refused");
-        assert_eq!((e.code, e.status().as_u16()), ("overloaded", 503));
+        assert!(matches!(e, ExecError::Busy(_)), "{e:?}");
         rec.gate.notify_one();
         first.await.unwrap();
         assert_eq!(ids(&a.await.unwrap()), ["a1", "a2"]);
