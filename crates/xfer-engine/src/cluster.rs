@@ -13,7 +13,7 @@
 //!
 //! A batch is one round trip; each op in it stays atomic on its own record and nothing more
 //! (see [`Store`]). When every shard appends to one log ([`Store::log`]),
-//! [`Cluster::execute_pending`] lets them answer before their sync, with the log point to
+//! [`Cluster::execute_ahead`] lets them answer before their sync, with the LSN to
 //! wait for ([`Cluster::wait_durable`]) before acknowledging anything. A failed batch fails
 //! every request in it: the caller cannot tell which
 //! prefix was applied, and need not, because every protocol step is idempotent. The engine
@@ -25,29 +25,29 @@ use futures_util::future::join_all;
 use std::sync::Arc;
 use xfer_store::{answered_durable, same_log, Op, Reply, SharedLog, Store, StoreError};
 
-/// Proof that the shards' log is durable up to [`Durable::point`]. Only a log that said
+/// Proof that the shards' log is durable up to [`Durable::lsn`]. Only a log that said
 /// so makes one ([`Cluster::wait_durable`], [`Cluster::sync_durable`], [`Durable::of`]):
 /// outcomes answered ahead of the sync ([`crate::Drive::synced`]) are released against it,
 /// never against a promise.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Durable {
-    point: u64,
+    lsn: u64,
 }
 
 impl Durable {
-    /// The proof for `point` if `log` says it is durable now (point 0 always is).
-    pub fn of(log: &dyn SharedLog, point: u64) -> Option<Durable> {
-        (point == 0 || log.is_durable(point)).then_some(Durable { point })
+    /// The proof for `lsn` if `log` says it is durable now (LSN 0 always is).
+    pub fn of(log: &dyn SharedLog, lsn: u64) -> Option<Durable> {
+        (lsn == 0 || log.is_durable(lsn)).then_some(Durable { lsn })
     }
 
-    /// The log point known durable.
-    pub fn point(self) -> u64 {
-        self.point
+    /// The LSN known durable.
+    pub fn lsn(self) -> u64 {
+        self.lsn
     }
 
-    /// True if everything up to `point` is durable.
-    pub fn covers(self, point: u64) -> bool {
-        point <= self.point
+    /// True if everything up to `lsn` is durable.
+    pub fn covers(self, lsn: u64) -> bool {
+        lsn <= self.lsn
     }
 }
 
@@ -86,7 +86,7 @@ impl Cluster {
     }
 
     /// True if every shard appends to one log, so that answers may come before the sync
-    /// ([`Cluster::execute_pending`]).
+    /// ([`Cluster::execute_ahead`]).
     pub fn pipelined(&self) -> bool {
         self.log.is_some()
     }
@@ -115,57 +115,57 @@ impl Cluster {
     }
 
     /// As [`Cluster::execute`], but when every shard appends to one log the answers may
-    /// come before they are durable: with them comes the log point (0: none) that
+    /// come before they are durable: with them comes the LSN (0: none) that
     /// [`Cluster::wait_durable`] must reach before anything they led to is acknowledged.
-    /// Otherwise it is `execute`, with point 0.
-    pub async fn execute_pending(
+    /// Otherwise it is `execute`, with LSN 0.
+    pub async fn execute_ahead(
         &self,
         requests: &[Request],
     ) -> Result<(Vec<Sent>, u64), RouteError> {
         self.send(requests, self.pipelined()).await
     }
 
-    /// Waits until the shards' log is durable up to `point` (0: at once).
-    pub async fn wait_durable(&self, point: u64) -> Result<Durable, StoreError> {
-        if point > 0 {
-            self.shared_log(point)?.wait_durable(point).await?;
+    /// Waits until the shards' log is durable up to `lsn` (0: at once).
+    pub async fn wait_durable(&self, lsn: u64) -> Result<Durable, StoreError> {
+        if lsn > 0 {
+            self.shared_log(lsn)?.wait_durable(lsn).await?;
         }
-        Ok(Durable { point })
+        Ok(Durable { lsn })
     }
 
     /// As [`Cluster::wait_durable`], syncing in the calling thread (blocking it) where the
     /// shards can ([`Store::sync_durable`]); `None` where they cannot.
-    pub fn sync_durable(&self, point: u64) -> Option<Result<Durable, StoreError>> {
-        let synced = match point {
+    pub fn sync_durable(&self, lsn: u64) -> Option<Result<Durable, StoreError>> {
+        let synced = match lsn {
             0 => Ok(()),
-            _ => match self.shared_log(point) {
-                Ok(log) => log.sync_durable(point)?,
+            _ => match self.shared_log(lsn) {
+                Ok(log) => log.sync_durable(lsn)?,
                 Err(e) => Err(e),
             },
         };
-        Some(synced.map(|()| Durable { point }))
+        Some(synced.map(|()| Durable { lsn }))
     }
 
-    /// True if the shards' log is durable up to `point` now.
-    pub fn is_durable(&self, point: u64) -> bool {
-        point == 0 || self.log.as_ref().is_some_and(|l| l.is_durable(point))
+    /// True if the shards' log is durable up to `lsn` now.
+    pub fn is_durable(&self, lsn: u64) -> bool {
+        lsn == 0 || self.log.as_ref().is_some_and(|l| l.is_durable(lsn))
     }
 
-    /// The shared log, asked about `point`: only a shared log hands out points above 0.
-    fn shared_log(&self, point: u64) -> Result<&Arc<dyn SharedLog>, StoreError> {
+    /// The shared log, asked about `lsn`: only a shared log hands out LSNs above 0.
+    fn shared_log(&self, lsn: u64) -> Result<&Arc<dyn SharedLog>, StoreError> {
         self.log.as_ref().ok_or_else(|| {
             StoreError::Corrupted(format!(
-                "asked to wait for log point {point} of shards that share no log"
+                "asked to wait for LSN {lsn} of shards that share no log"
             ))
         })
     }
 
-    /// One batch per shard: `execute_pending` on each if `pending`, else `execute`; the
-    /// results in request order, and the highest log point answered.
+    /// One batch per shard: `execute_ahead` on each if `ahead`, else `execute`; the
+    /// results in request order, and the highest LSN answered.
     async fn send(
         &self,
         requests: &[Request],
-        pending: bool,
+        ahead: bool,
     ) -> Result<(Vec<Sent>, u64), RouteError> {
         let groups = self.group(requests.iter().map(|r| &r.op))?;
         let calls = groups
@@ -177,9 +177,9 @@ impl Cluster {
                 async move {
                     // Borrowed where the shard answers ahead of its log (it applies and logs
                     // them in place); copied for a store that keeps what it is given.
-                    let result = if pending {
+                    let result = if ahead {
                         let ops: Vec<&Op> = g.iter().map(|i| &requests[*i].op).collect();
-                        shard.execute_pending(&ops).await
+                        shard.execute_ahead(&ops).await
                     } else {
                         let ops: Vec<Op> = g.iter().map(|i| requests[*i].op.clone()).collect();
                         answered_durable(shard.execute(ops)).await
@@ -188,11 +188,11 @@ impl Cluster {
                 }
             });
         let mut out: Vec<Option<Sent>> = vec![None; requests.len()];
-        let mut point = 0;
+        let mut lsn = 0;
         for (shard, result) in join_all(calls).await {
             let members = &groups[shard];
             let result = result.map(|(replies, at)| {
-                point = point.max(at);
+                lsn = lsn.max(at);
                 replies
             });
             match result {
@@ -217,7 +217,7 @@ impl Cluster {
             .into_iter()
             .map(|s| s.expect("every request was sent in a batch"))
             .collect();
-        Ok((out, point))
+        Ok((out, lsn))
     }
 
     /// Sends one op on its own (a batch of one).

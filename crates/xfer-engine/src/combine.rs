@@ -113,10 +113,10 @@ impl Combiner {
             Box::pin(async move {
                 let ahead = executor.submit_checked_ahead(specs).await;
                 let cluster: &Cluster = executor.cluster();
-                let point = ahead.point();
-                let synced = match sync_here.then(|| cluster.sync_durable(point)).flatten() {
+                let lsn = ahead.lsn();
+                let synced = match sync_here.then(|| cluster.sync_durable(lsn)).flatten() {
                     Some(synced) => synced,
-                    None => cluster.wait_durable(point).await,
+                    None => cluster.wait_durable(lsn).await,
                 };
                 ahead.outcomes(synced)
             })

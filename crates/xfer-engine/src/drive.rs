@@ -1,5 +1,5 @@
 //! Driving many [`Machine`]s together, in rounds, as [`Drive`]: a state machine with no
-//! I/O of its own (requests out; results, the time and the log's durable point in), so that
+//! I/O of its own (requests out; results, the time and the log's durable LSN in), so that
 //! the simulator runs the very code production runs. Each round:
 //!
 //! ```text
@@ -12,12 +12,12 @@
 //! ```
 //!
 //! When every shard appends to one log (the embedded store), a round's answers come before
-//! they are durable, with the log point they rest on, and the next round goes on at once: a
+//! they are durable, with the LSN they rest on, and the next round goes on at once: a
 //! crash keeps a prefix of that log, so no step can survive without the steps it followed.
-//! Nothing leaves the drive before the log is durable up to the last point its machines
-//! saw: a decision is reported ([`Decisions`]) once its round's point is durable
+//! Nothing leaves the drive before the log is durable up to the last LSN its machines
+//! saw: a decision is reported ([`Decisions`]) once its round's LSN is durable
 //! ([`Drive::report`]), and the outcomes only after [`Drive::synced`] was given a
-//! [`Durable`] covering [`Drive::point`]. If that wait fails, every outcome that rests on an
+//! [`Durable`] covering [`Drive::lsn`]. If that wait fails, every outcome that rests on an
 //! answer is `Indeterminate`. A transfer thus waits for one sync instead of one per step.
 //!
 //! A machine whose rounds fail `attempts_max` times in a row is given up: `Unavailable` if
@@ -59,7 +59,7 @@ pub enum Next<'a> {
     /// Pause before the next round; the worst machine's failed rounds in a row (for
     /// [`Retry::pause`]).
     Pause(u32),
-    /// Every round is over: wait until the log is durable up to this point and hand the
+    /// Every round is over: wait until the log is durable up to this LSN and hand the
     /// result to [`Drive::synced`].
     Sync(u64),
     /// The outcomes are ready ([`Drive::outcomes`]).
@@ -118,34 +118,34 @@ impl Drive {
             if self.begin_round(now) {
                 return Next::Send(&self.batch);
             }
-            let point = self.point();
-            self.stage = if point == 0 || mutant::is(Mutant::AckBeforeSync) {
+            let lsn = self.lsn();
+            self.stage = if lsn == 0 || mutant::is(Mutant::AckBeforeSync) {
                 Stage::Synced(Ok(()))
             } else {
-                Stage::Syncing(point)
+                Stage::Syncing(lsn)
             };
         }
         match self.stage {
-            Stage::Syncing(point) => Next::Sync(point),
+            Stage::Syncing(lsn) => Next::Sync(lsn),
             _ => Next::Done,
         }
     }
 
-    /// The results of the round's requests, in their order, answered at log `point` (0:
+    /// The results of the round's requests, in their order, answered at log `lsn` (0:
     /// durable when answered) and taken at `now`. `policy` says how many failed rounds a
     /// machine is allowed.
-    pub fn answered(&mut self, sent: Vec<Sent>, point: u64, now: Timestamp, policy: &RetryPolicy) {
+    pub fn answered(&mut self, sent: Vec<Sent>, lsn: u64, now: Timestamp, policy: &RetryPolicy) {
         assert_eq!(sent.len(), self.batch.len(), "one result per request");
         let mut decided = Vec::new();
         let (owners, batch) = (&mut self.owners, &mut self.batch);
         for ((i, req), sent) in owners.drain(..).zip(batch.drain(..)).zip(sent) {
             let f = &mut self.flights[i];
-            if f.absorb(req, sent, now, point) && self.unreported.is_some() {
+            if f.absorb(req, sent, now, lsn) && self.unreported.is_some() {
                 decided.push(f.machine.id().clone());
             }
         }
         if let Some(u) = &mut self.unreported {
-            u.push(point, decided);
+            u.push(lsn, decided);
         }
         self.pause = self
             .flights
@@ -163,37 +163,37 @@ impl Drive {
             .for_each(|f| f.fail(ExecError::Unroutable(e.clone())));
     }
 
-    /// The log point every answer the machines took rests on (0: none waits).
-    pub fn point(&self) -> u64 {
-        self.flights.iter().map(|f| f.point).max().unwrap_or(0)
+    /// The LSN every answer the machines took rests on (0: none waits).
+    pub fn lsn(&self) -> u64 {
+        self.flights.iter().map(|f| f.lsn).max().unwrap_or(0)
     }
 
-    /// The wait for the log that [`Next::Sync`] asked for: if it failed, or proves a point
-    /// short of [`Drive::point`], every outcome that rests on an answer is `Indeterminate`.
+    /// The wait for the log that [`Next::Sync`] asked for: if it failed, or proves an LSN
+    /// short of [`Drive::lsn`], every outcome that rests on an answer is `Indeterminate`.
     /// Ignored once the drive has its answer.
     pub fn synced(&mut self, synced: Result<Durable, StoreError>) {
-        let point = match self.stage {
+        let lsn = match self.stage {
             Stage::Synced(_) => return,
-            _ => self.point(),
+            _ => self.lsn(),
         };
         self.stage = Stage::Synced(synced.and_then(|d| {
-            if d.covers(point) {
+            if d.covers(lsn) {
                 Ok(())
             } else {
                 Err(StoreError::Indeterminate(format!(
-                    "the log is durable up to {}, not {point}: nothing ahead of it is told",
-                    d.point()
+                    "the log is durable up to {}, not {lsn}: nothing ahead of it is told",
+                    d.lsn()
                 )))
             }
         }));
     }
 
-    /// Tells `to` of every decision whose round's point `is_durable` says durable (all of
+    /// Tells `to` of every decision whose round's LSN `is_durable` says durable (all of
     /// them once [`Drive::synced`] succeeded), in the order they were taken.
     pub fn report(&mut self, is_durable: &dyn Fn(u64) -> bool, to: &dyn Decisions) {
         let all = matches!(self.stage, Stage::Synced(Ok(())));
         if let Some(u) = &mut self.unreported {
-            u.report(&|point| all || is_durable(point), to);
+            u.report(&|lsn| all || is_durable(lsn), to);
         }
     }
 
@@ -217,9 +217,9 @@ impl Drive {
     }
 }
 
-/// Runs `drive` against `cluster` until it waits for the log (`Some(point)`) or is done
+/// Runs `drive` against `cluster` until it waits for the log (`Some(lsn)`) or is done
 /// (`None`), pausing as `retry` says and reporting decisions to `decisions` as their
-/// points become durable.
+/// LSNs become durable.
 pub(crate) async fn run(
     drive: &mut Drive,
     cluster: &Cluster,
@@ -229,9 +229,9 @@ pub(crate) async fn run(
 ) -> Option<u64> {
     loop {
         match drive.next(clock.now()) {
-            Next::Send(batch) => match cluster.execute_pending(batch).await {
-                Ok((sent, point)) => {
-                    drive.answered(sent, point, clock.now(), retry.policy());
+            Next::Send(batch) => match cluster.execute_ahead(batch).await {
+                Ok((sent, lsn)) => {
+                    drive.answered(sent, lsn, clock.now(), retry.policy());
                     if let Some(d) = decisions {
                         drive.report(&|p| cluster.is_durable(p), d);
                     }
@@ -239,7 +239,7 @@ pub(crate) async fn run(
                 Err(e) => drive.unroutable(e),
             },
             Next::Pause(failures) => retry.pause(failures).await,
-            Next::Sync(point) => return Some(point),
+            Next::Sync(lsn) => return Some(lsn),
             Next::Done => return None,
         }
     }
@@ -254,8 +254,8 @@ pub(crate) async fn drive(
     decisions: Option<&dyn Decisions>,
 ) -> Vec<Result<Outcome, ExecError>> {
     let mut drive = Drive::new(starts, decisions.is_some());
-    if let Some(point) = run(&mut drive, cluster, clock, retry, decisions).await {
-        drive.synced(cluster.wait_durable(point).await);
+    if let Some(lsn) = run(&mut drive, cluster, clock, retry, decisions).await {
+        drive.synced(cluster.wait_durable(lsn).await);
     }
     drive.outcomes(decisions)
 }
@@ -274,8 +274,8 @@ struct Flight {
     round_err: bool,
     /// Why it is no longer driven, once it is not.
     result: Option<Ended>,
-    /// The highest log point of the answers it took (0: all were durable when answered).
-    point: u64,
+    /// The highest LSN of the answers it took (0: all were durable when answered).
+    lsn: u64,
 }
 
 /// Why a flight is no longer driven.
@@ -286,24 +286,24 @@ enum Ended {
     Failed(ExecError),
 }
 
-/// Decisions taken from answers not yet durable, reported once their point is.
+/// Decisions taken from answers not yet durable, reported once their LSN is.
 #[derive(Default)]
 struct Unreported {
     rounds: VecDeque<(u64, Vec<TransferId>)>,
 }
 
 impl Unreported {
-    /// Queues `ids`, decided from answers at log `point`.
-    fn push(&mut self, point: u64, ids: Vec<TransferId>) {
+    /// Queues `ids`, decided from answers at log `lsn`.
+    fn push(&mut self, lsn: u64, ids: Vec<TransferId>) {
         if !ids.is_empty() {
-            self.rounds.push_back((point, ids));
+            self.rounds.push_back((lsn, ids));
         }
     }
 
-    /// Reports every round, oldest first, up to the first whose point is not durable.
+    /// Reports every round, oldest first, up to the first whose LSN is not durable.
     fn report(&mut self, is_durable: &dyn Fn(u64) -> bool, to: &dyn Decisions) {
-        while let Some((point, _)) = self.rounds.front() {
-            if !(is_durable(*point) || mutant::is(Mutant::ReportUndurableDecision)) {
+        while let Some((lsn, _)) = self.rounds.front() {
+            if !(is_durable(*lsn) || mutant::is(Mutant::ReportUndurableDecision)) {
                 return;
             }
             let (_, ids) = self.rounds.pop_front().expect("front exists");
@@ -378,7 +378,7 @@ impl Flight {
             round_ok: false,
             round_err: false,
             result: None,
-            point: 0,
+            lsn: 0,
         }
     }
 
@@ -407,16 +407,16 @@ impl Flight {
         true
     }
 
-    /// Takes one request's result, answered at log `point`; true if it decided the
+    /// Takes one request's result, answered at log `lsn`; true if it decided the
     /// transfer.
-    fn absorb(&mut self, req: Request, sent: Sent, now: Timestamp, point: u64) -> bool {
+    fn absorb(&mut self, req: Request, sent: Sent, now: Timestamp, lsn: u64) -> bool {
         if self.result.is_some() {
             return false;
         }
         match sent {
             Ok(reply) => {
                 (self.round_ok, self.maybe_applied) = (true, true);
-                self.point = self.point.max(point);
+                self.lsn = self.lsn.max(lsn);
                 if self.machine.wants(req.tag) {
                     let deciding = self.machine.is_deciding();
                     self.machine
@@ -439,7 +439,7 @@ impl Flight {
     /// concluded from them may be lost, so its outcome is unknown (errors that say more,
     /// like corruption, stay).
     fn unsynced(&mut self, e: &StoreError) {
-        if self.point == 0 {
+        if self.lsn == 0 {
             return;
         }
         // What says more than "unknown" stays: an error other than a rejection.

@@ -118,7 +118,7 @@ impl Executor {
         let mut results = Vec::with_capacity(specs.len());
         for window in windows(specs) {
             let window = self.submit_window(window, decisions).await;
-            let synced = self.cluster.wait_durable(window.point()).await;
+            let synced = self.cluster.wait_durable(window.lsn()).await;
             results.extend(window.outcomes(synced, decisions));
         }
         results
@@ -126,7 +126,7 @@ impl Executor {
 
     /// [`Executor::submit_many`] up to the wait for the log: every round is driven, but on
     /// stores whose answers come before they are durable (one shared log) the outcomes
-    /// wait for the log to be durable up to [`Ahead::point`]. The caller waits for it
+    /// wait for the log to be durable up to [`Ahead::lsn`]. The caller waits for it
     /// ([`Cluster::wait_durable`] or [`Cluster::sync_durable`]) and hands the result to
     /// [`Ahead::outcomes`].
     pub async fn submit_many_ahead(&self, specs: Vec<TransferSpec>) -> Ahead {
@@ -146,13 +146,13 @@ impl Executor {
     /// too: its refusals wait with the outcomes.
     pub async fn submit_checked_ahead(&self, specs: Vec<TransferSpec>) -> Ahead {
         let n = specs.len();
-        let (refusals, point) = match self.check(&specs).await {
+        let (refusals, lsn) = match self.check(&specs).await {
             Ok(checked) => checked,
             Err(e) => {
                 let checked = Checked {
                     results: vec![Some(Err(e)); n],
                     slots: Vec::new(),
-                    point: 0,
+                    lsn: 0,
                 };
                 return Ahead {
                     windows: Vec::new(),
@@ -175,7 +175,7 @@ impl Executor {
         ahead.checked = Some(Checked {
             results,
             slots,
-            point,
+            lsn,
         });
         ahead
     }
@@ -187,7 +187,7 @@ impl Executor {
         specs: Vec<TransferSpec>,
     ) -> Vec<Result<Outcome, ExecError>> {
         let ahead = self.submit_checked_ahead(specs).await;
-        let synced = self.cluster.wait_durable(ahead.point()).await;
+        let synced = self.cluster.wait_durable(ahead.lsn()).await;
         ahead.outcomes(synced)
     }
 
@@ -199,7 +199,7 @@ impl Executor {
         &self,
         specs: &[TransferSpec],
     ) -> Vec<Result<TransferRecord, ExecError>> {
-        let (refusals, point) = match self.check(specs).await {
+        let (refusals, lsn) = match self.check(specs).await {
             Ok(checked) => checked,
             Err(e) => return vec![Err(e); specs.len()],
         };
@@ -220,7 +220,7 @@ impl Executor {
             Ok(replies) => replies,
             Err(e) => return vec![Err(e); specs.len()],
         };
-        if let Err(e) = self.wait_durable(point).await {
+        if let Err(e) = self.wait_durable(lsn).await {
             return vec![Err(e); specs.len()];
         }
         for (i, reply) in slots.into_iter().zip(inserted) {
@@ -243,14 +243,14 @@ impl Executor {
             .collect()
     }
 
-    /// The check's refusals for `specs`, and the log point its reads rest on.
+    /// The check's refusals for `specs`, and the LSN its reads rest on.
     async fn check(
         &self,
         specs: &[TransferSpec],
     ) -> Result<(Vec<Option<Rejection>>, u64), ExecError> {
         let (reads, ops) = Reads::of(specs);
-        let (replies, point) = self.execute_ops_pending(ops).await?;
-        Ok((reads.refusals(&replies), point))
+        let (replies, lsn) = self.execute_ops_ahead(ops).await?;
+        Ok((reads.refusals(&replies), lsn))
     }
 
     async fn submit_window(
@@ -372,24 +372,24 @@ impl Executor {
     }
 
     /// As [`Executor::execute_ops`], but when the shards share one log the replies may come
-    /// before they are durable, with the log point to pass to [`Executor::wait_durable`]
+    /// before they are durable, with the LSN to pass to [`Executor::wait_durable`]
     /// before acting on them outside that log (answering a client). Writes made because
     /// of them may go on meanwhile (they are appended after); the wait is the caller's, on
     /// every path that answers, whatever else it waited for.
-    pub async fn execute_ops_pending(&self, ops: Vec<Op>) -> Result<(Vec<Reply>, u64), ExecError> {
+    pub async fn execute_ops_ahead(&self, ops: Vec<Op>) -> Result<(Vec<Reply>, u64), ExecError> {
         self.send_ops(ops, true).await
     }
 
-    /// Waits until the shards' log is durable up to `point` (0: at once).
-    pub async fn wait_durable(&self, point: u64) -> Result<Durable, ExecError> {
+    /// Waits until the shards' log is durable up to `lsn` (0: at once).
+    pub async fn wait_durable(&self, lsn: u64) -> Result<Durable, ExecError> {
         self.cluster
-            .wait_durable(point)
+            .wait_durable(lsn)
             .await
             .map_err(|e| ExecError::unsynced(&e))
     }
 
-    async fn send_ops(&self, ops: Vec<Op>, pending: bool) -> Result<(Vec<Reply>, u64), ExecError> {
-        let mut point = 0;
+    async fn send_ops(&self, ops: Vec<Op>, ahead: bool) -> Result<(Vec<Reply>, u64), ExecError> {
+        let mut lsn = 0;
         let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
         let mut failures = 0;
         let mut maybe_applied = false;
@@ -404,9 +404,9 @@ impl Executor {
                 })
                 .collect();
             let mut last = None;
-            let sent = if pending {
-                let (sent, at) = self.cluster.execute_pending(&unanswered).await?;
-                point = point.max(at);
+            let sent = if ahead {
+                let (sent, at) = self.cluster.execute_ahead(&unanswered).await?;
+                lsn = lsn.max(at);
                 sent
             } else {
                 self.cluster.execute(&unanswered).await?
@@ -421,7 +421,7 @@ impl Executor {
                 }
             }
             let Some(e) = last else {
-                return Ok((replies.into_iter().flatten().collect(), point));
+                return Ok((replies.into_iter().flatten().collect(), lsn));
             };
             failures += 1;
             if !e.is_retryable() || !self.retry.policy().allows(failures) {
@@ -459,7 +459,7 @@ impl Executor {
 }
 
 /// Transfers driven through all their rounds by [`Executor::submit_many_ahead`], whose
-/// outcomes wait for the log to be durable up to [`Ahead::point`].
+/// outcomes wait for the log to be durable up to [`Ahead::lsn`].
 pub struct Ahead {
     windows: Vec<Window>,
     /// The check's answers, from [`Executor::submit_checked_ahead`].
@@ -467,11 +467,11 @@ pub struct Ahead {
 }
 
 /// What the check before a submit answered: refusals (or its failure) at their places, the
-/// places of the driven transfers, and the point its reads rest on.
+/// places of the driven transfers, and the LSN its reads rest on.
 struct Checked {
     results: Vec<Option<Result<Outcome, ExecError>>>,
     slots: Vec<usize>,
-    point: u64,
+    lsn: u64,
 }
 
 /// One window of at most [`FLIGHTS_MAX`] transfers: those refused before they started, and
@@ -483,21 +483,18 @@ struct Window {
 }
 
 impl Ahead {
-    /// The log point the outcomes rest on (0: nothing to wait for).
-    pub fn point(&self) -> u64 {
-        let checked = self.checked.as_ref().map_or(0, |c| c.point);
-        self.windows
-            .iter()
-            .map(Window::point)
-            .fold(checked, u64::max)
+    /// The LSN the outcomes rest on (0: nothing to wait for).
+    pub fn lsn(&self) -> u64 {
+        let checked = self.checked.as_ref().map_or(0, |c| c.lsn);
+        self.windows.iter().map(Window::lsn).fold(checked, u64::max)
     }
 
     /// The outcomes, in the order of the specs, given the result of waiting for
-    /// [`Ahead::point`] (`Cluster::wait_durable` or `Cluster::sync_durable`, whose
-    /// [`Durable`] only a log makes): if the wait failed, or proves a point short of this one, every
+    /// [`Ahead::lsn`] (`Cluster::wait_durable` or `Cluster::sync_durable`, whose
+    /// [`Durable`] only a log makes): if the wait failed, or proves an LSN short of this one, every
     /// outcome that rests on an answer is `Indeterminate`.
     pub fn outcomes(self, synced: Result<Durable, StoreError>) -> Vec<Result<Outcome, ExecError>> {
-        let point = self.point();
+        let lsn = self.lsn();
         let driven = self
             .windows
             .into_iter()
@@ -507,10 +504,10 @@ impl Ahead {
         };
         // The check's refusals rest on its reads: told only if they are durable.
         let unsynced = match &synced {
-            Ok(d) if d.covers(point) => None,
+            Ok(d) if d.covers(lsn) => None,
             Ok(d) => Some(ExecError::Indeterminate(format!(
-                "the log is durable up to {}, not {point}",
-                d.point()
+                "the log is durable up to {}, not {lsn}",
+                d.lsn()
             ))),
             Err(e) => Some(ExecError::unsynced(e)),
         };
@@ -529,12 +526,12 @@ impl Ahead {
 }
 
 impl Window {
-    /// The log point its outcomes rest on.
-    fn point(&self) -> u64 {
-        self.drive.point()
+    /// The LSN its outcomes rest on.
+    fn lsn(&self) -> u64 {
+        self.drive.lsn()
     }
 
-    /// Its outcomes in the order of its specs, given the wait for [`Window::point`].
+    /// Its outcomes in the order of its specs, given the wait for [`Window::lsn`].
     fn outcomes(
         mut self,
         synced: Result<Durable, StoreError>,

@@ -963,7 +963,7 @@ async fn each_decision_written_is_told_once_and_a_repeat_decides_nothing() {
     );
 }
 
-/// The log shared by [`Pipelined`] shards: every answer gets the next point, and the test
+/// The log shared by [`Pipelined`] shards: every answer gets the next LSN, and the test
 /// says by hand how far the log is durable, or that syncing failed.
 #[derive(Default)]
 struct Gate {
@@ -990,14 +990,14 @@ impl Gate {
 }
 
 impl xfer_store::SharedLog for Gate {
-    fn wait_durable(&self, point: u64) -> xfer_store::BoxFuture<'_, Result<(), StoreError>> {
+    fn wait_durable(&self, lsn: u64) -> xfer_store::BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
             loop {
                 let changed = self.changed.notified();
                 if self.failed.load(Relaxed) {
                     return Err(StoreError::Indeterminate("sync failed".into()));
                 }
-                if self.is_durable(point) {
+                if self.is_durable(lsn) {
                     return Ok(());
                 }
                 changed.await;
@@ -1005,8 +1005,8 @@ impl xfer_store::SharedLog for Gate {
         })
     }
 
-    fn is_durable(&self, point: u64) -> bool {
-        point <= self.durable.load(Relaxed)
+    fn is_durable(&self, lsn: u64) -> bool {
+        lsn <= self.durable.load(Relaxed)
     }
 }
 
@@ -1026,7 +1026,7 @@ impl Store for Pipelined {
         Some(self.gate.clone())
     }
 
-    fn execute_pending<'a>(
+    fn execute_ahead<'a>(
         &'a self,
         ops: &'a [&'a Op],
     ) -> xfer_store::BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>> {
@@ -1178,7 +1178,7 @@ async fn shards_on_different_logs_wait_for_every_step() {
 }
 
 /// `submit_many_ahead` drives every round and leaves the wait for the log to its caller:
-/// its point is not durable when it returns, the outcomes given a successful wait are the
+/// its LSN is not durable when it returns, the outcomes given a successful wait are the
 /// transfers' own, and given a failed one each is `Indeterminate`.
 #[tokio::test(flavor = "current_thread")]
 async fn ahead_leaves_the_wait_to_the_caller_and_a_failed_wait_leaves_outcomes_unknown() {
@@ -1192,25 +1192,22 @@ async fn ahead_leaves_the_wait_to_the_caller_and_a_failed_wait_leaves_outcomes_u
         ]
     };
     let ahead = w.exec.submit_many_ahead(specs()).await;
-    assert!(ahead.point() > 0);
-    assert!(!w.cluster().is_durable(ahead.point()));
+    assert!(ahead.lsn() > 0);
+    assert!(!w.cluster().is_durable(ahead.lsn()));
     let failed = StoreError::Indeterminate("the sync failed".into());
     for r in ahead.outcomes(Err(failed)) {
         assert!(matches!(r, Err(ExecError::Indeterminate(_))), "{r:?}");
     }
     let ahead = w.exec.submit_many_ahead(specs()).await;
     gate.open_all();
-    // A proof of an earlier point releases nothing that rests on a later one.
-    let short = w.cluster().wait_durable(ahead.point() - 1).await;
-    assert_eq!(
-        short.as_ref().map(|d| d.point()).ok(),
-        Some(ahead.point() - 1)
-    );
+    // A proof of an earlier LSN releases nothing that rests on a later one.
+    let short = w.cluster().wait_durable(ahead.lsn() - 1).await;
+    assert_eq!(short.as_ref().map(|d| d.lsn()).ok(), Some(ahead.lsn() - 1));
     let ahead_again = w.exec.submit_many_ahead(specs()).await;
     for r in ahead_again.outcomes(short) {
         assert!(matches!(r, Err(ExecError::Indeterminate(_))), "{r:?}");
     }
-    let synced = w.cluster().wait_durable(ahead.point()).await;
+    let synced = w.cluster().wait_durable(ahead.lsn()).await;
     let states: Vec<TransferState> = ahead
         .outcomes(synced)
         .into_iter()

@@ -145,7 +145,7 @@ pub fn assemble(
         .enumerate()
         .map(|(i, s)| {
             let metered = Intercept::new(s, meter(metrics.clone(), i))
-                .with_pending(meter_pending(metrics.clone(), i));
+                .with_ahead(meter_ahead(metrics.clone(), i));
             Arc::new(Coalesce::new(metered, cfg.store_calls_per_shard)) as Arc<dyn Store>
         })
         .collect();
@@ -206,12 +206,12 @@ fn meter<S: Store>(metrics: Arc<Metrics>, index: usize) -> xfer_store::ExecuteHo
 
 /// As [`meter`], for calls answered before their sync: counted, but their latency (no
 /// wait for the disk) stays out of the round-trip histogram.
-fn meter_pending<S: Store>(metrics: Arc<Metrics>, index: usize) -> xfer_store::PendingHook<S> {
+fn meter_ahead<S: Store>(metrics: Arc<Metrics>, index: usize) -> xfer_store::AheadHook<S> {
     Box::new(move |inner, ops| {
         let metrics = metrics.clone();
         Box::pin(async move {
             let n = ops.len();
-            let result = inner.execute_pending(ops).await;
+            let result = inner.execute_ahead(ops).await;
             metrics.round_trip(index, n, None, result.is_ok());
             result
         })

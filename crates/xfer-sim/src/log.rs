@@ -1,6 +1,6 @@
 //! [`SimLog`]: the one log every shard appends to in runs with a shared log, as the
 //! embedded store's shards do. Every write is applied to its shard at once and appended;
-//! the answer carries its log point. A sync makes the log durable up to its end; a loss
+//! the answer carries its LSN. A sync makes the log durable up to its end; a loss
 //! ([`SimLog::lose`]) keeps the durable prefix only, and the shards become what that prefix
 //! leaves (replayed from it). [`SimLog::durable_view`] is the shards as a loss now would
 //! leave them: what a checker compares acknowledgements with.
@@ -33,9 +33,9 @@ impl Entry {
 
 /// See the module docs.
 pub struct SimLog {
-    /// The last point appended.
+    /// The last LSN appended.
     last: u64,
-    /// Durable up to this point.
+    /// Durable up to this LSN.
     durable: u64,
     /// Appended after `durable`.
     tail: Vec<Entry>,
@@ -57,7 +57,7 @@ impl SimLog {
         }
     }
 
-    /// Appends `entry` (already applied to the live shard); answers its point.
+    /// Appends `entry` (already applied to the live shard); answers its LSN.
     pub fn append(&mut self, entry: Entry) -> u64 {
         self.tail.push(entry);
         self.last += 1;
@@ -93,20 +93,20 @@ impl SimLog {
     }
 }
 
-/// The simulator moves the log by its own events: a wait answers at once whether the point
+/// The simulator moves the log by its own events: a wait answers at once whether the LSN
 /// is durable now.
 impl SharedLog for SimLog {
-    fn wait_durable(&self, point: u64) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(ready(if self.is_durable(point) {
+    fn wait_durable(&self, lsn: u64) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(ready(if self.is_durable(lsn) {
             Ok(())
         } else {
             Err(StoreError::Unavailable(format!(
-                "point {point} is not durable yet"
+                "lsn {lsn} is not durable yet"
             )))
         }))
     }
 
-    fn is_durable(&self, point: u64) -> bool {
-        point <= self.durable
+    fn is_durable(&self, lsn: u64) -> bool {
+        lsn <= self.durable
     }
 }

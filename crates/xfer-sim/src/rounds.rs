@@ -29,9 +29,9 @@ pub(crate) struct Driven {
     round: u32,
     results: Vec<Option<Result<Reply, StoreError>>>,
     missing: usize,
-    /// The highest log point the round's answers carried.
-    point: u64,
-    /// Waits for the log to be durable up to the drive's point.
+    /// The highest LSN the round's answers carried.
+    lsn: u64,
+    /// Waits for the log to be durable up to the drive's LSN.
     syncing: bool,
 }
 
@@ -126,7 +126,7 @@ impl World {
                     d.round += 1;
                     d.results = vec![None; batch.len()];
                     d.missing = batch.len();
-                    d.point = 0;
+                    d.lsn = 0;
                     let round = d.round;
                     for (i, r) in batch.into_iter().enumerate() {
                         self.transmit(p, mid, i as u32, round, r.op);
@@ -138,12 +138,9 @@ impl World {
                     self.schedule(ms, Event::Resume { proc: p, inc, mid });
                     return;
                 }
-                Next::Sync(point) => {
-                    let log = self
-                        .log
-                        .as_ref()
-                        .expect("only a shared log hands out points");
-                    match Durable::of(log, point) {
+                Next::Sync(lsn) => {
+                    let log = self.log.as_ref().expect("only a shared log hands out lsns");
+                    match Durable::of(log, lsn) {
                         Some(durable) => drive.synced(Ok(durable)),
                         None => {
                             d.syncing = true;
@@ -164,7 +161,7 @@ impl World {
         tag: u32,
         round: u32,
         sent: Result<Reply, StoreError>,
-        point: u64,
+        lsn: u64,
     ) {
         let Some(slot) = self.procs[p].slots.get_mut(&mid) else {
             return;
@@ -175,7 +172,7 @@ impl World {
             return; // an earlier round's, or after the request's timeout
         }
         d.results[i] = Some(sent);
-        d.point = d.point.max(point);
+        d.lsn = d.lsn.max(lsn);
         d.missing -= 1;
         if d.missing > 0 {
             return;
@@ -190,7 +187,7 @@ impl World {
         let d = driven(slot);
         let results = d.results.drain(..).map(|r| r.expect("every one")).collect();
         let drive = d.drive.as_mut().expect("started");
-        drive.answered(results, d.point, now, &policy);
+        drive.answered(results, d.lsn, now, &policy);
         let reported = Reported::default();
         let log = self.log.as_ref();
         drive.report(&|at| log.is_none_or(|l| l.is_durable(at)), &reported);
@@ -299,7 +296,7 @@ impl Driven {
             round: 0,
             results: Vec::new(),
             missing: 0,
-            point: 0,
+            lsn: 0,
             syncing: false,
         }
     }

@@ -96,8 +96,8 @@ pub(crate) enum Event {
         tag: u32,
         attempt: u32,
         reply: Option<Box<Reply>>,
-        /// The shared log's point the reply rests on (0: durable when answered).
-        point: u64,
+        /// The shared log's LSN the reply rests on (0: durable when answered).
+        lsn: u64,
     },
     Timeout {
         proc: usize,
@@ -732,11 +732,11 @@ impl World {
             self.stats.reordered += 1;
         }
         self.shards[s].newest_send = self.shards[s].newest_send.max(msg.send_seq);
-        let (reply, point) = if self.shards[s].down_until > self.now {
+        let (reply, lsn) = if self.shards[s].down_until > self.now {
             (None, 0)
         } else {
-            let (reply, point) = self.apply(s, &msg.op);
-            (Some(Box::new(reply)), point)
+            let (reply, lsn) = self.apply(s, &msg.op);
+            (Some(Box::new(reply)), lsn)
         };
         if msg.silent {
             return;
@@ -756,21 +756,21 @@ impl World {
                 tag,
                 attempt,
                 reply,
-                point,
+                lsn,
             },
         );
     }
 
     /// Applies `op` on shard `s` with the shard's clock, under the step-by-step checkers;
-    /// with a shared log, appends it: answers the reply and the log point it rests on.
+    /// with a shared log, appends it: answers the reply and the LSN it rests on.
     fn apply(&mut self, s: usize, op: &Op) -> (Reply, u64) {
         let reply = self.apply_checked(s, op);
         let now = self.shard_clock(s);
-        let point = match &mut self.log {
+        let lsn = match &mut self.log {
             Some(log) => log.append(Entry::Apply(s, op.clone(), now)),
             None => 0,
         };
-        (reply, point)
+        (reply, lsn)
     }
 
     fn apply_checked(&mut self, s: usize, op: &Op) -> Reply {
@@ -823,10 +823,10 @@ impl World {
                 Some(r) => Ok((**r).clone()),
                 None => Err(xfer_store::StoreError::Unavailable("shard down".into())),
             };
-            let Event::Reply { point, .. } = ev else {
+            let Event::Reply { lsn, .. } = ev else {
                 unreachable!()
             };
-            return self.on_round_result(p, mid, tag, attempt, sent, point);
+            return self.on_round_result(p, mid, tag, attempt, sent, lsn);
         }
         let Some(reply) = reply.clone() else {
             // Unavailable: retry after a short backoff, as the timeout would.

@@ -86,9 +86,9 @@ impl Committer {
     /// The committer: syncs the log up to the highest LSN anyone waits for, then answers
     /// every waiter it covered. Waiters arriving during a sync share the next one.
     ///
-    /// It syncs for waiters only, never ahead of them: a pending call's entry is made
+    /// It syncs for waiters only, never ahead of them: an entry answered ahead of the sync is made
     /// durable by the first sync anyone waits for after it was appended. Syncing every
-    /// pending entry as it came would spend a sync on points nobody waits for yet, and a
+    /// such entry as it came would spend a sync on points nobody waits for yet, and a
     /// sync costs CPU here (`docs/benchmarks.md`).
     pub(crate) fn run<F: Fs>(&self, shared: &Shared<F>) {
         loop {

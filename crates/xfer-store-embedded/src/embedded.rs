@@ -7,8 +7,8 @@
 //!          ─▶ apply every op to the in-memory shard (MemoryShard's rules, store clock `now`)
 //!          ─▶ append one log entry {s, now, the writes} ─▶ unlock
 //!   wait until the committer's fdatasync covers the entry (group commit) ─▶ replies
-//! execute_pending(ops): the same up to the unlock ─▶ replies with the entry's point at
-//!   once (every shard appends to the one log, so the caller waits for that point only
+//! execute_ahead(ops): the same up to the unlock ─▶ replies with the entry's LSN at
+//!   once (every shard appends to the one log, so the caller waits for that LSN only
 //!   before it acknowledges anything: wait_durable; the committer syncs only for waiters,
 //!   and one sync covers every entry appended before it)
 //! checkpointer (every `checkpoint_bytes` of log): per shard, under its lock, note the

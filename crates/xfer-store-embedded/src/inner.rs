@@ -16,15 +16,15 @@ pub(crate) struct Inner<F: Fs> {
 
 /// Every shard of one data directory appends to its one log; the committer makes it durable.
 impl<F: Fs> SharedLog for Inner<F> {
-    fn wait_durable(&self, point: u64) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.committer.durable(&self.shared, point))
+    fn wait_durable(&self, lsn: u64) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.committer.durable(&self.shared, lsn))
     }
 
-    fn is_durable(&self, point: u64) -> bool {
-        point < self.shared.log.durable_lsn()
+    fn is_durable(&self, lsn: u64) -> bool {
+        lsn < self.shared.log.durable_lsn()
     }
 
-    fn sync_durable(&self, point: u64) -> Option<Result<(), StoreError>> {
-        Some(sync_here(&self.shared, point))
+    fn sync_durable(&self, lsn: u64) -> Option<Result<(), StoreError>> {
+        Some(sync_here(&self.shared, lsn))
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! `execute` and the reads answer only after the log record holding the ops — and every
 //! record before it, so everything the replies could have seen — is durable (a read may show
-//! another caller's write that is applied in memory but not yet durable). `execute_pending`
+//! another caller's write that is applied in memory but not yet durable). `execute_ahead`
 //! answers at once with the last LSN appended so far (its own record's or later: whatever
 //! the replies could have seen): its caller waits for it (the shard's [`Store::log`]) before
 //! acknowledging anything that rests on the replies.
@@ -29,10 +29,10 @@ const PRUNE_SLICE: usize = 128;
 /// millisecond when first taken from.
 const SORT_APART_MIN: usize = 2_048;
 
-/// A batch applied: its replies and the log point they rest on (not yet durable).
+/// A batch applied: its replies and the LSN they rest on (not yet durable).
 type Applied = Result<(Vec<Reply>, u64), StoreError>;
 
-/// How many times [`EmbeddedShard::execute_pending`] puts a busy shard off before it waits
+/// How many times [`EmbeddedShard::execute_ahead`] puts a busy shard off before it waits
 /// for its lock.
 const BUSY_DEFERRALS: u32 = 1;
 
@@ -49,7 +49,7 @@ impl<F: Fs> EmbeddedShard<F> {
     }
 
     /// Applies `ops` to the shard `shard`, locked, and appends them to the log: the ops
-    /// themselves or, from [`Store::execute_pending`], references to the caller's.
+    /// themselves or, from [`Store::execute_ahead`], references to the caller's.
     fn execute_locked<O: Borrow<Op>>(&self, shard: &mut ShardState, ops: &[O]) -> Applied {
         let now = self.inner.shared.clock.now();
         shard.mem.prefetch(ops);
@@ -124,7 +124,7 @@ impl<F: Fs> Store for EmbeddedShard<F> {
     /// answers "not yet" `BUSY_DEFERRALS` times, so that the task's calls to the other
     /// shards go first (`join_all` polls them all) and the runtime runs other tasks
     /// meanwhile, instead of its thread spinning and sleeping on the lock; then it waits.
-    fn execute_pending<'a>(&'a self, ops: &'a [&'a Op]) -> BoxFuture<'a, Applied> {
+    fn execute_ahead<'a>(&'a self, ops: &'a [&'a Op]) -> BoxFuture<'a, Applied> {
         let mut deferred = 0;
         Box::pin(std::future::poll_fn(move |cx| {
             self.inner.shared.check_open()?;
@@ -286,7 +286,7 @@ mod tests {
         }
     }
 
-    /// `execute_pending` on a shard someone holds: the first poll applies nothing, wakes its
+    /// `execute_ahead` on a shard someone holds: the first poll applies nothing, wakes its
     /// task and answers "not yet" (the task's other calls go first); the next waits for the
     /// lock, and applies once it is let go.
     #[test]
@@ -323,7 +323,7 @@ mod tests {
             letting_go.send(()).unwrap();
         });
         let ops = [&create];
-        let mut call = shard.execute_pending(&ops);
+        let mut call = shard.execute_ahead(&ops);
         assert!(call.as_mut().poll(&mut cx).is_pending());
         assert_eq!(
             wakes.0.load(Ordering::SeqCst),
@@ -337,9 +337,9 @@ mod tests {
         let Poll::Ready(answer) = call.as_mut().poll(&mut cx) else {
             panic!("the second poll must wait for the lock and apply");
         };
-        let (replies, point) = answer.unwrap();
+        let (replies, lsn) = answer.unwrap();
         assert!(matches!(replies[..], [Reply::Account(_)]), "{replies:?}");
-        assert!(point > 0, "answered ahead of the sync, with its log point");
+        assert!(lsn > 0, "answered ahead of the sync, with its LSN");
         holder.join().unwrap();
         release.join().unwrap();
         assert!(shard.inner.shared.shard(0).mem.account(&id).is_some());

@@ -249,8 +249,8 @@ fn reference_two(ops: &[Op]) -> Vec<(State, State)> {
     states
 }
 
-/// Runs `ops` over two shards of one log, answered ahead of the sync (`execute_pending`),
-/// acknowledging them five at a time once the log is durable up to the last one's point
+/// Runs `ops` over two shards of one log, answered ahead of the sync (`execute_ahead`),
+/// acknowledging them five at a time once the log is durable up to the last one's LSN
 /// (the way the engine waits once for many steps), by turns through the committer
 /// (`wait_durable`) and in the caller's thread (`sync_durable`, as the HTTP combiner's lane
 /// does), until the first failure; answers how many were acknowledged.
@@ -264,23 +264,23 @@ async fn run_pending(disk: &SimFs, tables: &std::path::Path, ops: &[Op]) -> usiz
     for (i, op) in ops.iter().enumerate() {
         let s = shard_of(op);
         let shard = &shards[s];
-        let Ok((_, point)) = shard.execute_pending(&[op]).await else {
+        let Ok((_, lsn)) = shard.execute_ahead(&[op]).await else {
             break;
         };
         if i % 5 == 4 || i + 1 == ops.len() {
             // Either shard waits for the one log.
             let other = &shards[1 - s];
             let synced = if i % 10 == 4 {
-                log_of(other).wait_durable(point).await
+                log_of(other).wait_durable(lsn).await
             } else {
                 log_of(other)
-                    .sync_durable(point)
+                    .sync_durable(lsn)
                     .expect("syncs in the caller's thread")
             };
             if synced.is_err() {
                 break;
             }
-            assert!(log_of(shard).is_durable(point));
+            assert!(log_of(shard).is_durable(lsn));
             acked = i + 1;
         }
         if i % 17 == 16 && store.checkpoint().is_err() {
@@ -349,7 +349,7 @@ async fn power_loss_with_answers_ahead_of_the_sync_recovers_a_prefix_with_everyt
 /// Answers ahead of the sync cost no sync of their own: the committer syncs only for
 /// someone waiting, and one wait, on either shard, makes every entry appended before it
 /// durable on both. (It used to sync every pending entry as it came, spending a sync on
-/// points nobody waited for yet: this fails if it does again.)
+/// LSNs nobody waited for yet: this fails if it does again.)
 #[tokio::test]
 async fn pending_answers_are_synced_only_when_waited_for_and_one_wait_covers_both_shards() {
     let ops = ops(5);
@@ -365,31 +365,27 @@ async fn pending_answers_are_synced_only_when_waited_for_and_one_wait_covers_bot
     let shards = store.shards();
     assert!(same_log(&log_of(&shards[0]), &log_of(&shards[1])));
     let before = disk.syncs();
-    let mut points = Vec::new();
+    let mut lsns = Vec::new();
     for op in &ops {
         let s = shard_of(op);
-        let (_, point) = shards[s].execute_pending(&[op]).await.unwrap();
-        points.push((s, point));
+        let (_, lsn) = shards[s].execute_ahead(&[op]).await.unwrap();
+        lsns.push((s, lsn));
     }
     // Give a committer that syncs on its own the time to do it.
     std::thread::sleep(std::time::Duration::from_millis(50));
     assert_eq!(disk.syncs(), before, "synced with nobody waiting");
-    assert!(points
-        .iter()
-        .all(|&(s, p)| !log_of(&shards[s]).is_durable(p)));
-    let (s, last) = *points.last().unwrap();
+    assert!(lsns.iter().all(|&(s, p)| !log_of(&shards[s]).is_durable(p)));
+    let (s, last) = *lsns.last().unwrap();
     log_of(&shards[1 - s]).wait_durable(last).await.unwrap();
     assert_eq!(disk.syncs() - before, 1, "one wait, one sync");
-    assert!(points
-        .iter()
-        .all(|&(s, p)| log_of(&shards[s]).is_durable(p)));
-    // The same in the caller's thread: one sync covers both shards, and a point already
+    assert!(lsns.iter().all(|&(s, p)| log_of(&shards[s]).is_durable(p)));
+    // The same in the caller's thread: one sync covers both shards, and an LSN already
     // durable costs none.
     let more = crate::ops(6);
     let mut later = Vec::new();
     for op in &more {
         let s = shard_of(op);
-        later.push((s, shards[s].execute_pending(&[op]).await.unwrap().1));
+        later.push((s, shards[s].execute_ahead(&[op]).await.unwrap().1));
     }
     assert!(later
         .iter()

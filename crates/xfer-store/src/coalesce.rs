@@ -7,7 +7,7 @@
 //! fsync for the embedded store, one statement for SQL, one pipeline for Redis) carries the
 //! steps of every transfer in flight, so per-call costs stop scaling with concurrency.
 //!
-//! [`Store::execute_pending`] is not merged: it answers without waiting for a sync, so it
+//! [`Store::execute_ahead`] is not merged: it answers without waiting for a sync, so it
 //! goes straight to the inner store.
 //!
 //! It changes no guarantee: a store promises each op atomic on its record and nothing across
@@ -215,7 +215,7 @@ impl<S: Store> Store for Coalesce<S> {
 
     // Pending calls go straight through: they do not wait for a sync, so there is no
     // round trip to share, and the log's committer already covers many in one fsync.
-    crate::store::forward_to_inner!(inner: pending, scan_due, history, prune, accounts, transfers);
+    crate::store::forward_to_inner!(inner: ahead, scan_due, history, prune, accounts, transfers);
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 //! which goes through a hook first. For wrappers that only change how batches are sent
 //! (counting them, refusing them), so they need not restate the whole trait.
 //!
-//! [`Store::execute_pending`] goes through a second hook if one is given
-//! ([`Intercept::with_pending`]); without one the wrapper answers only what is durable (no
+//! [`Store::execute_ahead`] goes through a second hook if one is given
+//! ([`Intercept::with_ahead`]); without one the wrapper answers only what is durable (no
 //! log), so nothing the inner store answers early can bypass the hook.
 
 use crate::log::SharedLog;
@@ -16,8 +16,8 @@ pub type ExecuteHook<S> = Box<
     dyn for<'a> Fn(&'a S, Vec<Op>) -> BoxFuture<'a, Result<Vec<Reply>, StoreError>> + Send + Sync,
 >;
 
-/// The hook for [`Store::execute_pending`]: answers the replies and the log point.
-pub type PendingHook<S> = Box<
+/// The hook for [`Store::execute_ahead`]: answers the replies and the LSN.
+pub type AheadHook<S> = Box<
     dyn for<'a> Fn(&'a S, &'a [&'a Op]) -> BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>>
         + Send
         + Sync,
@@ -27,7 +27,7 @@ pub type PendingHook<S> = Box<
 pub struct Intercept<S> {
     inner: S,
     hook: ExecuteHook<S>,
-    pending: Option<PendingHook<S>>,
+    ahead: Option<AheadHook<S>>,
 }
 
 impl<S: Store> Intercept<S> {
@@ -36,14 +36,14 @@ impl<S: Store> Intercept<S> {
         Intercept {
             inner,
             hook,
-            pending: None,
+            ahead: None,
         }
     }
 
-    /// Also sends [`Store::execute_pending`] through `pending` (and so takes the inner
+    /// Also sends [`Store::execute_ahead`] through `ahead` (and so takes the inner
     /// store's log).
-    pub fn with_pending(mut self, pending: PendingHook<S>) -> Intercept<S> {
-        self.pending = Some(pending);
+    pub fn with_ahead(mut self, ahead: AheadHook<S>) -> Intercept<S> {
+        self.ahead = Some(ahead);
         self
     }
 
@@ -59,14 +59,14 @@ impl<S: Store> Store for Intercept<S> {
     }
 
     fn log(&self) -> Option<Arc<dyn SharedLog>> {
-        self.pending.as_ref().and_then(|_| self.inner.log())
+        self.ahead.as_ref().and_then(|_| self.inner.log())
     }
 
-    fn execute_pending<'a>(
+    fn execute_ahead<'a>(
         &'a self,
         ops: &'a [&'a Op],
     ) -> BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>> {
-        match &self.pending {
+        match &self.ahead {
             Some(hook) => hook(&self.inner, ops),
             None => answered_durable(self.execute(Op::copies(ops))),
         }

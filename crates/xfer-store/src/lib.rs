@@ -31,7 +31,7 @@ pub mod store;
 
 pub use coalesce::Coalesce;
 pub use faulty::{FaultPlan, Faulty};
-pub use intercept::{ExecuteHook, Intercept, PendingHook};
+pub use intercept::{AheadHook, ExecuteHook, Intercept};
 pub use log::{same_log, SharedLog};
 pub use op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
 pub use shard::{MemoryShard, MemoryStore};

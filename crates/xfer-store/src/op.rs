@@ -217,7 +217,7 @@ pub enum Reply {
 
 impl Op {
     /// Copies of borrowed ops, for a store that keeps what it is given
-    /// ([`crate::Store::execute_pending`]'s default).
+    /// ([`crate::Store::execute_ahead`]'s default).
     pub fn copies(ops: &[&Op]) -> Vec<Op> {
         ops.iter().map(|&op| op.clone()).collect()
     }

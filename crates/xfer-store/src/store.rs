@@ -25,12 +25,12 @@
 //! # Answering before the sync (one log, one order)
 //!
 //! A store whose shards all append to one log in one order (the embedded store) can answer
-//! [`Store::execute_pending`] before the log is synced, with the log point the answers rest
+//! [`Store::execute_ahead`] before the log is synced, with the LSN the answers rest
 //! on; such a shard names its log with [`Store::log`] ([`SharedLog`]). The engine uses this
 //! only when every shard of its cluster names the same log, and acknowledges nothing
-//! outside it (an outcome, a decision) until the log is durable up to that point. Every
-//! other store keeps the defaults: no log, `execute_pending` is `execute` (durable when
-//! answered, point 0).
+//! outside it (an outcome, a decision) until the log is durable up to that LSN. Every
+//! other store keeps the defaults: no log, `execute_ahead` is `execute` (durable when
+//! answered, LSN 0).
 //!
 //! # Scans
 //!
@@ -70,7 +70,7 @@ impl HistoryPage {
     }
 }
 
-/// `execute`'s answer as `execute_pending`'s: durable when answered, so point 0.
+/// `execute`'s answer as `execute_ahead`'s: durable when answered, so LSN 0.
 pub fn answered_durable<'a>(
     call: BoxFuture<'a, Result<Vec<Reply>, StoreError>>,
 ) -> BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>> {
@@ -83,7 +83,7 @@ pub trait Store: Send + Sync {
     /// op once they are durable. Ops of one batch must address records of this shard.
     fn execute(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Reply>, StoreError>>;
 
-    /// The log this shard appends to, if it answers [`Store::execute_pending`] before its
+    /// The log this shard appends to, if it answers [`Store::execute_ahead`] before its
     /// writes are durable (see the module docs). `None` (the default): every answer is
     /// durable.
     fn log(&self) -> Option<Arc<dyn SharedLog>> {
@@ -91,13 +91,13 @@ pub trait Store: Send + Sync {
     }
 
     /// As [`Store::execute`], but may answer before the ops are durable: with the replies
-    /// comes the point of the log (0: nothing to wait for) that [`Store::log`] must make
+    /// comes the LSN of the log (0: nothing to wait for) that [`Store::log`] must make
     /// durable before anything that depends on them is acknowledged. The ops are
     /// borrowed: a store that answers ahead of its log applies and logs them where they
     /// are (the engine keeps every op it sends until answered, and copying each one per
     /// call was 1.15 % of `xfer bench`'s samples, `docs/benchmarks.md`). The default is
     /// `execute` on copies, durable when answered.
-    fn execute_pending<'a>(
+    fn execute_ahead<'a>(
         &'a self,
         ops: &'a [&'a Op],
     ) -> BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>> {
@@ -148,15 +148,15 @@ macro_rules! forward_to_inner {
     ($inner:ident: $($method:ident),+ $(,)?) => {
         $(crate::store::forward_to_inner!(@ $inner $method);)+
     };
-    (@ $inner:ident pending) => {
+    (@ $inner:ident ahead) => {
         fn log(&self) -> Option<std::sync::Arc<dyn crate::log::SharedLog>> {
             self.$inner.log()
         }
-        fn execute_pending<'a>(
+        fn execute_ahead<'a>(
             &'a self,
             ops: &'a [&'a crate::op::Op],
         ) -> crate::store::BoxFuture<'a, Result<(Vec<crate::op::Reply>, u64), crate::store::StoreError>> {
-            self.$inner.execute_pending(ops)
+            self.$inner.execute_ahead(ops)
         }
     };
     (@ $inner:ident scan_due) => {
@@ -214,11 +214,11 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         (**self).log()
     }
 
-    fn execute_pending<'a>(
+    fn execute_ahead<'a>(
         &'a self,
         ops: &'a [&'a Op],
     ) -> BoxFuture<'a, Result<(Vec<Reply>, u64), StoreError>> {
-        (**self).execute_pending(ops)
+        (**self).execute_ahead(ops)
     }
 
     fn scan_due(
