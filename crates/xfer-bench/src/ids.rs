@@ -15,9 +15,9 @@ pub enum Ids {
     Scattered,
 }
 
-/// The id of `client`'s `n`th transfer, written digit by digit into a buffer on the stack:
-/// `format!` and its `String` were 1.3 % of `xfer bench`'s samples, the clients' largest
-/// share (`docs/benchmarks.md`).
+/// The id of `client`'s `n`th transfer, written digit by digit into a buffer on the stack,
+/// so that making one allocates no `String` as `format!` would
+/// (`docs/benchmarks.md#bench-clients`).
 pub(crate) fn transfer_id(ids: Ids, client: u64, n: u64) -> TransferId {
     let mut text = IdText::default();
     match ids {

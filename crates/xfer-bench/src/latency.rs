@@ -6,8 +6,8 @@ use xfer_server::metrics::Stopwatch;
 
 /// A distribution of latencies: recorded in microseconds (three significant digits, so
 /// a percentile is off by at most 0.1 %), read in milliseconds. A run records one time per
-/// transfer; kept as a list of them, that list and its regrowth were a few percent of the
-/// run's CPU and a good part of its memory.
+/// transfer, and a histogram keeps its memory and cost the same however long the run
+/// (`docs/benchmarks.md#bench-report`).
 #[derive(Clone)]
 pub(crate) struct Latencies(pub(crate) hdrhistogram::Histogram<u64>);
 

@@ -7,9 +7,8 @@ use xfer_core::{
 };
 
 /// An asset the workloads use; a posting names its asset by this, not by its code, so
-/// that the clients find its names by place rather than by comparing text: the comparison
-/// (a call to libc's `memcmp` for three bytes) was 2.2 % of the runtime threads' samples
-/// (`docs/benchmarks.md`).
+/// that the clients find its names by place rather than by comparing text, a call to
+/// libc's `memcmp` for three bytes (`docs/benchmarks.md#bench-clients`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum BenchAsset {
     Usd,
@@ -56,11 +55,10 @@ pub(crate) fn posting(from: String, to: String, asset: &str, amount: u64) -> Pos
 }
 
 /// The names a workload's transfers use, made once: the clients pick accounts by number
-/// and write each id digit by digit after its asset's prefix, instead of formatting and
-/// validating two ids and an asset code per posting with `format!` (most of the clients'
-/// own CPU once), or reading them from a table of every account's id (made once: its two
-/// reads per posting missed the cache, 1.6 % of `xfer bench`'s samples,
-/// `docs/benchmarks.md`).
+/// and write each id digit by digit after its asset's prefix: cheaper than formatting and
+/// validating two ids and an asset code per posting with `format!`, and than reading them
+/// from a table of every account's id, whose two reads per posting miss the cache
+/// (`docs/benchmarks.md#bench-clients`).
 pub(crate) struct Names {
     /// (asset code, its accounts' ids up to the number: the code in lower case and "-")
     /// for each asset, at its place in [`BenchAsset::ALL`].

@@ -222,14 +222,14 @@ impl Client {
 }
 
 /// One kept-alive HTTP/1.1 connection, one request at a time, taken from no pool: a client
-/// that owns its connection, as each of `xfer bench --via http`'s clients does (the pooled
-/// [`Client`] spent about a tenth of that benchmark's CPU checking connections out and in).
+/// that owns its connection, as each of `xfer bench --via http`'s clients does, spends no
+/// CPU checking connections out and in as the pooled [`Client`] does.
 ///
 /// It writes each request itself and reads the answer with `httparse` (hyper's own
-/// parser), in the caller's task: hyper's client connection runs its I/O in a task of its
-/// own, two hand-overs per request, and took about a seventh of the benchmark's CPU, which
-/// the server it measures shares (`docs/benchmarks.md`). It speaks only what it needs: an
-/// answer must carry a `content-length` (every xfer answer does).
+/// parser), in the caller's task, because hyper's client connection runs its I/O in a task
+/// of its own, two hand-overs per request, on CPU that a benchmark's client shares with the
+/// server it measures (`docs/benchmarks.md#bench-http-client`). It speaks only what it
+/// needs: an answer must carry a `content-length` (every xfer answer does).
 pub struct Connection {
     stream: tokio::net::TcpStream,
     base: String,

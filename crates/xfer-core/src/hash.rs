@@ -1,6 +1,7 @@
 //! The hasher of every map keyed by ids: foldhash, seeded at random per process and per
-//! map. SipHash, std's default, was 1–2 % of `xfer bench`'s CPU; an unkeyed hash (Fx)
-//! would let clients, who choose the ids, choose collisions.
+//! map. It is much cheaper than SipHash, std's default, on short ids
+//! (`docs/benchmarks.md#foldhash`), and seeded because an unkeyed hash (Fx) would let
+//! clients, who choose the ids, choose collisions.
 //!
 //! Determinism: a map's order depends on its seed, so no map of this kind is iterated
 //! where the order can show (the simulator replays a seed exactly): callers iterate in id

@@ -2,25 +2,25 @@
 //!
 //! Every step on an account looks one intent up (prepare, post, release, prune), and an
 //! account holds one intent per transfer in flight plus a tombstone per transfer until its
-//! horizon: dozens on an ordinary account, tens of thousands on a hot one. In a B-tree
-//! keyed by the id a lookup compared a dozen ids, each behind a pointer to follow (11 % of
-//! `xfer bench`'s CPU, see `docs/benchmarks.md`); here it is one hash and, usually, one
-//! comparison, of bytes held in the ids themselves when they are short (`id.rs`).
+//! horizon: dozens on an ordinary account, tens of thousands on a hot one. So a lookup is
+//! one hash and, usually, one comparison, of bytes held in the ids themselves when they are
+//! short (`id.rs`), not a dozen ids each behind a pointer to follow, as in a B-tree
+//! (`docs/benchmarks.md#intents-by-hash`).
 //!
 //! The map also counts its open intents (every change goes through the methods here, which
 //! keep the count), since nearly all of an account's intents are tombstones: what
 //! concerns only open intents — an account written without its tombstones (every
 //! checkpoint writes every account it changed), the count of transfers in flight — skips
 //! the walk over the tombstones when none is open, which is most accounts most of the
-//! time (the walk was 4.4 % of `xfer bench`'s samples, `docs/benchmarks.md`). Open intents
-//! and tombstones in two maps instead cost more than they saved: a second map to search on
-//! every prepare, and an insert into the other map on every post.
+//! time (`docs/benchmarks.md#open-intents-counted`). Open intents and tombstones in two
+//! maps instead would cost more than they save: a second map to search on every prepare,
+//! and an insert into the other map on every post.
 //!
-//! Listing (`iter`, `keys`, `values`, `Debug`) is in id order, as before: it sorts,
-//! O(n log n), so the hot paths never list. [`Intents::unordered`] skips the sort for folds
-//! where order cannot matter, and so does the encoding: a map (postcard: the count, then
-//! the pairs) in no particular order, since decoding builds the map again whatever the
-//! order (sorting every account a checkpoint writes was 3 % of `xfer bench`'s CPU).
+//! Listing (`iter`, `keys`, `values`, `Debug`) is in id order: it sorts, O(n log n), so the
+//! hot paths never list. [`Intents::unordered`] skips the sort for folds where order cannot
+//! matter, and so does the encoding, so that a checkpoint sorts none of the accounts it
+//! writes: a map (postcard: the count, then the pairs) in no particular order, since
+//! decoding builds the map again whatever the order (`docs/benchmarks.md#change-marks`).
 
 use crate::account::{Intent, IntentState};
 use crate::hash::FastMap;

@@ -52,9 +52,9 @@ pub enum TransferKind {
 }
 
 /// A transfer's postings: one held in place (nearly every transfer has one), more in a
-/// list of their own. In a `Vec`, every transfer allocated its one posting apart, and the
-/// checkpointer freed it from another thread when the record left memory (together 1 % of
-/// `xfer bench`'s samples, `docs/benchmarks.md`). Encoded as a sequence, as a `Vec` is.
+/// list of their own, so that a transfer does not allocate its one posting apart for the
+/// checkpointer to free from another thread when the record leaves memory
+/// (`docs/benchmarks.md#postings-inline`). Encoded as a sequence, as a `Vec` is.
 pub type Postings = smallvec::SmallVec<[Posting; 1]>;
 
 /// What a client submits. Its body (everything but `timeout_ms`) is what the idempotency
@@ -77,10 +77,8 @@ pub struct TransferSpec {
 }
 
 /// A transfer's legs: two held in place (a transfer of one posting, nearly all of them),
-/// more in a list of their own. In a `Vec`, every transfer allocated its legs at submit and
-/// freed them when its machine was dropped, reading them cold to do so (0.6 % of `xfer
-/// bench`'s samples for the allocation, `Rounds::settle`'s drop 3.9 % of the holds
-/// workload's, `docs/benchmarks.md`).
+/// more in a list of their own, so that a transfer does not allocate its legs at submit and
+/// free them, read cold, when its machine is dropped (`docs/benchmarks.md#legs-inline`).
 pub type Legs = smallvec::SmallVec<[Leg; 2]>;
 
 /// One account's share of a transfer: the totals its single intent carries.
@@ -329,8 +327,8 @@ impl fmt::Display for CancelReason {
 pub struct TransferRecord {
     /// What was asked: never changes, so shared. A record is copied at every step (the
     /// store's reply, the machine's copy, a write while a checkpoint holds the old one),
-    /// and copying the postings and ids each time was 6 % of `xfer bench`'s CPU. Encoded
-    /// as the spec itself.
+    /// and sharing the spec spares copying its postings and ids each time
+    /// (`docs/benchmarks.md#shared-spec`). Encoded as the spec itself.
     pub spec: Arc<TransferSpec>,
     /// Where it is.
     pub state: TransferState,

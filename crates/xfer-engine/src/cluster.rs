@@ -227,8 +227,8 @@ impl Cluster {
     }
 
     /// Request indexes per shard, in request order. Each shard's list is made as long as
-    /// it will be, counted first: pushed into from empty, every list of every round grew
-    /// by doubling (0.4 % of `xfer bench`'s samples, `docs/benchmarks.md`).
+    /// it will be, counted first, so that no list of any round grows by doubling
+    /// (`docs/benchmarks.md#cluster-group-presized`).
     fn group<'a>(
         &self,
         ops: impl ExactSizeIterator<Item = &'a Op>,

@@ -13,10 +13,10 @@
 //! ```
 //!
 //! Pruning drains what is due in every pass: a shard under load gains two tombstones per
-//! transfer and account leg, and a pass that dropped a fixed number would fall behind them
-//! (at 1,024 per shard per pass, about 4,000/s on four shards, against 56,000/s created at
-//! 28,000 transfers/s), so accounts, memory, checkpoints and recovery would grow without
-//! bound. `prune_limit` only sizes each call (how long one holds a shard).
+//! transfer and account leg, and a pass that dropped a fixed number would fall behind them,
+//! so accounts, memory, checkpoints and recovery would grow without bound
+//! (`docs/benchmarks.md#prune-all-due`). `prune_limit` only sizes each call (how long one
+//! holds a shard).
 //!
 //! A pass never fails as a whole: a shard that cannot be scanned or pruned, or a transfer
 //! that cannot be finished, is reported in the [`PassReport`] and comes back next pass

@@ -232,9 +232,9 @@ async fn sweep_loop(app: Arc<App>, mut stopped: watch::Receiver<bool>, interval_
 /// The owner id of this process's `role` (`serve`, `worker`, their `.sweep`): unique per
 /// process incarnation, by its pid and its start in ms, both in base 36 so that
 /// `serve-<pid>-<ms>` and `worker-…` fit the 23 bytes an id holds inline
-/// ([`xfer_core::id::ID_INLINE_MAX`]). Longer (`serve-4677-1764110431234` in decimal), every
-/// transfer record shared one `Arc` for it, whose count both runtime threads changed at each
-/// copy of a record or op: 2 % of `xfer bench`'s throughput (`docs/benchmarks.md`).
+/// ([`xfer_core::id::ID_INLINE_MAX`]). Longer (`serve-4677-1764110431234` in decimal), it
+/// would put in every transfer record one shared `Arc`, whose count both runtime threads
+/// change at each copy of a record or op (`docs/benchmarks.md#owner-ids-inline`).
 fn owner_id(role: &str, pid: u32, started_ms: u64) -> Result<OwnerId, String> {
     let id = format!("{role}-{}-{}", base36(u64::from(pid)), base36(started_ms));
     OwnerId::new(&id).map_err(|e| e.to_string())

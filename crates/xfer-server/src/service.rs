@@ -82,9 +82,7 @@ pub struct Service {
 
 /// Drives at most this many combined batches at once. One: while it drives, the requests
 /// that arrive queue into the next batch, and the HTTP work of the others keeps the cores
-/// busy (`xfer bench --via http --in-flight 64 --batch 1`: 1 lane 25,574 / 26,286
-/// transfers/s, 2 lanes 21,627 / 23,462, 4 lanes 22,217 / 22,128, not combined 19,581 /
-/// 20,694; `docs/benchmarks.md`).
+/// busy (`docs/benchmarks.md#combiner`).
 pub const COMBINE_LANES: usize = 1;
 
 /// Requests of at most this many transfers are combined; larger ones are batches already.

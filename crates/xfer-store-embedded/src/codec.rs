@@ -94,9 +94,9 @@ thread_local! {
 }
 
 /// Encodes `value` into this thread's scratch buffer and hands `f` the bytes. The buffer
-/// keeps its capacity from call to call: encoding into a fresh `Vec` grew it by doubling,
-/// copying what it held each time (the checkpoint's records and every log entry: 3 % of
-/// `xfer bench`'s CPU, `docs/benchmarks.md`).
+/// keeps its capacity from call to call, so that encoding the checkpoint's records and
+/// every log entry does not grow a fresh `Vec` by doubling, copying what it held each time
+/// (`docs/benchmarks.md#inline-ids`).
 pub fn with_encoded<T: Serialize + ?Sized, R>(value: &T, f: impl FnOnce(&[u8]) -> R) -> R {
     SCRATCH.with(|cell| {
         // Taken, not borrowed: an `f` that encodes again finds an empty buffer of its own.
@@ -114,10 +114,9 @@ pub fn with_encoded<T: Serialize + ?Sized, R>(value: &T, f: impl FnOnce(&[u8]) -
 
 /// postcard's output: bytes written up to `at` in a buffer kept zeroed beyond it (its
 /// length is what it can hold). postcard writes a value as many small pieces (a varint of
-/// one to ten bytes, an id of a few dozen), and `Vec::extend` copied each with a call to
-/// `memmove`: 2.3 % of the samples of `xfer bench`'s runtime threads, under postcard's
-/// `serialize_u64` and `serialize_bytes` (`docs/benchmarks.md`). Here a piece of up to 16
-/// bytes is two fixed-size copies that may overlap, which compile to moves.
+/// one to ten bytes, an id of a few dozen), so a piece of up to 16 bytes is written as two
+/// fixed-size copies that may overlap, which compile to moves rather than a call to
+/// `memmove` per piece (`docs/benchmarks.md#postcard-scratch`).
 #[derive(Default)]
 struct Scratch {
     bytes: Vec<u8>,

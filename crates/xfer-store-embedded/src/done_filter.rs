@@ -2,9 +2,9 @@
 //!
 //! Every new transfer's insert must know whether its id is already taken (the idempotency
 //! check), and a finished transfer may have left memory for the `done` table. Asking fjall
-//! for every new id went through its memtables and every table's own filter: 6 % of `xfer
-//! bench`'s CPU, under the shard's lock (`docs/benchmarks.md`). This filter answers "not
-//! there" for almost every new id at the cost of one cache line.
+//! for every new id would go through its memtables and every table's own filter, under the
+//! shard's lock (`docs/benchmarks.md#done-filter`). This filter answers "not there" for
+//! almost every new id at the cost of one cache line.
 //!
 //! It never answers "not there" for an id the table holds:
 //! - every id the checkpointer writes to `done` is added, under the shard's lock, before
@@ -24,9 +24,8 @@ use xfer_core::TransferId;
 
 /// Bits per id a filter is sized for. Each false "maybe" is a read of `done`, which asks
 /// the filter of every table in its level 0 ([`crate::tables::DONE_L0_TABLES`] of them
-/// before a merge), under the shard's lock: at 12 bits three grown filters answered 0.85 %
-/// of absent ids "maybe", at 16 bits 0.18 %, for a third more memory (2 bytes per
-/// finished transfer; `docs/benchmarks.md`).
+/// before a merge), under the shard's lock: 16 bits keep false "maybe"s near 0.1 % per
+/// filter, worth their 2 bytes per finished transfer (`docs/benchmarks.md#done-l0-48`).
 pub const BITS_PER_ID: usize = 16;
 
 /// The smallest filter's capacity, in ids.
@@ -180,10 +179,10 @@ impl DoneFilter {
 
     /// The hashes of `ids`, in order, each id's block read in every filter (and thrown
     /// away) in a loop of their own: a new id is asked of every grown filter, each a
-    /// cache miss in a few MiB, and one id after the other inside the lookups they were a
-    /// chain of misses under the shard's lock (`may_hold`: 1.9 % of `xfer bench`'s
-    /// samples, `docs/benchmarks.md`). Here they overlap; [`DoneFilter::may_hold_hash`]
-    /// then finds the lines in cache. Reads nothing while the filter is incomplete (every
+    /// cache miss in a few MiB, and one id after the other inside the lookups they would be
+    /// a chain of misses under the shard's lock. Here they overlap
+    /// (`docs/benchmarks.md#done-filter-readahead`); [`DoneFilter::may_hold_hash`] then
+    /// finds the lines in cache. Reads nothing while the filter is incomplete (every
     /// answer is "maybe" then).
     pub fn prefetch(&self, ids: &[&TransferId]) -> Vec<u64> {
         let hashes = self.hash_all(ids);
@@ -278,8 +277,7 @@ mod tests {
         assert!((0..n).all(|i| f.may_hold(&id(i))), "no id added is missed");
         let tries = 200_000;
         let maybe = (n..n + tries).filter(|i| f.may_hold(&id(*i))).count();
-        // About 0.1 % per filter at full load (16 bits per id; 12 gave 0.85 % here in
-        // all); a few filters asked.
+        // About 0.1 % per filter at full load (16 bits per id); a few filters asked.
         assert!(
             maybe < tries * 4 / 1000,
             "{maybe} of {tries} absent ids answered maybe"

@@ -13,13 +13,11 @@
 //! A new segment is written over a spare when there is one (renamed, the directory synced,
 //! its header written and synced), as databases recycle their log files: writing over
 //! blocks the file already has, each `fdatasync` flushes only data, not the file's growth
-//! (size and block allocation) as appending does — measured on this machine: 0.085 against
-//! 0.15 ms per sync (`docs/benchmarks.md`). The spare's old records stay past what is
-//! written; they cannot pass for new ones, since the checksum covers each record's LSN and
-//! every old LSN is below the new segment's first. When the leader moves past such a
-//! segment it first cuts it to what was written and syncs that, so an earlier segment holds
-//! only records.
-//!
+//! (size and block allocation) as appending does (`docs/benchmarks.md#log-spares`). The
+//! spare's old records stay past what is written; they cannot pass for new ones, since the
+//! checksum covers each record's LSN and every old LSN is below the new segment's first.
+//! When the leader moves past such a segment it first cuts it to what was written and syncs
+//! that, so an earlier segment holds only records.
 //! Recovery reads the segments in order. Earlier segments were synced whole before the next
 //! one was created, so any bad byte in them is corruption. In the last segment, a bad record
 //! with no valid record after it is a torn tail — bytes written but never synced before a

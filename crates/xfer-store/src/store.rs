@@ -94,8 +94,8 @@ pub trait Store: Send + Sync {
     /// comes the LSN of the log (0: nothing to wait for) that [`Store::log`] must make
     /// durable before anything that depends on them is acknowledged. The ops are
     /// borrowed: a store that answers ahead of its log applies and logs them where they
-    /// are (the engine keeps every op it sends until answered, and copying each one per
-    /// call was 1.15 % of `xfer bench`'s samples, `docs/benchmarks.md`). The default is
+    /// are, since the engine keeps every op it sends until answered and a copy of each per
+    /// call would be wasted work (`docs/benchmarks.md#ops-borrowed`). The default is
     /// `execute` on copies, durable when answered.
     fn execute_ahead<'a>(
         &'a self,

@@ -4,9 +4,9 @@ use xfer::cli::{self, Cli, Command};
 use xfer_server::config::ServeConfig;
 use xfer_server::server::{init_logging, Server};
 
-/// mimalloc, not the system allocator: `malloc`/`free` were 16 % of `xfer bench`'s CPU with
-/// glibc's (records, ids and batches are many small, short-lived allocations across
-/// threads). Measured in docs/benchmarks.md.
+/// mimalloc, not the system allocator: records, ids and batches are many small, short-lived
+/// allocations across threads, which mimalloc serves far more cheaply than glibc's
+/// `malloc`/`free` (`docs/benchmarks.md#mimalloc`).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -16,10 +16,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
 
 /// How long freed memory stays mapped before mimalloc gives it back to the OS. Its default
-/// is 1 s; every checkpoint frees the records it evicted while as many are being made. At
-/// 10 s, `xfer bench` does about 7 % more transfers per second than the same code at 1 s, for
-/// about 8 % more peak memory (measured in docs/benchmarks.md, with what the profile does
-/// and does not explain), and memory freed for good still goes back, 10 s later.
+/// is 1 s; every checkpoint frees the records it evicted while as many are being made, so
+/// 10 s keeps that memory for reuse, at the cost of a higher peak, and memory freed for good
+/// still goes back, 10 s later (`docs/benchmarks.md#mimalloc-purge`).
 const PURGE_DELAY_MS: std::ffi::c_long = 10_000;
 
 /// mimalloc's `arena_purge_mult` option (as [`MI_OPTION_PURGE_DELAY`]): memory in its arenas
@@ -29,12 +28,10 @@ const PURGE_DELAY_MS: std::ffi::c_long = 10_000;
 const MI_OPTION_ARENA_PURGE_MULT: std::ffi::c_int = 24;
 
 /// Arena memory goes back to the OS a minute (10 s × 6), not 10 s, after it is first freed.
-/// Under steady load each purge decommitted the pages the checkpoint had just freed, and
-/// the allocator faulted them in again, zeroed (the kernel's page zeroing was 4 to 11 % of
-/// `xfer bench`'s samples): a purge's cost is about the same however rarely it comes, so
-/// six times rarer is most of the gain. `xfer bench --duration 90s`: 134,309 -> 139,812
-/// transfers/s, 12.7 -> 12.2 us of CPU per transfer, peak RSS 1,363 -> 1,508 MiB
-/// (ten minutes: 139,559/s and 1,663 MiB; `docs/benchmarks.md`).
+/// Under steady load each purge decommits the pages the checkpoint has just freed, and the
+/// allocator faults them in again, zeroed by the kernel; a purge's cost is about the same
+/// however rarely it comes, so purging six times more rarely saves most of it
+/// (`docs/benchmarks.md#mimalloc-purge`).
 const ARENA_PURGE_MULT: std::ffi::c_long = 6;
 
 #[allow(unsafe_code)]
