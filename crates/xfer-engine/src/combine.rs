@@ -24,10 +24,7 @@ use crate::error::ExecError;
 use crate::executor::Executor;
 use crate::machine::Outcome;
 use std::collections::VecDeque;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use tokio::sync::oneshot;
 use xfer_core::{FastSet, TransferId, TransferSpec};
 use xfer_store::BoxFuture;
@@ -190,7 +187,7 @@ impl Combiner {
             // A batch may be driven without the lane ever waiting (the embedded store
             // answers at once and the lane syncs in its own thread): let the thread's
             // other tasks, timers and I/O run between batches.
-            YieldOnce(false).await;
+            tokio::task::yield_now().await;
         }
     }
 
@@ -218,22 +215,6 @@ impl Combiner {
             q.running -= 1;
         }
         batch
-    }
-}
-
-/// Answers "not yet" once, waking itself: the executor runs its other tasks first.
-struct YieldOnce(bool);
-
-impl Future for YieldOnce {
-    type Output = ();
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        if self.0 {
-            return Poll::Ready(());
-        }
-        self.0 = true;
-        cx.waker().wake_by_ref();
-        Poll::Pending
     }
 }
 
@@ -336,7 +317,7 @@ mod tests {
 
     async fn let_others_run() {
         for _ in 0..20 {
-            YieldOnce(false).await;
+            tokio::task::yield_now().await;
         }
     }
 

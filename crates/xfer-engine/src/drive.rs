@@ -173,8 +173,8 @@ impl Drive {
     /// Ignored once the drive has its answer.
     pub fn synced(&mut self, synced: Result<Durable, StoreError>) {
         let lsn = match self.stage {
-            Stage::Synced(_) => return,
-            _ => self.lsn(),
+            Stage::Syncing(lsn) => lsn,
+            _ => return,
         };
         self.stage = Stage::Synced(synced.and_then(|d| {
             if d.covers(lsn) {

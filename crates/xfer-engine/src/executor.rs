@@ -195,9 +195,13 @@ impl Executor {
     /// passes, durably, without driving it: one record per spec (a resubmitted id answers
     /// its record as it is), answered once everything it rests on is durable. The caller
     /// drives the unfinished ones ([`Executor::submit_many`]; else a sweeper does).
+    ///
+    /// `admit` is asked, after the check and before any write, to take the specs that
+    /// passed (how many); if it refuses, they get its error and nothing is written.
     pub async fn insert_checked(
         &self,
         specs: &[TransferSpec],
+        admit: &(dyn Fn(usize) -> Result<(), ExecError> + Sync),
     ) -> Vec<Result<TransferRecord, ExecError>> {
         let (refusals, lsn) = match self.check(specs).await {
             Ok(checked) => checked,
@@ -216,9 +220,23 @@ impl Executor {
                 }
             }
         }
-        let inserted = match self.execute_ops(ops).await {
-            Ok(replies) => replies,
-            Err(e) => return vec![Err(e); specs.len()],
+        let inserted = match admit(slots.len()) {
+            Ok(()) if ops.is_empty() => Vec::new(),
+            Ok(()) => match self.execute_ops(ops).await {
+                Ok(replies) => replies,
+                Err(e) => {
+                    slots
+                        .iter()
+                        .for_each(|i| results[*i] = Some(Err(e.clone())));
+                    Vec::new()
+                }
+            },
+            Err(e) => {
+                slots
+                    .iter()
+                    .for_each(|i| results[*i] = Some(Err(e.clone())));
+                Vec::new()
+            }
         };
         if let Err(e) = self.wait_durable(lsn).await {
             return vec![Err(e); specs.len()];

@@ -46,24 +46,41 @@ impl Background {
     }
 }
 
-/// Places among the background's transfers, given back when dropped.
+/// Places among the background's transfers taken by one request, given back when dropped.
 struct Reserved<'a> {
     background: &'a Background,
-    n: usize,
+    n: AtomicUsize,
 }
 
 impl<'a> Reserved<'a> {
-    fn take(background: &'a Background, n: usize) -> Reserved<'a> {
-        background.transfers.fetch_add(n, Ordering::AcqRel);
-        Reserved { background, n }
+    fn none(background: &'a Background) -> Reserved<'a> {
+        Reserved {
+            background,
+            n: AtomicUsize::new(0),
+        }
+    }
+
+    /// Takes `n` places, or refuses if the background is full (one request alone may
+    /// always go, however large).
+    fn take(&self, n: usize) -> Result<(), ExecError> {
+        let b = self.background;
+        let held = b.transfers.fetch_add(n, Ordering::AcqRel);
+        if held + n > b.limit && held > 0 {
+            b.transfers.fetch_sub(n, Ordering::AcqRel);
+            return Err(ExecError::Busy(format!(
+                "{held} accepted transfers are running, the limit is {}; retry shortly",
+                b.limit
+            )));
+        }
+        self.n.fetch_add(n, Ordering::AcqRel);
+        Ok(())
     }
 }
 
 impl Drop for Reserved<'_> {
     fn drop(&mut self) {
-        self.background
-            .transfers
-            .fetch_sub(self.n, Ordering::AcqRel);
+        let n = *self.n.get_mut();
+        self.background.transfers.fetch_sub(n, Ordering::AcqRel);
     }
 }
 
@@ -238,20 +255,12 @@ impl Service {
     /// Checks and inserts each transfer (durably) and drives the unfinished ones in a
     /// background task.
     async fn accept(&self, specs: Vec<TransferSpec>) -> Vec<Result<Answer, ExecError>> {
-        // Places for these transfers among the background's, taken for as long as this
-        // runs (a drive started holds its own), so that concurrent requests cannot all pass
-        // the check at once.
-        let n = specs.len();
-        let _reserved = Reserved::take(&self.background, n);
-        let held = self.background.transfers.load(Ordering::Acquire) - n;
-        let limit = self.background.limit;
-        if held + n > limit && held > 0 {
-            let e = ExecError::Busy(format!(
-                "{held} accepted transfers are running, the limit is {limit}; retry shortly"
-            ));
-            return vec![Err(e); n];
-        }
-        let records = self.executor.insert_checked(&specs).await;
+        // Places among the background's for the transfers that pass the check, taken before
+        // they are written and held for as long as this runs (a drive started holds its
+        // own), so that concurrent requests cannot all pass at once.
+        let reserved = Reserved::none(&self.background);
+        let admit = |n| reserved.take(n);
+        let records = self.executor.insert_checked(&specs, &admit).await;
         let run: Vec<TransferSpec> = specs
             .into_iter()
             .zip(&records)
@@ -509,6 +518,13 @@ mod tests {
         let refused = service.submit(vec![spec("t3")], false).await;
         match &refused[..] {
             [Err(e)] => assert!(matches!(e, ExecError::Busy(_)), "{e:?}"),
+            other => panic!("{other:?}"),
+        }
+        // Bad input is refused for what it is, full or not.
+        let mut unknown = spec("t4");
+        unknown.postings[0].to = AccountId::new("nobody").unwrap();
+        match &service.submit(vec![unknown], false).await[..] {
+            [Err(e)] => assert_eq!(e.code(), Some(Code::AccountNotFound), "{e:?}"),
             other => panic!("{other:?}"),
         }
         let t3 = Op::Transfer(TransferId::new("t3").unwrap(), TransferOp::Get);

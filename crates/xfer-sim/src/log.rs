@@ -79,6 +79,8 @@ impl SimLog {
     }
 
     /// Loses what is not durable: answers the shards as the durable prefix leaves them.
+    /// The lost LSNs are not handed out again, but they read as durable from now on: only
+    /// sound because every executor that held one dies with the loss.
     pub fn lose(&mut self) -> Vec<MemoryShard> {
         self.tail.clear();
         self.durable = self.last;

@@ -255,6 +255,12 @@ impl World {
         for (shard, kept) in self.shards.iter_mut().zip(shards) {
             shard.store = kept;
         }
+        // A transfer whose end was lost ends again later: termination is judged by that.
+        let (shards, router) = (&self.shards, &self.router);
+        self.checker.terminal_at.retain(|id, _| {
+            let kept = shards[router.shard_of_transfer(id)].store.transfer(id);
+            kept.is_some_and(|r| r.state.is_terminal())
+        });
         self.lost_before = self.send_seq;
         for p in 0..self.procs.len() {
             if self.procs[p].alive {
