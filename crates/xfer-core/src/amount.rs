@@ -94,9 +94,8 @@ impl fmt::Display for Amount {
 /// protocol only needs codes to match.
 ///
 /// Held inline, its bytes zero-padded (a code has no zero byte): cloning one touches no
-/// shared reference count. As an `Arc<str>` every op, leg and intent of every transfer
-/// cloned and dropped the same few counts from both runtime threads and the checkpointer,
-/// a cache line bounced between the cores on each (`docs/benchmarks.md`).
+/// shared reference count, whose cache line every op, leg and intent would otherwise bounce
+/// between the cores (`docs/benchmarks.md`).
 ///
 /// Its order is its text's: a code has no zero byte, so where one code ends and the other
 /// goes on, the padding's zero sorts the shorter first, as text does.

@@ -10,8 +10,7 @@
 //!
 //! Flooding: foldhash claims only minimal resistance to chosen collisions. A client who
 //! could find ids colliding under an unknown per-map seed would slow one account's or one
-//! shard's lookups, never change a result; the B-trees these maps replaced had a
-//! logarithmic worst case instead.
+//! shard's lookups, never change a result.
 
 use std::collections::{HashMap, HashSet};
 

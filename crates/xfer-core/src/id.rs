@@ -143,11 +143,9 @@ pub const ID_INLINE_MAX: usize = 23;
 
 /// An id held inline: 24 bytes in memory order, its length (never 0: an id is not empty),
 /// then its bytes, zero-padded. Three words, so that the compiler copies one as three
-/// words. Held as the enum's tag byte, a length byte and 22 bytes, an id was copied as the
-/// tag, then 4 + 4 overlapping bytes, then words; read back at once in other pieces, such
-/// a copy cannot be forwarded from the CPU's store buffer, and the read waits until every
-/// older store has reached the cache: in a shard's step, behind stores to records that
-/// missed it (`docs/benchmarks.md`).
+/// words: a copy in odd pieces, read back at once in other pieces, cannot be forwarded from
+/// the CPU's store buffer and waits for every older store to reach the cache
+/// (`docs/benchmarks.md`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(C)]
 struct Inline {

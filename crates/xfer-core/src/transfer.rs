@@ -172,8 +172,8 @@ impl TransferSpec {
                 if leg.asset != p.asset {
                     return Err(Rejection::new(
                         Code::AccountUsedWithTwoAssets,
-                        // Named only on error: formatted for every leg, the field's name
-                        // was two allocations per posting on every submit.
+                        // Named only on error: formatting it for every leg would allocate
+                        // twice per posting on every submit.
                         format!("postings[{i}].{side}"),
                         format!("{account} appears with {} and {}", leg.asset, p.asset),
                     ));

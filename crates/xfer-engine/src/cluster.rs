@@ -134,7 +134,7 @@ impl Cluster {
     }
 
     /// As [`Cluster::wait_durable`], syncing in the calling thread (blocking it) where the
-    /// shards can ([`Store::sync_durable`]); `None` where they cannot.
+    /// shards can ([`SharedLog::sync_durable`]); `None` where they cannot.
     pub fn sync_durable(&self, lsn: u64) -> Option<Result<Durable, StoreError>> {
         let synced = match lsn {
             0 => Ok(()),

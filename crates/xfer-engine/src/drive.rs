@@ -26,7 +26,7 @@
 //! the machine left is finished by a sweeper once its lease lapses. A round that answers
 //! anything counts as progress and resets the count; [`ROUNDS_MAX`] bounds the whole drive.
 //!
-//! [`run`] is the production loop: `Drive` against a [`Cluster`], pausing with a [`Retry`].
+//! `run` is the production loop: `Drive` against a [`Cluster`], pausing with a [`Retry`].
 
 use crate::cluster::{Cluster, Durable, Sent};
 use crate::error::ExecError;

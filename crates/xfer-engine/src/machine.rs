@@ -132,10 +132,9 @@ pub struct Machine {
 }
 
 /// What a machine keeps of the transfer's record: the few fields its next steps read. The
-/// record itself stays the store's, shared with the answer: a copy of it kept here was a
-/// copy of the whole record for every answer taken (on the insert's and the decide's, two
-/// per transfer), and the answer's `Arc` kept here instead would make the store's next write
-/// to the record copy it under the shard's lock. A machine that stops with the record
+/// record itself stays the store's, shared with the answer: a copy kept here would copy the
+/// whole record for every answer taken, and the answer's `Arc` kept here would make the
+/// store's next write to the record copy it under the shard's lock. A machine that stops with the record
 /// copies it then, from the answer in hand.
 #[derive(Clone, Debug)]
 struct Seen {

@@ -9,7 +9,7 @@ use crate::auth::{Scope, Tokens};
 use crate::error::{decode, ApiCode, ApiError};
 use crate::metrics::Stopwatch;
 pub use crate::routes::{Route, ROUTES};
-use crate::service::{Service, Settle};
+use crate::service::{Action, Service};
 use crate::wire::{
     self, AccountCreate, AccountOut, BatchIn, BatchItemOut, LowerBoundChange, RefundIn, TransferIn,
     TransferOut, BATCH_MAX,
@@ -464,26 +464,26 @@ async fn get_transfer(State(app): Shared, IdParam(id): IdParam) -> Handled {
 #[serde(deny_unknown_fields)]
 struct NoFields {}
 
-async fn settle(app: &App, id: String, action: Settle, headers: HeaderMap, b: Body) -> Handled {
+async fn act(app: &App, id: String, action: Action, headers: HeaderMap, b: Body) -> Handled {
     let id = wire::transfer_id(&id, "id")?;
     let bytes = bytes(app, b).await?;
     if !bytes.trim_ascii().is_empty() {
         decode_json::<NoFields>(&headers, &bytes)?;
     }
-    let answer: Answer = app.svc.settle(id, action).await?;
+    let answer: Answer = app.svc.act(id, action).await?;
     Ok(json_status(status_of(&answer), answer.out()))
 }
 
 async fn capture(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Handled {
-    settle(&app, id, Settle::Capture, headers, b).await
+    act(&app, id, Action::Capture, headers, b).await
 }
 
 async fn void(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Handled {
-    settle(&app, id, Settle::Void, headers, b).await
+    act(&app, id, Action::Void, headers, b).await
 }
 
 async fn redrive(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Handled {
-    settle(&app, id, Settle::Redrive, headers, b).await
+    act(&app, id, Action::Redrive, headers, b).await
 }
 
 async fn refund(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Handled {
@@ -494,7 +494,7 @@ async fn refund(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b:
     Ok(json_status(status_of(&answer), answer.out()))
 }
 
-/// 200 when settled (done, canceled, held), 202 when still running.
+/// 200 when it stopped (done, canceled, held), 202 when still running.
 fn status_of(answer: &Answer) -> u16 {
     let r = answer.record();
     if r.state.is_terminal() || r.state == TransferState::Held {

@@ -216,7 +216,7 @@ impl Service {
     /// Submits transfers (see the module docs). `wait`: drive them to their outcome before
     /// answering; otherwise answer once each is durably inserted and drive it in the
     /// background. Results in the order of `specs`. Small requests that wait are driven
-    /// together with the others queued at the same time ([`crate::combine`]).
+    /// together with the others queued at the same time ([`xfer_engine::combine`]).
     pub async fn submit(
         &self,
         specs: Vec<TransferSpec>,
@@ -370,15 +370,15 @@ impl Service {
     }
 
     /// Captures, voids or re-drives `id` and answers its record.
-    pub async fn settle(&self, id: TransferId, action: Settle) -> Result<Answer, ExecError> {
+    pub async fn act(&self, id: TransferId, action: Action) -> Result<Answer, ExecError> {
         let span = tracing::info_span!("transfer", transfer_id = %id, action = action.as_str());
         let watch = Stopwatch::start();
         self.metrics.in_flight(1);
         let outcome = async {
             match action {
-                Settle::Capture => self.executor.capture(id).await,
-                Settle::Void => self.executor.void(id).await,
-                Settle::Redrive => self.executor.redrive(id).await,
+                Action::Capture => self.executor.capture(id).await,
+                Action::Void => self.executor.void(id).await,
+                Action::Redrive => self.executor.redrive(id).await,
             }
         }
         .instrument(span)
@@ -394,9 +394,9 @@ impl Service {
         a
     }
 }
-/// A hold's settlement or a re-drive.
+/// An action on an existing transfer: a hold's capture or void, or a re-drive.
 #[derive(Clone, Copy, Debug)]
-pub enum Settle {
+pub enum Action {
     /// Post the hold.
     Capture,
     /// Release the hold.
@@ -405,12 +405,12 @@ pub enum Settle {
     Redrive,
 }
 
-impl Settle {
+impl Action {
     fn as_str(self) -> &'static str {
         match self {
-            Settle::Capture => "capture",
-            Settle::Void => "void",
-            Settle::Redrive => "redrive",
+            Action::Capture => "capture",
+            Action::Void => "void",
+            Action::Redrive => "redrive",
         }
     }
 }

@@ -1,6 +1,6 @@
 //! The guarantees of SPEC §3, checked against the stores' records. Some are checked at
 //! every step (no overdraft, stable decisions), some periodically (conservation), the rest
-//! at the end of the run once everything has settled (termination, atomicity, idempotency,
+//! at the end of the run once the run is at rest (termination, atomicity, idempotency,
 //! no leaks, history, acknowledged outcomes).
 
 use crate::workload::{Told, Workload};
@@ -147,7 +147,7 @@ impl Checker {
 
     /// The end-of-run checks, before tombstones are pruned. `due_ms` gives each transfer's
     /// termination deadline in simulated time.
-    pub fn settled(
+    pub fn at_rest(
         &mut self,
         shards: &[&MemoryShard],
         router: &Router,
@@ -161,7 +161,7 @@ impl Checker {
     /// The end-of-run checks that need only the records (no simulated clients): every
     /// transfer terminal, atomicity, history, refunds, conservation. For real processes
     /// (`xfer-sim crash`), where the caller checks the acknowledged outcomes.
-    pub fn settled_state(&mut self, shards: &[&MemoryShard], router: &Router, at_ms: u64) {
+    pub fn at_rest_state(&mut self, shards: &[&MemoryShard], router: &Router, at_ms: u64) {
         self.judge(shards, router, None, &|_| u64::MAX, at_ms);
     }
 

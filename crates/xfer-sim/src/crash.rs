@@ -63,10 +63,9 @@ pub fn signature(spec: &TransferSpec) -> String {
     parts.join(";")
 }
 
-/// The crash test's checkpoint interval in bytes of log: the store's interval before it
-/// became 32 MiB, so that a cycle (about 30,000 transfers acknowledged) checkpoints and
-/// kills land around checkpoints, rather than every few cycles. `xfer-sim recovery` uses
-/// the store's default.
+/// The crash test's checkpoint interval in bytes of log, smaller than the store's, so that
+/// every cycle checkpoints and kills land around checkpoints, rather than every few cycles.
+/// `xfer-sim recovery` uses the store's default.
 pub const CRASH_CHECKPOINT_BYTES: u64 = 8 << 20;
 
 /// Opens the crash test's data directory ([`SHARDS`] shards, the wall clock, a checkpoint
@@ -345,7 +344,7 @@ pub fn parent(dir: &Path, cycles: u64, seed: u64, clients: usize) -> Result<Cras
         );
     }
     report.acknowledged = acked.len();
-    settle_and_check(dir, &acked, &mut report)?;
+    finish_and_check(dir, &acked, &mut report)?;
     Ok(report)
 }
 
@@ -375,7 +374,7 @@ fn read_line(
     }
 }
 
-fn settle_and_check(
+fn finish_and_check(
     dir: &Path,
     acked: &BTreeMap<String, (String, String)>,
     report: &mut CrashReport,
@@ -396,7 +395,7 @@ fn settle_and_check(
             shards.iter().map(|s| s.clone() as Arc<dyn Store>).collect();
         let router = Router::hash(usize::from(SHARDS));
         let cluster = Arc::new(Cluster::new(dyn_shards, router.clone()));
-        let sweeper = Sweeper::new(executor(cluster, "settler"), SweepConfig::default());
+        let sweeper = Sweeper::new(executor(cluster, "finisher"), SweepConfig::default());
         // Leases of the last child lapse within a second, holds expire within their TTL.
         let mut state = read_all(&shards).await?;
         for _ in 0..200 {
@@ -448,7 +447,7 @@ fn check(
 ) {
     let mut checker = Checker::default();
     let refs: Vec<&MemoryShard> = shards.iter().collect();
-    checker.settled_state(&refs, router, 0);
+    checker.at_rest_state(&refs, router, 0);
     let accounts: Vec<&Account> = shards.iter().flat_map(|s| s.accounts()).collect();
     for a in &accounts {
         checker.after_account_write(Some(a), 0);

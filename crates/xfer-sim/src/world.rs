@@ -336,7 +336,7 @@ impl World {
             self.handle(ev);
             match drain_until {
                 // Settled: judge, then let only the sweepers run past every horizon.
-                None if self.settled() => {
+                None if self.at_rest() => {
                     self.judge();
                     drain_until = Some(self.now + self.horizon_wait_ms());
                 }
@@ -348,12 +348,12 @@ impl World {
             }
         }
         if drain_until.is_none() {
-            self.judge(); // never settled: termination reports what is stuck
+            self.judge(); // never at rest: termination reports what is stuck
         }
         self.finish()
     }
 
-    /// Judges the settled run: termination, atomicity, history, idempotency, and every
+    /// Judges the run at rest: termination, atomicity, history, idempotency, and every
     /// outcome a client was told.
     fn judge(&mut self) {
         let bound = self.cfg.termination_bound_ms();
@@ -369,7 +369,7 @@ impl World {
         };
         let stores: Vec<&MemoryShard> = self.shards.iter().map(|s| &s.store).collect();
         self.checker
-            .settled(&stores, &self.router, &self.workload, &due, self.now);
+            .at_rest(&stores, &self.router, &self.workload, &due, self.now);
         for (id, state) in &self.acks {
             let shard = stores[self.router.shard_of_transfer(id)];
             let actual = shard.transfer(id).map(|r| r.state);
@@ -435,7 +435,7 @@ impl World {
         (self.stats, self.checker)
     }
 
-    fn settled(&self) -> bool {
+    fn at_rest(&self) -> bool {
         self.heal_at.is_some()
             && self.messages_in_flight == 0
             && self.clients_waiting == 0

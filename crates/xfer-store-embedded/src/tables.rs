@@ -213,8 +213,8 @@ impl Tables {
 
     /// Encodes one checkpoint into a batch for [`Tables::commit`], nothing written yet. The
     /// cut's accounts are taken out and released as they are encoded: a shard copies an
-    /// account it writes while the cut still holds it, and until the batch is committed and
-    /// flushed (hundreds of milliseconds) that was nearly every account.
+    /// account it writes while the cut still holds it, and the batch is committed and
+    /// flushed only hundreds of milliseconds later.
     pub fn batch(&self, shards: u16, cuts: &mut [ShardCut]) -> CheckpointBatch {
         let mut batch = self.begin_batch(shards);
         for cut in cuts {

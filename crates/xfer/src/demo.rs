@@ -183,15 +183,15 @@ async fn transfer(c: &Client, id: &str, postings: Vec<PostingIn>) -> Result<Valu
     submit(c, &transfer_in(id, postings)).await
 }
 
-/// Submits a transfer and answers it once settled (see [`settled`]).
+/// Submits a transfer and answers it once it stopped (see [`stopped`]).
 async fn submit(c: &Client, body: &TransferIn) -> Result<Value, String> {
     let t = c.post_body("/v1/transfers", body).await?.ok()?;
-    settled(c, t).await
+    stopped(c, t).await
 }
 
 /// `t` once it is done, canceled or held: a 202 (still running, say because the sweeper
 /// took it over from a slow executor on a busy machine) is read again until then.
-async fn settled(c: &Client, mut t: Value) -> Result<Value, String> {
+async fn stopped(c: &Client, mut t: Value) -> Result<Value, String> {
     let id = t["id"].as_str().unwrap_or("").to_string();
     for _ in 0..600 {
         if matches!(t["state"].as_str(), Some("done" | "canceled" | "held")) {
@@ -492,7 +492,7 @@ async fn flash_sale(c: &Client, p: &str, common: &DemoArgs, sale: Sale) -> Resul
                         counters[2].fetch_add(1, Ordering::Relaxed);
                         continue;
                     }
-                    let t = settled(&c, a.ok()?).await?;
+                    let t = stopped(&c, a.ok()?).await?;
                     if t["state"] != "done" {
                         return Err(format!("capture of {order} answered {}", t["state"]));
                     }
@@ -641,7 +641,7 @@ async fn points_and_cash(c: &Client, p: &str) -> Result<(), String> {
         )
         .await?
         .ok()?;
-    let refund = settled(c, refund).await?;
+    let refund = stopped(c, refund).await?;
     println!(
         "refund of order1: {} (refund_of {})",
         text(&refund["state"]),
