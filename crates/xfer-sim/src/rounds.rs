@@ -243,12 +243,45 @@ impl World {
         }
     }
 
-    /// The store's process dies: the log keeps its durable prefix, the shards become what
-    /// it leaves, and the executors, which share the process, die with it.
+    /// A sync fails, and the store's process dies: the drives waiting for the log hear of
+    /// the failure first (the embedded store fails closed on it, until reopened); then the
+    /// log keeps its durable prefix, the shards become what it leaves, and the executors,
+    /// which share the process, die with it.
     pub(crate) fn on_log_loss(&mut self) {
-        if self.heal_at.is_some() {
-            return;
+        if self.heal_at.is_none() && self.log.is_some() {
+            self.sync_failed();
+            self.lose_log();
         }
+    }
+
+    /// A sync fails (as an `fdatasync` can): the drives waiting for the log are told so and
+    /// answer what they know, every outcome resting on an answer unknown.
+    fn sync_failed(&mut self) {
+        for p in 0..self.procs.len() {
+            if !self.procs[p].alive || self.procs[p].paused_until > self.now {
+                continue;
+            }
+            let waiting: Vec<u64> = self.procs[p]
+                .slots
+                .iter_mut()
+                .filter_map(|(mid, slot)| match &mut slot.work {
+                    Work::Drive(d) if d.syncing => {
+                        let why = StoreError::Indeterminate("the log's sync failed".into());
+                        d.drive.as_mut().expect("started").synced(Err(why));
+                        d.syncing = false;
+                        Some(*mid)
+                    }
+                    _ => None,
+                })
+                .collect();
+            for mid in waiting {
+                self.step(p, mid);
+            }
+        }
+    }
+
+    /// The store's process dies with its log's undurable tail (see `on_log_loss`).
+    fn lose_log(&mut self) {
         let Some(log) = &mut self.log else { return };
         let shards = log.lose();
         self.count(FaultKind::LogLoss);
