@@ -79,12 +79,9 @@ impl World {
     }
 
     pub(crate) fn on_start(&mut self, ev: Event) {
-        let Event::Start { proc: p, inc, mid } = ev else {
-            unreachable!()
-        };
-        if self.gone(p, inc) || self.deferred(p, &ev) {
+        let Some((p, mid)) = self.for_drive(&ev) else {
             return;
-        }
+        };
         if self.procs[p].forming == Some(mid) {
             self.procs[p].forming = None;
         }
@@ -92,13 +89,18 @@ impl World {
     }
 
     pub(crate) fn on_resume(&mut self, ev: Event) {
-        let Event::Resume { proc: p, inc, mid } = ev else {
-            unreachable!()
-        };
-        if self.gone(p, inc) || self.deferred(p, &ev) {
-            return;
+        if let Some((p, mid)) = self.for_drive(&ev) {
+            self.step(p, mid);
         }
-        self.step(p, mid);
+    }
+
+    /// The process and drive a `Start` or `Resume` is for, if its process still runs it
+    /// now (a paused process gets the event again when it wakes).
+    fn for_drive(&mut self, ev: &Event) -> Option<(usize, u64)> {
+        let (Event::Start { proc, inc, mid } | Event::Resume { proc, inc, mid }) = *ev else {
+            unreachable!("a drive's event")
+        };
+        (!self.gone(proc, inc) && !self.deferred(proc, ev)).then_some((proc, mid))
     }
 
     fn begin(&mut self, p: usize, mid: u64) {
@@ -222,15 +224,24 @@ impl World {
         log.sync();
         let ms = self.rng.range(self.cfg.sync_ms.0, self.cfg.sync_ms.1);
         self.schedule(ms, Event::Sync);
+        self.wake_syncing(None);
+    }
+
+    /// The drives waiting for the log go on, told the sync `failed` if it did. A paused
+    /// process is left waiting: it sees a later sync when it wakes.
+    fn wake_syncing(&mut self, failed: Option<StoreError>) {
         for p in 0..self.procs.len() {
             if !self.procs[p].alive || self.procs[p].paused_until > self.now {
-                continue; // a paused process sees the sync when it wakes, at a later one
+                continue;
             }
             let waiting: Vec<u64> = self.procs[p]
                 .slots
                 .iter_mut()
                 .filter_map(|(mid, slot)| match &mut slot.work {
                     Work::Drive(d) if d.syncing => {
+                        if let Some(e) = &failed {
+                            d.drive.as_mut().expect("started").synced(Err(e.clone()));
+                        }
                         d.syncing = false;
                         Some(*mid)
                     }
@@ -257,27 +268,8 @@ impl World {
     /// A sync fails (as an `fdatasync` can): the drives waiting for the log are told so and
     /// answer what they know, every outcome resting on an answer unknown.
     fn sync_failed(&mut self) {
-        for p in 0..self.procs.len() {
-            if !self.procs[p].alive || self.procs[p].paused_until > self.now {
-                continue;
-            }
-            let waiting: Vec<u64> = self.procs[p]
-                .slots
-                .iter_mut()
-                .filter_map(|(mid, slot)| match &mut slot.work {
-                    Work::Drive(d) if d.syncing => {
-                        let why = StoreError::Indeterminate("the log's sync failed".into());
-                        d.drive.as_mut().expect("started").synced(Err(why));
-                        d.syncing = false;
-                        Some(*mid)
-                    }
-                    _ => None,
-                })
-                .collect();
-            for mid in waiting {
-                self.step(p, mid);
-            }
-        }
+        let why = StoreError::Indeterminate("the log's sync failed".into());
+        self.wake_syncing(Some(why));
     }
 
     /// The store's process dies with its log's undurable tail (see `on_log_loss`).
