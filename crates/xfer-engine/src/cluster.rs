@@ -49,6 +49,19 @@ impl Durable {
     pub fn covers(self, lsn: u64) -> bool {
         lsn <= self.lsn
     }
+
+    /// What a wait for the log (`synced`) says of answers resting on `lsn`: `Ok` only if it
+    /// proved them durable.
+    pub fn cover(synced: &Result<Durable, StoreError>, lsn: u64) -> Result<(), StoreError> {
+        match synced {
+            Ok(d) if d.covers(lsn) => Ok(()),
+            Ok(d) => Err(StoreError::Indeterminate(format!(
+                "the log is durable up to {}, not {lsn}: nothing ahead of it is told",
+                d.lsn
+            ))),
+            Err(e) => Err(e.clone()),
+        }
+    }
 }
 
 /// The shards and their router.

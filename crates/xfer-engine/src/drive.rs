@@ -176,16 +176,7 @@ impl Drive {
             Stage::Syncing(lsn) => lsn,
             _ => return,
         };
-        self.stage = Stage::Synced(synced.and_then(|d| {
-            if d.covers(lsn) {
-                Ok(())
-            } else {
-                Err(StoreError::Indeterminate(format!(
-                    "the log is durable up to {}, not {lsn}: nothing ahead of it is told",
-                    d.lsn()
-                )))
-            }
-        }));
+        self.stage = Stage::Synced(Durable::cover(&synced, lsn));
     }
 
     /// Tells `to` of every decision whose round's LSN `is_durable` says durable (all of

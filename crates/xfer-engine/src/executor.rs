@@ -521,14 +521,9 @@ impl Ahead {
             return driven.collect();
         };
         // The check's refusals rest on its reads: told only if they are durable.
-        let unsynced = match &synced {
-            Ok(d) if d.covers(lsn) => None,
-            Ok(d) => Some(ExecError::Indeterminate(format!(
-                "the log is durable up to {}, not {lsn}",
-                d.lsn()
-            ))),
-            Err(e) => Some(ExecError::unsynced(e)),
-        };
+        let unsynced = Durable::cover(&synced, lsn)
+            .err()
+            .map(|e| ExecError::unsynced(&e));
         let mut results = checked.results;
         for (i, r) in checked.slots.into_iter().zip(driven) {
             results[i] = Some(r);
