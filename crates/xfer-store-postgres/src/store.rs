@@ -6,7 +6,7 @@ use std::fmt;
 use std::time::Duration;
 use tokio_postgres::NoTls;
 use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
-use xfer_store::{BoxFuture, HistoryPage, Op, Reply, Store, StoreError};
+use xfer_store::{reply_json, BoxFuture, HistoryPage, Op, Reply, Store, StoreError};
 
 /// Where one shard lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -240,7 +240,7 @@ impl PostgresStore {
         // batches never wait for each other in a cycle; a record's own ops keep their order
         // (the sort is stable).
         let mut order: Vec<usize> = (0..ops.len()).collect();
-        order.sort_by(|&a, &b| wire::lock_key(&ops[a]).cmp(&wire::lock_key(&ops[b])));
+        order.sort_by(|&a, &b| ops[a].record_key().cmp(&ops[b].record_key()));
         let payload =
             serde_json::Value::Array(order.iter().map(|&i| wire::encode(&ops[i])).collect())
                 .to_string();
@@ -251,7 +251,7 @@ impl PostgresStore {
         let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
         for (&at, row) in order.iter().zip(rows) {
             let text: &str = row.get(0);
-            replies[at] = Some(wire::decode(text).map_err(|e| self.corrupted(e))?);
+            replies[at] = Some(reply_json::decode(&ops[at], text).map_err(|e| self.corrupted(e))?);
         }
         Ok(replies.into_iter().flatten().collect())
     }
@@ -325,7 +325,7 @@ impl Store for PostgresStore {
                 .rows(SCAN_DUE, &[&now.as_i64_ms(), &limit(limit_)])
                 .await?;
             rows.iter()
-                .map(|r| wire::decode_transfer(r.get(0)).map_err(|e| self.corrupted(e)))
+                .map(|r| reply_json::decode_transfer(r.get(0)).map_err(|e| self.corrupted(e)))
                 .collect()
         })
     }
@@ -374,7 +374,7 @@ impl Store for PostgresStore {
             let after = after.map_or("", |a| a.as_str());
             let rows = self.rows(ACCOUNTS, &[&after, &limit(limit_)]).await?;
             rows.iter()
-                .map(|r| wire::decode_account(r.get(0)).map_err(|e| self.corrupted(e)))
+                .map(|r| reply_json::decode_account(r.get(0)).map_err(|e| self.corrupted(e)))
                 .collect()
         })
     }
@@ -388,7 +388,7 @@ impl Store for PostgresStore {
             let after = after.map_or("", |a| a.as_str());
             let rows = self.rows(TRANSFERS, &[&after, &limit(limit_)]).await?;
             rows.iter()
-                .map(|r| wire::decode_transfer(r.get(0)).map_err(|e| self.corrupted(e)))
+                .map(|r| reply_json::decode_transfer(r.get(0)).map_err(|e| self.corrupted(e)))
                 .collect()
         })
     }

@@ -17,15 +17,21 @@
 //! - [`intercept`]: [`Intercept`], a wrapper that changes only how batches are executed.
 //! - [`coalesce`]: [`Coalesce`], concurrent calls merged into one batch.
 //! - [`conformance`]: the suite every backend must pass.
+//! - [`differential`]: random account steps near 2^53 and 2^63, a backend against the
+//!   Memory store.
+//! - `reply_json` (feature `json`): the JSON in which SQL stores' server-side steps answer.
 
 pub mod coalesce;
 pub mod conformance;
+pub mod differential;
 pub mod error;
 pub mod faulty;
 pub mod intercept;
 pub mod log;
 pub mod op;
 pub mod record;
+#[cfg(feature = "json")]
+pub mod reply_json;
 pub mod shard;
 pub mod store;
 

@@ -222,6 +222,16 @@ impl Op {
         ops.iter().map(|&op| op.clone()).collect()
     }
 
+    /// The record it addresses, as a sort key: stores that lock records sort a batch by it
+    /// so that two batches never wait for each other in a cycle (accounts, then transfers,
+    /// each by id).
+    pub fn record_key(&self) -> (u8, &str) {
+        match self {
+            Op::Account(id, _) => (0, id.as_str()),
+            Op::Transfer(id, _) => (1, id.as_str()),
+        }
+    }
+
     /// The asset an account op names, if it names one (for routing by asset).
     pub fn asset(&self) -> Option<&AssetCode> {
         match self {

@@ -1,0 +1,468 @@
+//! The connection pool, the migrations and the [`Store`] calls.
+
+use crate::durability::Durability;
+use crate::wire;
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
+use std::fmt;
+use std::time::Duration;
+use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
+use xfer_store::{reply_json, BoxFuture, HistoryPage, Op, Reply, Store, StoreError};
+
+/// Where one shard lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MysqlConfig {
+    /// The server, e.g. `mysql://xfer:secret@10.0.0.7:3306`; a database named in it is
+    /// ignored (see `database`).
+    pub url: String,
+    /// The database holding the shard's tables (created if missing); several shards may
+    /// share a server in different databases.
+    pub database: String,
+    /// Connections in the pool: the most batches in flight at once to this shard.
+    pub pool_size: usize,
+    /// How long to wait for a connection (to connect, or for a free one) before a call
+    /// answers `Unavailable`.
+    pub connect_timeout: Duration,
+    /// How long a call may take before it answers `Indeterminate` (the server may still
+    /// apply it; every step is idempotent, so the caller retries).
+    pub call_timeout: Duration,
+}
+
+impl MysqlConfig {
+    /// `url` and `database` with the default pool (8 connections, 5 s to connect, 30 s per
+    /// call).
+    pub fn new(url: impl Into<String>, database: impl Into<String>) -> MysqlConfig {
+        MysqlConfig {
+            url: url.into(),
+            database: database.into(),
+            pool_size: 8,
+            connect_timeout: Duration::from_secs(5),
+            call_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Why a shard could not be opened.
+#[derive(Debug)]
+pub enum OpenError {
+    /// A setting is wrong: which one, and why.
+    Config {
+        /// The setting.
+        field: &'static str,
+        /// Why it is refused.
+        why: String,
+    },
+    /// The server could not be reached or refused the connection.
+    Unreachable(String),
+    /// The database could not be brought to this version.
+    Migration(String),
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpenError::Config { field, why } => write!(f, "mysql store: {field}: {why}"),
+            OpenError::Unreachable(m) => write!(f, "mysql store: cannot connect: {m}"),
+            OpenError::Migration(m) => write!(f, "mysql store: migration failed: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {}
+
+/// The migrations, in order; the database's `migrations` table records which have run.
+const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("schema.sql"))];
+
+/// Every connection's session: UTC (so `xfer_now_ms` is exact) and read committed (a
+/// step locks the rows it reads; no gap locks between batches).
+const SESSION: [&str; 2] = [
+    "SET time_zone = '+00:00'",
+    "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
+];
+
+const EXECUTE: &str = "CALL xfer_execute(?)";
+const SCAN_DUE: &str = "SELECT xfer_transfer_json(id, 'transfer') FROM transfers \
+     WHERE wake_at <= ? ORDER BY wake_at LIMIT ?";
+const HISTORY: &str = "SELECT seq, transfer FROM history \
+     WHERE account = ? AND seq < ? ORDER BY seq DESC LIMIT ?";
+const PRUNE: &str = "CALL xfer_prune(?)";
+const ACCOUNTS: &str = "SELECT xfer_account_json(id) FROM accounts \
+     WHERE status <> 'unopened' AND id > ? ORDER BY id LIMIT ?";
+const TRANSFERS: &str = "SELECT xfer_transfer_json(id, 'transfer') FROM transfers \
+     WHERE id > ? ORDER BY id LIMIT ?";
+
+/// One shard in a MySQL database. Cheap to share behind an `Arc`; the pool connects lazily
+/// and replaces broken connections.
+pub struct MysqlStore {
+    pool: Pool,
+    name: String,
+    connect_timeout: Duration,
+    call_timeout: Duration,
+}
+
+fn valid_database(s: &str) -> bool {
+    let mut chars = s.chars();
+    s.len() <= 64
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+impl MysqlStore {
+    /// Connects, creates the database if missing and runs the migrations it lacks (under a
+    /// named lock, so processes starting together do not race).
+    pub async fn open(cfg: &MysqlConfig) -> Result<MysqlStore, OpenError> {
+        if !valid_database(&cfg.database) {
+            return Err(OpenError::Config {
+                field: "database",
+                why: format!(
+                    "{:?} is not a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 64 bytes)",
+                    cfg.database
+                ),
+            });
+        }
+        let pool_max = match cfg.pool_size {
+            0 => {
+                return Err(OpenError::Config {
+                    field: "pool_size",
+                    why: "needs at least 1 connection".into(),
+                })
+            }
+            n => n,
+        };
+        let server = Opts::from_url(&cfg.url).map_err(|e| OpenError::Config {
+            field: "url",
+            why: e.to_string(),
+        })?;
+        let name = format!(
+            "mysql {}:{}/{}",
+            server.ip_or_hostname(),
+            server.tcp_port(),
+            cfg.database
+        );
+        let server = OptsBuilder::from_opts(server).db_name(None::<String>);
+        let mut admin = tokio::time::timeout(cfg.connect_timeout, Conn::new(server.clone()))
+            .await
+            .map_err(|_| {
+                OpenError::Unreachable(format!(
+                    "{name}: no answer within {:?}",
+                    cfg.connect_timeout
+                ))
+            })?
+            .map_err(|e| OpenError::Unreachable(format!("{name}: {e}")))?;
+        let failed = |e: mysql_async::Error| OpenError::Migration(format!("{name}: {e}"));
+        admin
+            .query_drop(format!("CREATE DATABASE IF NOT EXISTS `{}`", cfg.database))
+            .await
+            .map_err(failed)?;
+        admin
+            .query_drop(format!("USE `{}`", cfg.database))
+            .await
+            .map_err(failed)?;
+        migrate(&mut admin, &cfg.database).await.map_err(failed)?;
+        admin.disconnect().await.map_err(failed)?;
+
+        let constraints = PoolConstraints::new(0, pool_max).expect("0 <= max and max >= 1");
+        let opts = server
+            .db_name(Some(cfg.database.clone()))
+            .init(SESSION.to_vec())
+            .pool_opts(PoolOpts::default().with_constraints(constraints));
+        Ok(MysqlStore {
+            pool: Pool::new(opts),
+            name,
+            connect_timeout: cfg.connect_timeout,
+            call_timeout: cfg.call_timeout,
+        })
+    }
+
+    /// Where it lives (host and database), for logs.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The server's durability settings (log them: see [`Durability::warning`]).
+    pub async fn durability(&self) -> Result<Durability, StoreError> {
+        let mut conn = self.conn().await?;
+        let row: Option<(String, String, String, String)> = conn
+            .query_first(
+                "SELECT CAST(@@version AS CHAR), CAST(@@innodb_flush_log_at_trx_commit AS CHAR), \
+                 CAST(@@log_bin AS CHAR), CAST(@@sync_binlog AS CHAR)",
+            )
+            .await
+            .map_err(|e| classify(&self.name, e))?;
+        let (version, flush_log_at_commit, log_bin, sync_binlog) =
+            row.ok_or_else(|| self.corrupted("no settings".into()))?;
+        Ok(Durability {
+            server: self.name.clone(),
+            version,
+            flush_log_at_commit,
+            log_bin,
+            sync_binlog,
+        })
+    }
+
+    /// Closes the pool's connections.
+    pub async fn close(self) {
+        let _ = self.pool.disconnect().await;
+    }
+
+    async fn conn(&self) -> Result<Conn, StoreError> {
+        match tokio::time::timeout(self.connect_timeout, self.pool.get_conn()).await {
+            Ok(Ok(conn)) => Ok(conn),
+            Ok(Err(e)) => Err(StoreError::Unavailable(format!("{}: {e}", self.name))),
+            Err(_) => Err(StoreError::Unavailable(format!(
+                "{}: no connection within {:?}",
+                self.name, self.connect_timeout
+            ))),
+        }
+    }
+
+    /// Runs one statement with `params` and answers its first result set; past
+    /// `call_timeout` the answer is `Indeterminate` and the connection is dropped.
+    async fn rows<T: mysql_async::prelude::FromRow + Send + 'static>(
+        &self,
+        sql: &str,
+        params: mysql_async::Params,
+    ) -> Result<Vec<T>, StoreError> {
+        let mut conn = self.conn().await?;
+        match tokio::time::timeout(self.call_timeout, conn.exec(sql, params)).await {
+            Ok(rows) => rows.map_err(|e| classify(&self.name, e)),
+            Err(_) => Err(StoreError::Indeterminate(format!(
+                "{}: no answer within {:?}",
+                self.name, self.call_timeout
+            ))),
+        }
+    }
+
+    fn corrupted(&self, what: String) -> StoreError {
+        StoreError::Corrupted(format!("{}: {what}", self.name))
+    }
+
+    async fn execute_batch(&self, ops: Vec<Op>) -> Result<Vec<Reply>, StoreError> {
+        if ops.is_empty() {
+            return Ok(Vec::new());
+        }
+        // Lock rows in one global order (accounts, then transfers, by id) so that two
+        // batches never wait for each other in a cycle; a record's own ops keep their order
+        // (the sort is stable).
+        let mut order: Vec<usize> = (0..ops.len()).collect();
+        order.sort_by(|&a, &b| ops[a].record_key().cmp(&ops[b].record_key()));
+        let payload =
+            serde_json::Value::Array(order.iter().map(|&i| wire::encode(&ops[i])).collect())
+                .to_string();
+        let rows: Vec<String> = self.rows(EXECUTE, (payload,).into()).await?;
+        let text = rows
+            .first()
+            .ok_or_else(|| self.corrupted("no answer to a batch".into()))?;
+        let answers: Vec<&serde_json::value::RawValue> =
+            serde_json::from_str(text).map_err(|e| self.corrupted(format!("{e} in {text}")))?;
+        if answers.len() != ops.len() {
+            return Err(self.corrupted(format!("{} replies to {} ops", answers.len(), ops.len())));
+        }
+        let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
+        for (&at, answer) in order.iter().zip(answers) {
+            let reply =
+                reply_json::decode(&ops[at], answer.get()).map_err(|e| self.corrupted(e))?;
+            replies[at] = Some(reply);
+        }
+        Ok(replies.into_iter().flatten().collect())
+    }
+}
+
+/// Runs the migrations `conn`'s database lacks, one process at a time. A migration's
+/// statements are made to be run again (a crash between two leaves some done): tables
+/// `IF NOT EXISTS`, routines dropped before they are made.
+async fn migrate(conn: &mut Conn, database: &str) -> Result<(), mysql_async::Error> {
+    let lock = format!("xfer schema {database}");
+    let _: Option<i64> = conn
+        .exec_first("SELECT GET_LOCK(?, 60)", (lock.as_str(),))
+        .await?;
+    conn.query_drop(
+        "CREATE TABLE IF NOT EXISTS migrations (version INT PRIMARY KEY, \
+         applied_at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP) ENGINE = InnoDB",
+    )
+    .await?;
+    for (version, sql) in MIGRATIONS {
+        let done: Option<i32> = conn
+            .exec_first(
+                "SELECT version FROM migrations WHERE version = ?",
+                (version,),
+            )
+            .await?;
+        if done.is_some() {
+            continue;
+        }
+        for statement in statements(sql) {
+            if let Some(drop) = drop_first(&statement) {
+                conn.query_drop(drop).await?;
+            }
+            conn.query_drop(statement).await?;
+        }
+        conn.exec_drop("INSERT INTO migrations (version) VALUES (?)", (version,))
+            .await?;
+    }
+    let _: Option<i64> = conn
+        .exec_first("SELECT RELEASE_LOCK(?)", (lock.as_str(),))
+        .await?;
+    Ok(())
+}
+
+/// The statements of a migration file: separated by lines holding only `;;`; tables made
+/// only if missing.
+fn statements(sql: &str) -> Vec<String> {
+    sql.split("\n;;\n")
+        .map(|s| {
+            let code = s
+                .lines()
+                .skip_while(|l| l.trim().is_empty() || l.starts_with("--"));
+            code.collect::<Vec<_>>().join("\n")
+        })
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.replacen("CREATE TABLE ", "CREATE TABLE IF NOT EXISTS ", 1))
+        .collect()
+}
+
+/// For a statement making a routine, the statement dropping it first.
+fn drop_first(statement: &str) -> Option<String> {
+    let mut words = statement.split_whitespace();
+    if words.next()? != "CREATE" {
+        return None;
+    }
+    let kind = words
+        .next()
+        .filter(|k| ["FUNCTION", "PROCEDURE"].contains(k))?;
+    let name = words.next()?.split('(').next()?;
+    Some(format!("DROP {kind} IF EXISTS {name}"))
+}
+
+/// What a failed call means for the caller. The server answering with an error means the
+/// call's transaction was rolled back (`xfer_execute` rolls back on any error): nothing was
+/// applied. Connection trouble after the call may have left means anything may have been.
+fn classify(shard: &str, e: mysql_async::Error) -> StoreError {
+    let text = format!("{shard}: {e}");
+    match &e {
+        mysql_async::Error::Server(s) => match s.code {
+            // Deadlock, lock wait timeout, too many connections, shutting down, query
+            // interrupted, out of resources, read only: try again.
+            1213 | 1205 | 1040 | 1053 | 1317 | 1041 | 1290 | 1836 => StoreError::Unavailable(text),
+            // Anything else the server refuses is a bug or a damaged schema: a human looks.
+            _ => StoreError::Corrupted(text),
+        },
+        _ => StoreError::Indeterminate(text),
+    }
+}
+
+fn limit(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Store for MysqlStore {
+    fn execute(&self, ops: Vec<Op>) -> BoxFuture<'_, Result<Vec<Reply>, StoreError>> {
+        Box::pin(self.execute_batch(ops))
+    }
+
+    fn scan_due(
+        &self,
+        now: Timestamp,
+        limit_: usize,
+    ) -> BoxFuture<'_, Result<Vec<TransferRecord>, StoreError>> {
+        Box::pin(async move {
+            let rows: Vec<String> = self
+                .rows(SCAN_DUE, (now.as_i64_ms(), limit(limit_)).into())
+                .await?;
+            rows.iter()
+                .map(|r| reply_json::decode_transfer(r).map_err(|e| self.corrupted(e)))
+                .collect()
+        })
+    }
+
+    fn history<'a>(
+        &'a self,
+        account: &'a AccountId,
+        before: Option<u64>,
+        limit_: usize,
+    ) -> BoxFuture<'a, Result<HistoryPage, StoreError>> {
+        Box::pin(async move {
+            let before = before.map_or(i64::MAX, |b| i64::try_from(b).unwrap_or(i64::MAX));
+            let rows: Vec<(i64, String)> = self
+                .rows(
+                    HISTORY,
+                    (account.as_str(), before, limit(limit_.saturating_add(1))).into(),
+                )
+                .await?;
+            let mut entries = Vec::with_capacity(rows.len());
+            for (seq, transfer) in rows {
+                let transfer = TransferId::new(&transfer)
+                    .map_err(|e| self.corrupted(format!("history: {}", e.message)))?;
+                entries.push((seq as u64, transfer));
+            }
+            Ok(HistoryPage::from_one_extra(&mut entries, limit_))
+        })
+    }
+
+    fn prune(&self, limit_: usize) -> BoxFuture<'_, Result<usize, StoreError>> {
+        Box::pin(async move {
+            let n = i32::try_from(limit_).unwrap_or(i32::MAX);
+            let rows: Vec<i64> = self.rows(PRUNE, (n,).into()).await?;
+            Ok(rows.first().copied().unwrap_or(0).max(0) as usize)
+        })
+    }
+
+    fn accounts<'a>(
+        &'a self,
+        after: Option<&'a AccountId>,
+        limit_: usize,
+    ) -> BoxFuture<'a, Result<Vec<Account>, StoreError>> {
+        Box::pin(async move {
+            let after = after.map_or("", |a| a.as_str());
+            let rows: Vec<String> = self.rows(ACCOUNTS, (after, limit(limit_)).into()).await?;
+            rows.iter()
+                .map(|r| reply_json::decode_account(r).map_err(|e| self.corrupted(e)))
+                .collect()
+        })
+    }
+
+    fn transfers<'a>(
+        &'a self,
+        after: Option<&'a TransferId>,
+        limit_: usize,
+    ) -> BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>> {
+        Box::pin(async move {
+            let after = after.map_or("", |a| a.as_str());
+            let rows: Vec<String> = self.rows(TRANSFERS, (after, limit(limit_)).into()).await?;
+            rows.iter()
+                .map(|r| reply_json::decode_transfer(r).map_err(|e| self.corrupted(e)))
+                .collect()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_migration_splits_into_statements_and_its_routines_are_dropped_first() {
+        let all = statements(MIGRATIONS[0].1);
+        assert!(all.len() > 8, "{}", all.len());
+        assert!(all.iter().all(|s| !s.contains("\n;;")));
+        assert!(
+            all[0].starts_with("CREATE TABLE IF NOT EXISTS accounts"),
+            "{}",
+            all[0]
+        );
+        let drops: Vec<String> = all.iter().filter_map(|s| drop_first(s)).collect();
+        assert!(drops.contains(&"DROP PROCEDURE IF EXISTS xfer_execute".to_string()));
+        assert!(drops.contains(&"DROP FUNCTION IF EXISTS xfer_now_ms".to_string()));
+        assert_eq!(drop_first("CREATE TABLE x (a INT)"), None);
+    }
+
+    #[test]
+    fn a_database_name_is_a_plain_identifier() {
+        assert!(valid_database("xfer_shard_0"));
+        for bad in ["", "Xfer", "0x", "a-b", "a`b", &"a".repeat(65)] {
+            assert!(!valid_database(bad), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! The JSON a batch travels in to `xfer_execute` (`schema.sql`): one flat object per op,
+//! whose fields `JSON_TABLE` reads as typed columns. What the database only stores (a spec,
+//! a cancel reason, postings) travels as JSON text in a string.
+
+use serde_json::{json, Value};
+use xfer_core::{LowerBound, Timestamp};
+use xfer_store::{AccountOp, Op, TransferOp};
+
+/// A timestamp as a BIGINT (a saturated "never" as `i64::MAX`, which no clock reaches).
+fn ms(t: Timestamp) -> i64 {
+    t.as_i64_ms()
+}
+
+fn text<T: serde::Serialize + ?Sized>(v: &T) -> String {
+    serde_json::to_string(v).expect("a domain value serializes")
+}
+
+fn bound(lb: LowerBound) -> (bool, Option<i64>) {
+    match lb {
+        LowerBound::Bounded(n) => (true, Some(n)),
+        LowerBound::Unbounded => (false, None),
+    }
+}
+
+/// One op as the object `xfer_execute` reads.
+pub(crate) fn encode(op: &Op) -> Value {
+    match op {
+        Op::Account(id, op) => {
+            let mut v = match op {
+                AccountOp::Create { asset, lower_bound } => {
+                    let (bounded, lb) = bound(*lower_bound);
+                    json!({"k": "create", "asset": asset, "bounded": bounded, "lb": lb})
+                }
+                AccountOp::Prepare {
+                    transfer,
+                    asset,
+                    debit,
+                    credit,
+                    deadline,
+                    horizon,
+                } => json!({
+                    "k": "prepare", "t": transfer, "asset": asset, "debit": debit,
+                    "credit": credit, "deadline": ms(*deadline), "horizon": ms(*horizon),
+                }),
+                AccountOp::Post { transfer, .. } => json!({"k": "post", "t": transfer}),
+                AccountOp::Release {
+                    transfer,
+                    asset,
+                    horizon,
+                } => {
+                    json!({"k": "release", "t": transfer, "asset": asset, "horizon": ms(*horizon)})
+                }
+                AccountOp::Close => json!({"k": "close"}),
+                AccountOp::SetLowerBound { lower_bound } => {
+                    let (bounded, lb) = bound(*lower_bound);
+                    json!({"k": "set_lower_bound", "bounded": bounded, "lb": lb})
+                }
+                AccountOp::Get => json!({"k": "get"}),
+            };
+            v["on"] = json!("account");
+            v["id"] = json!(id);
+            v
+        }
+        Op::Transfer(id, op) => {
+            let mut v = match op {
+                // `postings`: what a refund of it must post, compared as text by
+                // `link_refund` (one serializer writes both sides).
+                TransferOp::Insert(r) => json!({
+                    "k": "insert", "spec": text(&*r.spec), "state": r.state,
+                    "created_at": ms(r.created_at), "updated_at": ms(r.updated_at),
+                    "deadline": ms(r.deadline), "hold_expires_at": r.hold_expires_at.map(ms),
+                    "owner": r.owner, "lease_until": ms(r.lease_until), "epoch": r.epoch,
+                    "reason": r.reason.as_ref().map(text), "refund": r.refunded_by,
+                    "postings": text(&r.spec.reversed_postings()),
+                }),
+                TransferOp::Claim {
+                    owner,
+                    now,
+                    lease_until,
+                }
+                | TransferOp::Capture {
+                    owner,
+                    now,
+                    lease_until,
+                }
+                | TransferOp::Void {
+                    owner,
+                    now,
+                    lease_until,
+                } => json!({
+                    "k": kind(op), "owner": owner, "now": ms(*now), "lease_until": ms(*lease_until),
+                }),
+                TransferOp::Decide {
+                    epoch,
+                    to,
+                    reason,
+                    now,
+                } => json!({
+                    "k": "decide", "epoch": epoch, "state": to,
+                    "reason": reason.as_ref().map(text), "now": ms(*now),
+                }),
+                TransferOp::Finish { now } => json!({"k": "finish", "now": ms(*now)}),
+                TransferOp::LinkRefund {
+                    refund,
+                    replacing,
+                    postings,
+                } => json!({
+                    "k": "link_refund", "refund": refund, "replacing": replacing,
+                    "postings": text(postings),
+                }),
+                TransferOp::Redrive { now } => json!({"k": "redrive", "now": ms(*now)}),
+                TransferOp::Get => json!({"k": "get"}),
+            };
+            v["on"] = json!("transfer");
+            v["id"] = json!(id);
+            v
+        }
+    }
+}
+
+fn kind(op: &TransferOp) -> &'static str {
+    match op {
+        TransferOp::Claim { .. } => "claim",
+        TransferOp::Capture { .. } => "capture",
+        _ => "void",
+    }
+}

@@ -1,0 +1,206 @@
+//! The JSON in which server-side steps (PostgreSQL's functions, MySQL's procedures)
+//! answer: one object per reply, tagged by `r` (`{"r": "prepare", "o": "prepared"}`,
+//! `{"r": "transfer", ...the record}`), and the records as rows of their tables.
+//!
+//! The domain types' own serde shapes are reused for what a database only stores (a
+//! transfer's spec, a cancel reason). Timestamps are milliseconds.
+
+use crate::op::{Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
+use serde::Deserialize;
+use std::sync::Arc;
+use xfer_core::{
+    Account, AccountId, AccountStatus, AssetCode, CancelReason, Code, Intent, IntentState,
+    LowerBound, OwnerId, Timestamp, TransferId, TransferRecord, TransferSpec, TransferState,
+};
+
+/// A row of the transfers table, as JSON.
+#[derive(Deserialize)]
+struct TransferRow {
+    spec: TransferSpec,
+    state: TransferState,
+    created_at: u64,
+    updated_at: u64,
+    deadline: u64,
+    hold_expires_at: Option<u64>,
+    owner: Option<OwnerId>,
+    lease_until: u64,
+    epoch: u64,
+    reason: Option<CancelReason>,
+    refunded_by: Option<TransferId>,
+}
+
+impl From<TransferRow> for TransferRecord {
+    fn from(r: TransferRow) -> TransferRecord {
+        TransferRecord {
+            spec: r.spec.into(),
+            state: r.state,
+            created_at: Timestamp(r.created_at),
+            updated_at: Timestamp(r.updated_at),
+            deadline: Timestamp(r.deadline),
+            hold_expires_at: r.hold_expires_at.map(Timestamp),
+            owner: r.owner,
+            lease_until: Timestamp(r.lease_until),
+            epoch: r.epoch,
+            reason: r.reason,
+            refunded_by: r.refunded_by,
+        }
+    }
+}
+
+/// An account row with its intents, as JSON; intents as `[transfer, debit, credit, state,
+/// horizon]`.
+#[derive(Deserialize)]
+struct AccountRow {
+    id: AccountId,
+    asset: AssetCode,
+    balance: i64,
+    reserved: i64,
+    incoming: i64,
+    lower_bound: Option<i64>,
+    status: AccountStatus,
+    intents: Vec<(TransferId, u64, u64, IntentState, u64)>,
+}
+
+impl From<AccountRow> for Account {
+    fn from(r: AccountRow) -> Account {
+        Account {
+            id: r.id,
+            asset: r.asset,
+            balance: r.balance,
+            reserved: r.reserved,
+            incoming: r.incoming,
+            lower_bound: r
+                .lower_bound
+                .map_or(LowerBound::Unbounded, LowerBound::Bounded),
+            status: r.status,
+            intents: r
+                .intents
+                .into_iter()
+                .map(|(t, debit, credit, state, horizon)| {
+                    let horizon = Timestamp(horizon);
+                    let intent = Intent {
+                        debit,
+                        credit,
+                        state,
+                        horizon,
+                    };
+                    (t, intent)
+                })
+                .collect(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum PrepareWord {
+    Prepared,
+    AlreadyPrepared,
+    AlreadyPosted,
+    AlreadyReleased,
+    TooLate,
+    Refused,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum PostWord {
+    Posted,
+    AlreadyPosted,
+    Missing,
+    FoundReleased,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum ReleaseWord {
+    Released,
+    AlreadyReleased,
+    Marked,
+    FoundPosted,
+}
+
+/// One reply as a step returns it.
+#[derive(Deserialize)]
+#[serde(tag = "r", rename_all = "snake_case")]
+enum ReplyRow {
+    Account(AccountRow),
+    Prepare {
+        o: PrepareWord,
+        code: Option<Code>,
+    },
+    Post {
+        o: PostWord,
+    },
+    Release {
+        o: ReleaseWord,
+    },
+    Transfer(TransferRow),
+    Unchanged(TransferRow),
+    /// An insert found a record of that id: the client compares the bodies.
+    Existing(TransferRow),
+    Refused {
+        code: Code,
+    },
+    NotFound,
+}
+
+/// Parses the reply to `op`; `Err` says what was wrong with it.
+pub fn decode(op: &Op, text: &str) -> Result<Reply, String> {
+    let row: ReplyRow = serde_json::from_str(text).map_err(|e| format!("{e} in {text}"))?;
+    Ok(match row {
+        ReplyRow::Account(a) => Reply::Account(Arc::new(a.into())),
+        ReplyRow::Prepare { o, code } => Reply::Prepare(match o {
+            PrepareWord::Prepared => PrepareOutcome::Prepared,
+            PrepareWord::AlreadyPrepared => PrepareOutcome::AlreadyPrepared,
+            PrepareWord::AlreadyPosted => PrepareOutcome::AlreadyPosted,
+            PrepareWord::AlreadyReleased => PrepareOutcome::AlreadyReleased,
+            PrepareWord::TooLate => PrepareOutcome::TooLate,
+            PrepareWord::Refused => PrepareOutcome::Refused(
+                code.ok_or_else(|| format!("a refused prepare without a code: {text}"))?,
+            ),
+        }),
+        ReplyRow::Post { o } => Reply::Post(match o {
+            PostWord::Posted => PostOutcome::Posted,
+            PostWord::AlreadyPosted => PostOutcome::AlreadyPosted,
+            PostWord::Missing => PostOutcome::Missing,
+            PostWord::FoundReleased => PostOutcome::FoundReleased,
+        }),
+        ReplyRow::Release { o } => Reply::Release(match o {
+            ReleaseWord::Released => ReleaseOutcome::Released,
+            ReleaseWord::AlreadyReleased => ReleaseOutcome::AlreadyReleased,
+            ReleaseWord::Marked => ReleaseOutcome::Marked,
+            ReleaseWord::FoundPosted => ReleaseOutcome::FoundPosted,
+        }),
+        ReplyRow::Transfer(t) => Reply::Transfer(Arc::new(t.into())),
+        ReplyRow::Unchanged(t) => Reply::Unchanged(Arc::new(t.into())),
+        ReplyRow::Existing(t) => match op {
+            // Same id: the same body (everything but the timeout) is a repeat.
+            Op::Transfer(_, TransferOp::Insert(new)) => {
+                let found = TransferRecord::from(t);
+                if found.spec.same_body(&new.spec) {
+                    Reply::Unchanged(Arc::new(found))
+                } else {
+                    Reply::Refused(Code::IdExistsWithDifferentBody)
+                }
+            }
+            _ => return Err(format!("an existing record answered to {op}: {text}")),
+        },
+        ReplyRow::Refused { code } => Reply::Refused(code),
+        ReplyRow::NotFound => Reply::NotFound,
+    })
+}
+
+/// Parses an account row with its intents.
+pub fn decode_account(text: &str) -> Result<Account, String> {
+    serde_json::from_str::<AccountRow>(text)
+        .map(Account::from)
+        .map_err(|e| format!("{e} in {text}"))
+}
+
+/// Parses a transfer row.
+pub fn decode_transfer(text: &str) -> Result<TransferRecord, String> {
+    serde_json::from_str::<TransferRow>(text)
+        .map(TransferRecord::from)
+        .map_err(|e| format!("{e} in {text}"))
+}
