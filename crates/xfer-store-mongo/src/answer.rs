@@ -1,0 +1,79 @@
+//! The reply to a step, from the document its update returned (see `steps.rs`): the
+//! step's own success where `_op` carries its token; otherwise `xfer_store::record`'s rules
+//! on the document, which the step found and left as it is. Those rules must then agree
+//! that nothing changes: if they would change the document, the pipeline and the rules
+//! disagree, and the store says so rather than answer.
+
+use crate::documents;
+use mongodb::bson::{Bson, Document};
+use std::sync::Arc;
+use xfer_core::{AccountId, Timestamp, TransferRecord};
+use xfer_store::record::{apply_account_absent, apply_account_to, apply_transfer_to, TransferStep};
+use xfer_store::{AccountOp, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
+
+/// The outcome word the step with `token` left in `_op`, if it changed the document.
+fn changed_by(d: &Document, token: i64) -> Option<&str> {
+    let op = d.get_document("_op").ok()?;
+    match op.get("k") {
+        Some(Bson::Int64(k)) if *k == token => op.get_str("o").ok(),
+        _ => None,
+    }
+}
+
+/// The reply to account step `op` on `id`, from the document after it (`None`: absent).
+pub(crate) fn account(
+    id: &AccountId,
+    op: &AccountOp,
+    after: Option<&Document>,
+    now: Timestamp,
+    token: i64,
+) -> Result<Reply, String> {
+    let Some(d) = after else {
+        return Ok(apply_account_absent(id, op).0);
+    };
+    let account = documents::account(d)?;
+    if let Some(outcome) = changed_by(d, token) {
+        return Ok(match (op, outcome) {
+            (AccountOp::Prepare { .. }, "prepared") => Reply::Prepare(PrepareOutcome::Prepared),
+            (AccountOp::Post { .. }, "posted") => Reply::Post(PostOutcome::Posted),
+            (AccountOp::Release { .. }, "released") => Reply::Release(ReleaseOutcome::Released),
+            (AccountOp::Release { .. }, "marked") => Reply::Release(ReleaseOutcome::Marked),
+            (AccountOp::Create { .. } | AccountOp::Close | AccountOp::SetLowerBound { .. }, _) => {
+                Reply::Account(Arc::new(account))
+            }
+            _ => return Err(format!("{op:?} left the outcome {outcome:?}")),
+        });
+    }
+    let mut probe = account.clone();
+    let (reply, _) = apply_account_to(&mut probe, id, op, now);
+    if probe != account {
+        return Err(format!(
+            "the update left {id} unchanged where the rules change it: {op:?} answers {reply}"
+        ));
+    }
+    Ok(reply)
+}
+
+/// The reply to transfer step `op`, from the document after it (`None`: absent).
+pub(crate) fn transfer(
+    op: &TransferOp,
+    after: Option<&Document>,
+    store_now: Timestamp,
+    token: i64,
+) -> Result<Reply, String> {
+    let Some(d) = after else {
+        return Ok(Reply::NotFound);
+    };
+    let record = Arc::new(documents::transfer(d)?);
+    if changed_by(d, token).is_some() {
+        return Ok(Reply::Transfer(record));
+    }
+    let mut probe: TransferRecord = (*record).clone();
+    match apply_transfer_to(&mut probe, op, store_now) {
+        TransferStep::Changed => Err(format!(
+            "the update left {} unchanged where the rules change it: {op:?}",
+            record.spec.id
+        )),
+        step => Ok(step.reply(&record)),
+    }
+}

@@ -1,0 +1,178 @@
+//! The documents: an account is one document holding its intents (seed 003's
+//! `pendingTransactions`, with the amounts reserved and the tombstones kept), a transfer
+//! another. Field names are short where they repeat per intent.
+//!
+//! ```text
+//! accounts:  {_id, asset, balance, reserved, incoming, lower_bound (null: unbounded),
+//!             status: open|closed|unopened, intents: {<key>: {d, c, s, h, q?}},
+//!             hseq, tomb_min?, _op?}
+//! transfers: {_id, spec (JSON text), reversed (JSON text), state, created_at, updated_at,
+//!             deadline, hold_expires_at, owner, lease_until, epoch, reason (JSON text),
+//!             refunded_by, wake?, _op?}
+//! history:   {_id: {a: account, q: seq}, t: transfer}
+//! ```
+//!
+//! An intent's key is its transfer id with `.` written `~` (a dot would be a path in an
+//! update; `~` is not in the id alphabet). Amounts and timestamps are Int64 (timestamps in
+//! milliseconds, "never" saturated at `i64::MAX` as in the SQL stores). `q` is the intent's
+//! place in the account's history (the account's `hseq` when it was written), kept so that
+//! a repeated step can write the history entry again if the first one's reply was lost.
+//! `tomb_min` is the earliest horizon among the account's tombstones (the pruner's index);
+//! `wake` is [`TransferRecord::wake_at`] (the sweeper's), absent once terminal. `_op`
+//! names the last step that changed the document (see `steps.rs`).
+
+use mongodb::bson::{doc, Bson, Document};
+use xfer_core::{
+    Account, AccountId, AccountStatus, AssetCode, Intent, IntentState, LowerBound, OwnerId,
+    Timestamp, TransferId, TransferRecord, TransferState,
+};
+
+/// The key of `transfer`'s intent in an account's `intents`.
+pub(crate) fn intent_key(transfer: &TransferId) -> String {
+    transfer.as_str().replace('.', "~")
+}
+
+fn transfer_of_key(key: &str) -> Result<TransferId, String> {
+    TransferId::new(&key.replace('~', "."))
+        .map_err(|e| format!("intent key {key:?}: {}", e.message))
+}
+
+/// A timestamp as Int64 (a saturated "never" as `i64::MAX`, which no clock reaches).
+pub(crate) fn ms(t: Timestamp) -> i64 {
+    t.as_i64_ms()
+}
+
+pub(crate) fn state_word(s: TransferState) -> &'static str {
+    match s {
+        TransferState::Initial => "initial",
+        TransferState::Pending => "pending",
+        TransferState::Applied => "applied",
+        TransferState::Held => "held",
+        TransferState::Canceling => "canceling",
+        TransferState::Done => "done",
+        TransferState::Canceled => "canceled",
+    }
+}
+
+fn word<T: serde::de::DeserializeOwned>(w: &str) -> Result<T, String> {
+    serde_json::from_value(serde_json::Value::String(w.into())).map_err(|e| format!("{w:?}: {e}"))
+}
+
+fn int(d: &Document, f: &str) -> Result<i64, String> {
+    match d.get(f) {
+        Some(Bson::Int64(n)) => Ok(*n),
+        Some(Bson::Int32(n)) => Ok(i64::from(*n)),
+        other => Err(format!("{f}: not an integer: {other:?}")),
+    }
+}
+
+fn unsigned(d: &Document, f: &str) -> Result<u64, String> {
+    u64::try_from(int(d, f)?).map_err(|_| format!("{f}: negative"))
+}
+
+fn text<'a>(d: &'a Document, f: &str) -> Result<&'a str, String> {
+    d.get_str(f).map_err(|e| format!("{f}: {e}"))
+}
+
+fn opt_text<'a>(d: &'a Document, f: &str) -> Result<Option<&'a str>, String> {
+    match d.get(f) {
+        None | Some(Bson::Null) => Ok(None),
+        Some(Bson::String(s)) => Ok(Some(s)),
+        other => Err(format!("{f}: not a string: {other:?}")),
+    }
+}
+
+/// The account an account document holds.
+pub(crate) fn account(d: &Document) -> Result<Account, String> {
+    let id = text(d, "_id")?;
+    let lower_bound = match d.get("lower_bound") {
+        None | Some(Bson::Null) => LowerBound::Unbounded,
+        Some(_) => LowerBound::Bounded(int(d, "lower_bound")?),
+    };
+    let mut intents = Vec::new();
+    if let Ok(all) = d.get_document("intents") {
+        for (key, i) in all {
+            let i = i
+                .as_document()
+                .ok_or_else(|| format!("intent {key}: not a document"))?;
+            let intent = Intent {
+                debit: unsigned(i, "d")?,
+                credit: unsigned(i, "c")?,
+                state: word::<IntentState>(text(i, "s")?)?,
+                horizon: Timestamp(unsigned(i, "h")?),
+            };
+            intents.push((transfer_of_key(key)?, intent));
+        }
+    }
+    Ok(Account {
+        id: AccountId::new(id).map_err(|e| format!("_id: {}", e.message))?,
+        asset: AssetCode::new(text(d, "asset")?, "asset").map_err(|e| e.message)?,
+        balance: int(d, "balance")?,
+        reserved: int(d, "reserved")?,
+        incoming: int(d, "incoming")?,
+        lower_bound,
+        status: word::<AccountStatus>(text(d, "status")?)?,
+        intents: intents.into_iter().collect(),
+    })
+}
+
+/// A new transfer's document.
+pub(crate) fn transfer_document(r: &TransferRecord) -> Document {
+    let mut d = doc! {
+        "_id": r.spec.id.as_str(),
+        "spec": json(&*r.spec),
+        "reversed": json(&r.spec.reversed_postings()),
+        "state": state_word(r.state),
+        "created_at": ms(r.created_at),
+        "updated_at": ms(r.updated_at),
+        "deadline": ms(r.deadline),
+        "hold_expires_at": r.hold_expires_at.map(ms),
+        "owner": r.owner.as_ref().map(|o| o.as_str()),
+        "lease_until": ms(r.lease_until),
+        "epoch": i64::try_from(r.epoch).unwrap_or(i64::MAX),
+        "reason": r.reason.as_ref().map(json),
+        "refunded_by": r.refunded_by.as_ref().map(|t| t.as_str()),
+    };
+    if let Some(w) = r.wake_at() {
+        d.insert("wake", ms(w));
+    }
+    d
+}
+
+/// The record a transfer document holds.
+pub(crate) fn transfer(d: &Document) -> Result<TransferRecord, String> {
+    let spec = text(d, "spec")?;
+    let spec = serde_json::from_str(spec).map_err(|e| format!("spec: {e}"))?;
+    let reason = match opt_text(d, "reason")? {
+        Some(r) => Some(serde_json::from_str(r).map_err(|e| format!("reason: {e}"))?),
+        None => None,
+    };
+    let hold_expires_at = match d.get("hold_expires_at") {
+        None | Some(Bson::Null) => None,
+        Some(_) => Some(Timestamp(unsigned(d, "hold_expires_at")?)),
+    };
+    let id = |s: &str, f: &str| TransferId::new(s).map_err(|e| format!("{f}: {}", e.message));
+    Ok(TransferRecord {
+        spec,
+        state: word(text(d, "state")?)?,
+        created_at: Timestamp(unsigned(d, "created_at")?),
+        updated_at: Timestamp(unsigned(d, "updated_at")?),
+        deadline: Timestamp(unsigned(d, "deadline")?),
+        hold_expires_at,
+        owner: match opt_text(d, "owner")? {
+            Some(o) => Some(OwnerId::new(o).map_err(|e| format!("owner: {}", e.message))?),
+            None => None,
+        },
+        lease_until: Timestamp(unsigned(d, "lease_until")?),
+        epoch: unsigned(d, "epoch")?,
+        reason,
+        refunded_by: opt_text(d, "refunded_by")?
+            .map(|t| id(t, "refunded_by"))
+            .transpose()?,
+    })
+}
+
+/// JSON text of a domain value (what the database only stores).
+pub(crate) fn json<T: serde::Serialize + ?Sized>(v: &T) -> String {
+    serde_json::to_string(v).expect("a domain value serializes")
+}

@@ -1,0 +1,451 @@
+//! Every protocol step as one atomic single-document update: a `findOneAndUpdate` on the
+//! record's `_id` with an update pipeline (MongoDB 4.2+) that computes the step's condition
+//! (`_ok`, or `_case` where a step has several ways to succeed) from the document itself and
+//! writes the step's effect only where it holds. No step reads and then writes, so a hot
+//! account costs one update per step and never a retry.
+//!
+//! Only the success of a step is written here. The document comes back as it is after the
+//! update; a step that changed it leaves its token in `_op` (`{k: token, o: outcome}`), and
+//! one that did not left the document exactly as the step found it, atomically, so the
+//! store answers it with `xfer_store::record`'s own rules on that document (`answer.rs`).
+//! The failure rules (which refusal, which repeat) therefore exist once, in Rust.
+//!
+//! Why a pipeline and not a filter: with the condition in the filter, a step that does not
+//! apply finds nothing, and the document read afterwards may already be another step's.
+//!
+//! Numbers: sums are checked in Decimal128 (`$toDecimal`) before they are stored as Int64,
+//! so no stored number ever overflows (an Int64 `$add` that overflows would become a
+//! double). Ids in `intents` keys have `.` written `~` (`documents.rs`).
+
+use crate::documents::{intent_key, json, ms};
+use mongodb::bson::{doc, Bson, Document};
+use xfer_core::{CancelReason, LowerBound, Timestamp, TransferState};
+use xfer_store::{AccountOp, TransferOp};
+
+/// One step's update: the pipeline, and whether an absent document is created.
+pub(crate) struct Update {
+    pub pipeline: Vec<Document>,
+    pub upsert: bool,
+}
+
+const MAX: i64 = i64::MAX;
+
+fn dec(e: impl Into<Bson>) -> Bson {
+    Bson::Document(doc! {"$toDecimal": e.into()})
+}
+
+/// An amount as an exact Decimal128 (an amount may exceed Int64 before its sums are
+/// checked).
+fn amount(n: u64) -> Bson {
+    dec(n.to_string())
+}
+
+fn long(e: impl Into<Bson>) -> Bson {
+    Bson::Document(doc! {"$toLong": e.into()})
+}
+
+/// `then` where the stage's `_ok` holds, else `otherwise`.
+fn when_ok(then: impl Into<Bson>, otherwise: impl Into<Bson>) -> Bson {
+    Bson::Document(doc! {"$cond": ["$_ok", then.into(), otherwise.into()]})
+}
+
+fn marker(token: i64, outcome: impl Into<Bson>) -> Document {
+    doc! {"k": token, "o": outcome.into()}
+}
+
+/// The pipeline of a step with one way to succeed: `_ok` from `condition`, then `set`
+/// (each field's new value where `_ok` holds; unchanged otherwise), then the marker.
+fn guarded(condition: Bson, set: Document, token: i64, outcome: &str) -> Vec<Document> {
+    let mut effect = Document::new();
+    for (field, value) in set {
+        let old = format!("${field}");
+        effect.insert(field, when_ok(value, old));
+    }
+    effect.insert("_op", when_ok(marker(token, outcome), "$_op"));
+    vec![
+        doc! {"$set": {"_ok": condition}},
+        doc! {"$set": effect},
+        doc! {"$unset": "_ok"},
+    ]
+}
+
+fn bound(lb: LowerBound) -> Bson {
+    match lb {
+        LowerBound::Bounded(n) => Bson::Int64(n),
+        LowerBound::Unbounded => Bson::Null,
+    }
+}
+
+fn intent_path(key: &str) -> String {
+    format!("$intents.{key}")
+}
+
+/// `$intents` with the entry `key` replaced by `value`.
+fn with_intent(key: &str, value: impl Into<Bson>) -> Bson {
+    let mut entry = Document::new();
+    entry.insert(key, value.into());
+    Bson::Document(doc! {"$mergeObjects": [{"$ifNull": ["$intents", {}]}, entry]})
+}
+
+/// The intent `key` with its state set to `state`.
+fn intent_state(key: &str, state: &str) -> Bson {
+    Bson::Document(doc! {"$mergeObjects": [intent_path(key), {"s": state}]})
+}
+
+/// The earliest tombstone horizon, with `horizon` added.
+fn tomb_min_with(horizon: impl Into<Bson>) -> Bson {
+    Bson::Document(doc! {"$min": [{"$ifNull": ["$tomb_min", MAX]}, horizon.into()]})
+}
+
+fn next_hseq() -> Bson {
+    Bson::Document(doc! {"$add": [{"$ifNull": ["$hseq", 0_i64]}, 1_i64]})
+}
+
+/// The update for an account step, at the store's clock `now`; `None` for a read.
+pub(crate) fn account(op: &AccountOp, now: Timestamp, token: i64) -> Option<Update> {
+    let no_upsert = |pipeline| {
+        Some(Update {
+            pipeline,
+            upsert: false,
+        })
+    };
+    match op {
+        AccountOp::Get => None,
+        AccountOp::Create { asset, lower_bound } => {
+            let case = doc! {"$switch": {
+                "branches": [
+                    {"case": {"$eq": [{"$type": "$status"}, "missing"]}, "then": "new"},
+                    {"case": {"$eq": ["$status", "unopened"]}, "then": "open"},
+                ],
+                "default": "none",
+            }};
+            let is = |c: &str| doc! {"$eq": ["$_case", c]};
+            let new_or = |v: Bson, otherwise: Bson| doc! {"$cond": [is("new"), v, otherwise]};
+            let changed = doc! {"$ne": ["$_case", "none"]};
+            let opened = |v: Bson, field: &str| {
+                doc! {"$cond": [changed.clone(), v, format!("${field}")]}
+            };
+            Some(Update {
+                pipeline: vec![
+                    doc! {"$set": {"_case": case}},
+                    doc! {"$set": {
+                        // Over a placeholder, keep the tombstones: a late prepare must
+                        // still find them.
+                        "status": opened("open".into(), "status"),
+                        "asset": opened(asset.as_str().into(), "asset"),
+                        "lower_bound": opened(bound(*lower_bound), "lower_bound"),
+                        "balance": new_or(0_i64.into(), "$balance".into()),
+                        "reserved": new_or(0_i64.into(), "$reserved".into()),
+                        "incoming": new_or(0_i64.into(), "$incoming".into()),
+                        "intents": new_or(Bson::Document(Document::new()), "$intents".into()),
+                        "hseq": new_or(0_i64.into(), "$hseq".into()),
+                        "_op": {"$cond": [changed.clone(), marker(token, "created"), "$_op"]},
+                    }},
+                    doc! {"$unset": "_case"},
+                ],
+                upsert: true,
+            })
+        }
+        AccountOp::Prepare {
+            transfer,
+            asset,
+            debit,
+            credit,
+            deadline,
+            horizon,
+        } => {
+            let key = intent_key(transfer);
+            let (d, c) = (amount(*debit), amount(*credit));
+            let reserved = doc! {"$add": [dec("$reserved"), d.clone()]};
+            let incoming = doc! {"$add": [dec("$incoming"), c.clone()]};
+            let available = doc! {"$subtract": [{"$subtract": [dec("$balance"), dec("$reserved")]}, dec("$lower_bound")]};
+            // Record.rs's order does not matter here: every failure changes nothing.
+            let condition = doc! {"$and": [
+                {"$eq": [{"$type": intent_path(&key)}, "missing"]},
+                now < *deadline,
+                {"$eq": ["$status", "open"]},
+                {"$eq": ["$asset", asset.as_str()]},
+                {"$or": [{"$eq": ["$lower_bound", Bson::Null]}, {"$lte": [d.clone(), available]}]},
+                // Every number the record will ever hold must fit an Int64 (see record.rs).
+                {"$lte": [reserved.clone(), dec(MAX)]},
+                {"$lte": [incoming.clone(), dec(MAX)]},
+                {"$gte": [{"$subtract": [dec("$balance"), reserved.clone()]}, dec(i64::MIN)]},
+                {"$lte": [{"$add": [dec("$balance"), incoming.clone()]}, dec(MAX)]},
+            ]};
+            let intent = doc! {
+                "d": long(d), "c": long(c), "s": "open", "h": ms(*horizon), "q": next_hseq(),
+            };
+            let set = doc! {
+                "reserved": long(reserved),
+                "incoming": long(incoming),
+                "intents": with_intent(&key, intent),
+                "hseq": next_hseq(),
+            };
+            no_upsert(guarded(condition.into(), set, token, "prepared"))
+        }
+        AccountOp::Post { transfer, .. } => {
+            let key = intent_key(transfer);
+            let field = |f: &str| format!("{}.{f}", intent_path(&key));
+            let condition = doc! {"$eq": [field("s"), "open"]};
+            let set = doc! {
+                "reserved": {"$subtract": ["$reserved", field("d")]},
+                "incoming": {"$subtract": ["$incoming", field("c")]},
+                "balance": {"$add": ["$balance", {"$subtract": [field("c"), field("d")]}]},
+                "intents": with_intent(&key, intent_state(&key, "posted")),
+                "tomb_min": tomb_min_with(field("h")),
+            };
+            no_upsert(guarded(condition.into(), set, token, "posted"))
+        }
+        AccountOp::Release {
+            transfer,
+            asset,
+            horizon,
+        } => {
+            let key = intent_key(transfer);
+            let field = |f: &str| format!("{}.{f}", intent_path(&key));
+            let case = doc! {"$switch": {
+                "branches": [
+                    {"case": {"$eq": [{"$type": "$status"}, "missing"]}, "then": "new"},
+                    {"case": {"$eq": [{"$type": intent_path(&key)}, "missing"]}, "then": "mark"},
+                    {"case": {"$eq": [field("s"), "open"]}, "then": "release"},
+                ],
+                "default": "none",
+            }};
+            let is = |c: &str| doc! {"$eq": ["$_case", c]};
+            // A mark on an opened account, before its horizon, is the account's first write
+            // for the transfer: it is listed in the history (see record.rs).
+            let listed =
+                doc! {"$and": [is("mark"), {"$ne": ["$status", "unopened"]}, now < *horizon]};
+            let mark =
+                |q: Bson| doc! {"d": 0_i64, "c": 0_i64, "s": "released", "h": ms(*horizon), "q": q};
+            let pick = |new: Bson, mark_: Bson, release: Bson, field: &str| {
+                doc! {"$switch": {
+                    "branches": [
+                        {"case": is("new"), "then": new},
+                        {"case": is("mark"), "then": mark_},
+                        {"case": is("release"), "then": release},
+                    ],
+                    "default": format!("${field}"),
+                }}
+            };
+            let same = |f: &str| Bson::String(format!("${f}"));
+            let q = doc! {"$cond": [listed.clone(), next_hseq(), "$$REMOVE"]};
+            let set = doc! {
+                // A release may reach an account nobody created yet: it leaves a
+                // placeholder that holds the mark, so a prepare arriving after the creation
+                // finds it.
+                "status": pick("unopened".into(), same("status"), same("status"), "status"),
+                "asset": pick(asset.as_str().into(), same("asset"), same("asset"), "asset"),
+                "lower_bound": pick(0_i64.into(), same("lower_bound"), same("lower_bound"), "lower_bound"),
+                "balance": pick(0_i64.into(), same("balance"), same("balance"), "balance"),
+                "reserved": pick(0_i64.into(), same("reserved"),
+                    doc! {"$subtract": ["$reserved", field("d")]}.into(), "reserved"),
+                "incoming": pick(0_i64.into(), same("incoming"),
+                    doc! {"$subtract": ["$incoming", field("c")]}.into(), "incoming"),
+                "intents": pick(
+                    with_intent(&key, mark(Bson::String("$$REMOVE".into()))),
+                    with_intent(&key, mark(q.into())),
+                    with_intent(&key, intent_state(&key, "released")),
+                    "intents"),
+                "hseq": pick(0_i64.into(),
+                    doc! {"$cond": [listed, next_hseq(), "$hseq"]}.into(), same("hseq"), "hseq"),
+                "tomb_min": pick(ms(*horizon).into(), tomb_min_with(ms(*horizon)),
+                    tomb_min_with(field("h")), "tomb_min"),
+                "_op": pick(marker(token, "marked").into(), marker(token, "marked").into(),
+                    marker(token, "released").into(), "_op"),
+            };
+            Some(Update {
+                pipeline: vec![
+                    doc! {"$set": {"_case": case}},
+                    doc! {"$set": set},
+                    doc! {"$unset": "_case"},
+                ],
+                upsert: true,
+            })
+        }
+        AccountOp::Close => {
+            let open_intents = doc! {"$filter": {
+                "input": {"$objectToArray": {"$ifNull": ["$intents", {}]}},
+                "cond": {"$eq": ["$$this.v.s", "open"]},
+            }};
+            let condition = doc! {"$and": [
+                {"$eq": ["$status", "open"]},
+                {"$eq": [{"$size": open_intents}, 0]},
+            ]};
+            no_upsert(guarded(
+                condition.into(),
+                doc! {"status": "closed"},
+                token,
+                "closed",
+            ))
+        }
+        AccountOp::SetLowerBound { lower_bound } => {
+            let within = match lower_bound {
+                LowerBound::Unbounded => Bson::Boolean(true),
+                LowerBound::Bounded(n) => doc! {"$gte": [
+                    {"$subtract": [{"$subtract": [dec("$balance"), dec("$reserved")]}, dec(*n)]},
+                    dec(0_i64),
+                ]}
+                .into(),
+            };
+            let condition = doc! {"$and": [{"$ne": ["$status", "unopened"]}, within]};
+            let set = doc! {"lower_bound": bound(*lower_bound)};
+            no_upsert(guarded(condition.into(), set, token, "bound"))
+        }
+    }
+}
+
+/// `TransferRecord::wake_at` of the document as the stage before left it.
+fn wake() -> Document {
+    doc! {"$set": {"wake": {"$switch": {
+        "branches": [
+            {"case": {"$in": ["$state", ["done", "canceled"]]}, "then": "$$REMOVE"},
+            {"case": {"$eq": ["$state", "held"]},
+             "then": {"$max": ["$lease_until", {"$ifNull": ["$hold_expires_at", MAX]}]}},
+        ],
+        "default": "$lease_until",
+    }}}}
+}
+
+fn is_state(s: &str) -> Document {
+    doc! {"$eq": ["$state", s]}
+}
+
+fn in_states(states: &[&str]) -> Document {
+    doc! {"$in": ["$state", states]}
+}
+
+fn ownership(set: &mut Document, owner: &str, now: Timestamp, lease_until: Timestamp) {
+    set.insert("owner", owner);
+    set.insert("lease_until", ms(lease_until));
+    set.insert("epoch", doc! {"$add": ["$epoch", 1_i64]});
+    set.insert("updated_at", ms(now));
+}
+
+/// The update for a transfer step, at the store's clock `store_now`; `None` for a read or
+/// an insert (an `insertOne`).
+pub(crate) fn transfer(op: &TransferOp, store_now: Timestamp, token: i64) -> Option<Update> {
+    let (condition, set, outcome) = match op {
+        TransferOp::Get | TransferOp::Insert(_) => return None,
+        TransferOp::Claim {
+            owner,
+            now,
+            lease_until,
+        } => {
+            let lapsed = doc! {"$lte": ["$lease_until", ms(*now)]};
+            let condition = doc! {"$or": [
+                is_state("initial"),
+                {"$and": [in_states(&["pending", "applied", "canceling"]), lapsed.clone()]},
+                {"$and": [
+                    is_state("held"), lapsed,
+                    {"$ne": ["$hold_expires_at", Bson::Null]},
+                    {"$lte": ["$hold_expires_at", ms(*now)]},
+                ]},
+            ]};
+            let mut set = doc! {
+                "state": {"$switch": {
+                    "branches": [
+                        {"case": is_state("initial"), "then": "pending"},
+                        {"case": is_state("held"), "then": "canceling"},
+                    ],
+                    "default": "$state",
+                }},
+                "reason": {"$cond": [is_state("held"), json(&CancelReason::Expired), "$reason"]},
+            };
+            ownership(&mut set, owner.as_str(), *now, *lease_until);
+            (Bson::from(condition), set, "claimed")
+        }
+        TransferOp::Decide {
+            epoch,
+            to,
+            reason,
+            now,
+        } => {
+            let to_ok = matches!(
+                to,
+                TransferState::Applied | TransferState::Held | TransferState::Canceling
+            );
+            let epoch = i64::try_from(*epoch).unwrap_or(-1);
+            let condition = doc! {"$and": [is_state("pending"), {"$eq": ["$epoch", epoch]}, to_ok]};
+            let set = doc! {
+                "state": crate::documents::state_word(*to),
+                "reason": reason.as_ref().map(json),
+                "updated_at": ms(*now),
+            };
+            (Bson::from(condition), set, "decided")
+        }
+        TransferOp::Capture {
+            owner,
+            now,
+            lease_until,
+        } => {
+            // A capture resent long after it was made cannot beat the expiry: the store's
+            // clock judges too.
+            let judge = ms((*now).max(store_now));
+            let expired = doc! {"$and": [
+                {"$ne": ["$hold_expires_at", Bson::Null]},
+                {"$lte": ["$hold_expires_at", judge]},
+            ]};
+            let condition = doc! {"$and": [is_state("held"), {"$not": [expired]}]};
+            let mut set = doc! {"state": "applied"};
+            ownership(&mut set, owner.as_str(), *now, *lease_until);
+            (Bson::from(condition), set, "captured")
+        }
+        TransferOp::Void {
+            owner,
+            now,
+            lease_until,
+        } => {
+            let mut set = doc! {"state": "canceling", "reason": json(&CancelReason::Voided)};
+            ownership(&mut set, owner.as_str(), *now, *lease_until);
+            (Bson::from(is_state("held")), set, "voided")
+        }
+        TransferOp::Finish { now } => {
+            let set = doc! {
+                "state": {"$cond": [is_state("applied"), "done", "canceled"]},
+                "owner": Bson::Null,
+                "updated_at": ms(*now),
+            };
+            (in_states(&["applied", "canceling"]).into(), set, "finished")
+        }
+        TransferOp::LinkRefund {
+            refund,
+            replacing,
+            postings,
+        } => {
+            let replaceable = match replacing {
+                Some(r) => {
+                    doc! {"$in": ["$refunded_by", [Bson::Null, Bson::String(r.as_str().into())]]}
+                }
+                None => doc! {"$eq": ["$refunded_by", Bson::Null]},
+            };
+            // The refund's postings must be the original's, each with from and to swapped:
+            // compared as the JSON text one serializer wrote for both.
+            let condition = doc! {"$and": [
+                is_state("done"),
+                {"$eq": ["$reversed", json(postings)]},
+                {"$ne": ["$refunded_by", refund.as_str()]},
+                replaceable,
+            ]};
+            let set = doc! {"refunded_by": refund.as_str()};
+            (Bson::from(condition), set, "linked")
+        }
+        TransferOp::Redrive { now } => {
+            let condition = doc! {"$and": [
+                {"$not": [in_states(&["done", "canceled"])]},
+                {"$gt": ["$lease_until", ms(*now)]},
+            ]};
+            (
+                Bson::from(condition),
+                doc! {"lease_until": ms(*now)},
+                "redriven",
+            )
+        }
+    };
+    let mut pipeline = guarded(condition, set, token, outcome);
+    pipeline.push(wake());
+    Some(Update {
+        pipeline,
+        upsert: false,
+    })
+}
