@@ -287,11 +287,14 @@ impl MongoStore {
                 let after = match steps::account(step, now, token) {
                     None => self.timed(self.accounts.find_one(filter)).await?,
                     Some(update) => {
-                        let call = self
+                        let mut call = self
                             .accounts
                             .find_one_and_update(filter, update.pipeline)
                             .upsert(update.upsert)
                             .return_document(ReturnDocument::After);
+                        if let Some(fields) = projection(step) {
+                            call = call.projection(fields);
+                        }
                         self.timed(call).await?
                     }
                 };
@@ -495,6 +498,24 @@ impl MongoStore {
         .await?;
         Ok(dropped)
     }
+}
+
+/// What an account step needs back: a prepare, post or release only its own intent (their
+/// rules read no other, and a hot account's document holds many); the others the whole
+/// account.
+fn projection(step: &AccountOp) -> Option<Document> {
+    let transfer = match step {
+        AccountOp::Prepare { transfer, .. }
+        | AccountOp::Post { transfer, .. }
+        | AccountOp::Release { transfer, .. } => transfer,
+        _ => return None,
+    };
+    let mut fields = doc! {
+        "asset": 1, "balance": 1, "reserved": 1, "incoming": 1, "lower_bound": 1,
+        "status": 1, "_op": 1,
+    };
+    fields.insert(format!("intents.{}", documents::intent_key(transfer)), 1);
+    Some(fields)
 }
 
 /// Whether `e` is a write refused for a duplicate key.

@@ -8,14 +8,11 @@
 mod common;
 use common::Schemas;
 use std::sync::Arc;
-use xfer_core::{AccountId, AssetCode, IntentState, LowerBound, Rng, TransferId};
+use xfer_core::{AccountId, AssetCode, LowerBound, TransferId};
 use xfer_store::conformance::FUTURE;
-use xfer_store::{AccountOp, Op, PostOutcome, PrepareOutcome, Reply, Store, StoreError};
+use xfer_store::{AccountOp, Op, PrepareOutcome, Reply, Store, StoreError};
 
 const TASKS: u64 = 16;
-const ROUNDS: u64 = 30;
-const PER_BATCH: u64 = 8;
-const OTHERS: u64 = 20;
 
 fn acct(s: &str) -> AccountId {
     AccountId::new(s).unwrap()
@@ -25,125 +22,15 @@ fn usd() -> AssetCode {
     AssetCode::new("USD", "asset").unwrap()
 }
 
-fn shuffle<T>(rng: &mut Rng, v: &mut [T]) {
-    for i in (1..v.len()).rev() {
-        v.swap(i, rng.below(i as u64 + 1) as usize);
-    }
-}
-
-/// One task: rounds of (a batch of prepares, a batch of posts), each shuffled. Answers the
-/// total it moved.
-async fn mover(store: Arc<dyn Store>, task: u64) -> Result<u64, StoreError> {
-    let mut rng = Rng::new(task + 1);
-    let mut moved = 0;
-    for round in 0..ROUNDS {
-        let mut prepares = Vec::new();
-        let mut posts = Vec::new();
-        for k in 0..PER_BATCH {
-            let t = TransferId::new(&format!("t{task}-{round}-{k}")).unwrap();
-            let to = if rng.chance(500_000) {
-                acct("hot")
-            } else {
-                acct(&format!("a{}", rng.below(OTHERS)))
-            };
-            let amount = rng.range(1, 100);
-            moved += amount;
-            for (account, debit, credit) in [(acct("issuer"), amount, 0), (to, 0, amount)] {
-                prepares.push(Op::Account(
-                    account.clone(),
-                    AccountOp::Prepare {
-                        transfer: t.clone(),
-                        asset: usd(),
-                        debit,
-                        credit,
-                        deadline: FUTURE,
-                        horizon: FUTURE,
-                    },
-                ));
-                posts.push(Op::Account(
-                    account,
-                    AccountOp::Post {
-                        transfer: t.clone(),
-                        asset: usd(),
-                    },
-                ));
-            }
-        }
-        shuffle(&mut rng, &mut prepares);
-        shuffle(&mut rng, &mut posts);
-        for r in store.execute(prepares).await? {
-            assert_eq!(r, Reply::Prepare(PrepareOutcome::Prepared));
-        }
-        for r in store.execute(posts).await? {
-            assert_eq!(r, Reply::Post(PostOutcome::Posted));
-        }
-    }
-    Ok(moved)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_batches_on_a_hot_account_neither_deadlock_nor_lose_updates() {
     let schemas = Schemas::new("hot");
     let store: Arc<dyn Store> = Arc::new(schemas.open_with_pool(TASKS as usize).await);
-    let mut creates = vec![Op::Account(
-        acct("issuer"),
-        AccountOp::Create {
-            asset: usd(),
-            lower_bound: LowerBound::Unbounded,
-        },
-    )];
-    for name in std::iter::once("hot".to_string()).chain((0..OTHERS).map(|i| format!("a{i}"))) {
-        creates.push(Op::Account(
-            acct(&name),
-            AccountOp::Create {
-                asset: usd(),
-                lower_bound: LowerBound::default(),
-            },
-        ));
-    }
-    store.execute(creates).await.unwrap();
-
-    #[allow(clippy::disallowed_methods)] // reported, never asserted on
-    let started = std::time::Instant::now();
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|t| tokio::spawn(mover(store.clone(), t)))
-        .collect();
-    let mut total = 0;
-    for t in tasks {
-        // A deadlock would surface here as `Unavailable(... deadlock detected (40P01))`.
-        total += t.await.unwrap().unwrap();
-    }
-    let took = started.elapsed();
-
-    let accounts = store.accounts(None, 1000).await.unwrap();
-    let issuer = accounts.iter().find(|a| a.id.as_str() == "issuer").unwrap();
-    assert_eq!(
-        issuer.balance,
-        -(total as i64),
-        "the issuer paid everything"
-    );
-    let received: i64 = accounts
-        .iter()
-        .filter(|a| a.id.as_str() != "issuer")
-        .map(|a| a.balance)
-        .sum();
-    assert_eq!(received, total as i64, "every credit arrived once");
-    for a in &accounts {
-        assert_eq!(
-            (a.reserved, a.incoming),
-            (0, 0),
-            "{}: nothing left open",
-            a.id
-        );
-        assert!(a.intents.values().all(|i| i.state == IntentState::Posted));
-        a.check_sums().unwrap();
-    }
-    let transfers = TASKS * ROUNDS * PER_BATCH;
-    assert_eq!(issuer.intents.len() as u64, transfers);
-    eprintln!(
-        "{transfers} transfers in {} batches from {TASKS} tasks: {took:?}",
-        TASKS * ROUNDS * 2
-    );
+    // A deadlock would surface as `Unavailable(... deadlock detected (40P01))`.
+    let moved = xfer_store::contention::hot_account(store, TASKS, 30)
+        .await
+        .unwrap();
+    eprintln!("{moved} transfers from {TASKS} tasks");
 }
 
 #[tokio::test]

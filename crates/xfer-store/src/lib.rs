@@ -17,12 +17,14 @@
 //! - [`intercept`]: [`Intercept`], a wrapper that changes only how batches are executed.
 //! - [`coalesce`]: [`Coalesce`], concurrent calls merged into one batch.
 //! - [`conformance`]: the suite every backend must pass.
+//! - [`contention`]: many batches at once on a hot account, for database backends.
 //! - [`differential`]: random account steps near 2^53 and 2^63, a backend against the
 //!   Memory store.
 //! - `reply_json` (feature `json`): the JSON in which SQL stores' server-side steps answer.
 
 pub mod coalesce;
 pub mod conformance;
+pub mod contention;
 pub mod differential;
 pub mod error;
 pub mod faulty;
