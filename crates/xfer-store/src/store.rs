@@ -10,16 +10,17 @@
 //! Every op is a protocol step executed by the store next to the data, so a hot account
 //! costs one short update per step and never a read-modify-write retry loop:
 //!
-//! | op | PostgreSQL (`xfer-store-postgres`) | Redis (`xfer-store-redis`: one hash per record) | MongoDB |
+//! | op | PostgreSQL and MySQL (`xfer-store-postgres`, `xfer-store-mysql`) | Redis (`xfer-store-redis`: one hash per record) | MongoDB (`xfer-store-mongo`: one document per record) |
 //! |---|---|---|---|
-//! | `Account::Prepare` | `account_op` (PL/pgSQL): lock the account row `FOR UPDATE`, answer an existing intent or tombstone, check deadline, status, asset and `balance - reserved - lower_bound >= debit`, then `UPDATE accounts SET reserved = reserved + d, incoming = incoming + c` and insert the intent row | `FCALL xfer_2_account … prepare` (`functions.lua`): answer an existing intent field, check deadline, status, asset and available (exact decimal arithmetic), then `HSET` reserved, incoming and the intent field, history `ZADD` | `findOneAndUpdate({_id, status:'open', asset, "intents.<t>": {$exists:false}, $expr: available >= d}, {$inc, $set: {"intents.<t>"}})` |
-//! | `Account::Post` / `Release` | `account_op`: the same lock, then the intent row `open → posted / released` and the account's sums (a release's mark where none: before its horizon, on an opened account, a history row) | `FCALL xfer_2_account … post` / `release`: the intent field `open → posted / released`, the sums, the tombstone index (a mark's history `ZADD` as in PostgreSQL) | `findOneAndUpdate({"intents.<t>.state":"open"}, …)` |
-//! | `Transfer::Insert` | `transfer_op`: `INSERT … ON CONFLICT DO NOTHING RETURNING`, else compare bodies | `FCALL xfer_2_transfer … insert`: `HSET` if absent, else the record (bodies compared by the client) | `insertOne`, duplicate key → read |
-//! | `Transfer::Claim` / `Decide` / `Finish` / `Capture` / `Void` | `transfer_op`: lock the row, compare state and epoch, `UPDATE … RETURNING` | `FCALL xfer_2_transfer …`: compare state and epoch, `HSET`, keep the due index | `findOneAndUpdate({_id, state, epoch}, …)` |
+//! | `Account::Prepare` | a server-side function or procedure: lock the account row `FOR UPDATE`, answer an existing intent or tombstone, check deadline, status, asset and `balance - reserved - lower_bound >= debit` (sums in numeric/DECIMAL), then update the account's sums and insert the intent and history rows | `FCALL xfer_2_account … prepare` (`functions.lua`): answer an existing intent field, check deadline, status, asset and available (exact decimal arithmetic), then `HSET` reserved, incoming and the intent field, history `ZADD` | `findOneAndUpdate({_id}, pipeline)`: `_ok` = no intent, deadline, status, asset, available and every sum fitting (Decimal128); `$set` the sums and `intents.<t>` only where `_ok` |
+//! | `Account::Post` / `Release` | the same lock, then the intent row `open → posted / released` and the account's sums (a release's mark where none: before its horizon, on an opened account, a history row) | `FCALL xfer_2_account … post` / `release`: the intent field `open → posted / released`, the sums, the tombstone index (a mark's history `ZADD` as in PostgreSQL) | the same update: `_ok` = the intent is open (a release: `_case` new placeholder / mark / release) |
+//! | `Transfer::Insert` | `INSERT`, on a taken id the record (bodies compared in SQL, or by the client) | `FCALL xfer_2_transfer … insert`: `HSET` if absent, else the record (bodies compared by the client) | `insertOne`, duplicate key → read, bodies compared by the client |
+//! | `Transfer::Claim` / `Decide` / `Finish` / `Capture` / `Void` | lock the row, compare state and epoch, `UPDATE` | `FCALL xfer_2_transfer …`: compare state and epoch, `HSET`, keep the due index | `findOneAndUpdate({_id}, pipeline)`: `_ok` = state and epoch as the rule asks |
 //!
 //! A batch ([`Store::execute`]) sends many transfers' ops for one shard in one round trip
 //! (PostgreSQL: one `SELECT … FROM execute($ops)` statement running each op's function, its
-//! rows locked in one global order; Redis: a pipeline of `FCALL`s; MongoDB: a `bulkWrite`); each op stays
+//! rows locked in one global order; MySQL: one `CALL xfer_execute(?)`, likewise; Redis: a
+//! pipeline of `FCALL`s; MongoDB: the documents' updates sent at once); each op stays
 //! atomic on its own record, and a refused op is an answer, not a failure of the batch.
 //!
 //! # Answering before the sync (one log, one order)
