@@ -20,7 +20,8 @@ fn changed_by(d: &Document, token: i64) -> Option<&str> {
     }
 }
 
-/// The reply to account step `op` on `id`, from the document after it (`None`: absent).
+/// The reply to a create, close, lower-bound change or read of `id`, from the document
+/// after it (`None`: absent).
 pub(crate) fn account(
     id: &AccountId,
     op: &AccountOp,
@@ -34,16 +35,60 @@ pub(crate) fn account(
     let account = documents::account(d)?;
     if let Some(outcome) = changed_by(d, token) {
         return Ok(match (op, outcome) {
-            (AccountOp::Prepare { .. }, "prepared") => Reply::Prepare(PrepareOutcome::Prepared),
-            (AccountOp::Post { .. }, "posted") => Reply::Post(PostOutcome::Posted),
-            (AccountOp::Release { .. }, "released") => Reply::Release(ReleaseOutcome::Released),
-            (AccountOp::Release { .. }, "marked") => Reply::Release(ReleaseOutcome::Marked),
             (AccountOp::Create { .. } | AccountOp::Close | AccountOp::SetLowerBound { .. }, _) => {
                 Reply::Account(Arc::new(account))
             }
             _ => return Err(format!("{op:?} left the outcome {outcome:?}")),
         });
     }
+    unchanged(id, op, account, now)
+}
+
+/// The reply to a prepare, post or release on `id` from its entry in `_r` (`steps.rs`).
+pub(crate) fn account_entry(
+    id: &AccountId,
+    op: &AccountOp,
+    entry: &Document,
+    now: Timestamp,
+) -> Result<Reply, String> {
+    if let Ok(outcome) = entry.get_str("o") {
+        return Ok(match (op, outcome) {
+            (AccountOp::Prepare { .. }, "prepared") => Reply::Prepare(PrepareOutcome::Prepared),
+            (AccountOp::Post { .. }, "posted") => Reply::Post(PostOutcome::Posted),
+            (AccountOp::Release { .. }, "released") => Reply::Release(ReleaseOutcome::Released),
+            (AccountOp::Release { .. }, "marked") => Reply::Release(ReleaseOutcome::Marked),
+            _ => return Err(format!("{op:?} left the outcome {outcome:?}")),
+        });
+    }
+    let (AccountOp::Prepare { transfer, .. }
+    | AccountOp::Post { transfer, .. }
+    | AccountOp::Release { transfer, .. }) = op
+    else {
+        return Err(format!("{op:?} has no entry"));
+    };
+    let found = entry
+        .get_document("f")
+        .map_err(|_| format!("an entry without an outcome: {entry}"))?;
+    let Some(account) = documents::account_as_found(id, transfer, found)? else {
+        let (reply, created, _) = apply_account_absent(id, op);
+        if created.is_some() {
+            return Err(format!(
+                "the update did not create {id} where the rules do: {op:?}"
+            ));
+        }
+        return Ok(reply);
+    };
+    unchanged(id, op, account, now)
+}
+
+/// The rules' reply to `op` on `account`, which the update left as it was; an error if the
+/// rules would change it.
+fn unchanged(
+    id: &AccountId,
+    op: &AccountOp,
+    account: xfer_core::Account,
+    now: Timestamp,
+) -> Result<Reply, String> {
     let mut probe = account.clone();
     let (reply, _) = apply_account_to(&mut probe, id, op, now);
     if probe != account {

@@ -116,6 +116,26 @@ pub(crate) fn account(d: &Document) -> Result<Account, String> {
     })
 }
 
+/// The account a step's snapshot holds (`steps::snapshot`), with only the step's own
+/// intent; `None` where the document did not exist (no status).
+pub(crate) fn account_as_found(
+    id: &AccountId,
+    transfer: &TransferId,
+    snapshot: &Document,
+) -> Result<Option<Account>, String> {
+    if snapshot.get("status").is_none() {
+        return Ok(None);
+    }
+    let mut d = snapshot.clone();
+    d.insert("_id", id.as_str());
+    let mut intents = Document::new();
+    if let Ok(intent) = snapshot.get_document("intent") {
+        intents.insert(intent_key(transfer), intent.clone());
+    }
+    d.insert("intents", intents);
+    account(&d).map(Some)
+}
+
 /// A new transfer's document.
 pub(crate) fn transfer_document(r: &TransferRecord) -> Document {
     let mut d = doc! {

@@ -53,15 +53,69 @@ fn marker(token: i64, outcome: impl Into<Bson>) -> Document {
     doc! {"k": token, "o": outcome.into()}
 }
 
+/// How a step says what it did. Most leave their token in `_op`; a prepare, post or
+/// release appends to `_r` (see [`chain`]): `{o: outcome}` where it applied, else `{f: the
+/// account's fields and the step's intent as the step found them}`.
+pub(crate) enum Record {
+    /// `_op: {k: token, o: outcome}` where the step applied.
+    Marker(i64),
+    /// An entry appended to `_r`, with this snapshot where the step did not apply.
+    Appended(Document),
+}
+
+impl Record {
+    fn field(&self) -> &'static str {
+        match self {
+            Record::Marker(_) => "_op",
+            Record::Appended(_) => "_r",
+        }
+    }
+
+    /// The field's new value: `applied` says whether the step applied.
+    fn value(&self, applied: Bson, outcome: Bson) -> Bson {
+        match self {
+            Record::Marker(token) => {
+                Bson::Document(doc! {"$cond": [applied, marker(*token, outcome), "$_op"]})
+            }
+            Record::Appended(snapshot) => {
+                let entry = doc! {"$cond": [applied, {"o": outcome}, {"f": snapshot.clone()}]};
+                Bson::Document(doc! {"$concatArrays": [{"$ifNull": ["$_r", []]}, [entry]]})
+            }
+        }
+    }
+}
+
+/// The fields an account step's refusal rules read, as the step finds them (`intents.<t>`
+/// only its own).
+pub(crate) fn snapshot(key: &str) -> Document {
+    doc! {
+        "status": "$status", "asset": "$asset", "balance": "$balance", "reserved": "$reserved",
+        "incoming": "$incoming", "lower_bound": "$lower_bound", "intent": intent_path(key),
+    }
+}
+
+/// One update applying several account steps (prepares, posts, releases) of one account in
+/// order: each finds the document as the one before left it, and appends its entry to `_r`.
+/// A hot account's document is then rewritten once per batch, not once per step.
+pub(crate) fn chain(steps: impl IntoIterator<Item = Update>) -> Update {
+    let mut pipeline = vec![doc! {"$set": {"_r": []}}];
+    let mut upsert = false;
+    for step in steps {
+        pipeline.extend(step.pipeline);
+        upsert |= step.upsert;
+    }
+    Update { pipeline, upsert }
+}
+
 /// The pipeline of a step with one way to succeed: `_ok` from `condition`, then `set`
-/// (each field's new value where `_ok` holds; unchanged otherwise), then the marker.
-fn guarded(condition: Bson, set: Document, token: i64, outcome: &str) -> Vec<Document> {
+/// (each field's new value where `_ok` holds; unchanged otherwise), then the record.
+fn guarded(condition: Bson, set: Document, record: Record, outcome: &str) -> Vec<Document> {
     let mut effect = Document::new();
     for (field, value) in set {
         let old = format!("${field}");
         effect.insert(field, when_ok(value, old));
     }
-    effect.insert("_op", when_ok(marker(token, outcome), "$_op"));
+    effect.insert(record.field(), record.value("$_ok".into(), outcome.into()));
     vec![
         doc! {"$set": {"_ok": condition}},
         doc! {"$set": effect},
@@ -102,6 +156,8 @@ fn next_hseq() -> Bson {
 }
 
 /// The update for an account step, at the store's clock `now`; `None` for a read.
+/// A prepare, post or release records into `_r` (so that it can share an update with
+/// others, [`chain`]); the other steps leave `token` in `_op`.
 pub(crate) fn account(op: &AccountOp, now: Timestamp, token: i64) -> Option<Update> {
     let no_upsert = |pipeline| {
         Some(Update {
@@ -181,7 +237,8 @@ pub(crate) fn account(op: &AccountOp, now: Timestamp, token: i64) -> Option<Upda
                 "intents": with_intent(&key, intent),
                 "hseq": next_hseq(),
             };
-            no_upsert(guarded(condition.into(), set, token, "prepared"))
+            let record = Record::Appended(snapshot(&key));
+            no_upsert(guarded(condition.into(), set, record, "prepared"))
         }
         AccountOp::Post { transfer, .. } => {
             let key = intent_key(transfer);
@@ -194,7 +251,8 @@ pub(crate) fn account(op: &AccountOp, now: Timestamp, token: i64) -> Option<Upda
                 "intents": with_intent(&key, intent_state(&key, "posted")),
                 "tomb_min": tomb_min_with(field("h")),
             };
-            no_upsert(guarded(condition.into(), set, token, "posted"))
+            let record = Record::Appended(snapshot(&key));
+            no_upsert(guarded(condition.into(), set, record, "posted"))
         }
         AccountOp::Release {
             transfer,
@@ -251,8 +309,10 @@ pub(crate) fn account(op: &AccountOp, now: Timestamp, token: i64) -> Option<Upda
                     doc! {"$cond": [listed, next_hseq(), "$hseq"]}.into(), same("hseq"), "hseq"),
                 "tomb_min": pick(ms(*horizon).into(), tomb_min_with(ms(*horizon)),
                     tomb_min_with(field("h")), "tomb_min"),
-                "_op": pick(marker(token, "marked").into(), marker(token, "marked").into(),
-                    marker(token, "released").into(), "_op"),
+                "_r": Record::Appended(snapshot(&key)).value(
+                    doc! {"$ne": ["$_case", "none"]}.into(),
+                    doc! {"$cond": [is("release"), "released", "marked"]}.into(),
+                ),
             };
             Some(Update {
                 pipeline: vec![
@@ -275,7 +335,7 @@ pub(crate) fn account(op: &AccountOp, now: Timestamp, token: i64) -> Option<Upda
             no_upsert(guarded(
                 condition.into(),
                 doc! {"status": "closed"},
-                token,
+                Record::Marker(token),
                 "closed",
             ))
         }
@@ -290,7 +350,12 @@ pub(crate) fn account(op: &AccountOp, now: Timestamp, token: i64) -> Option<Upda
             };
             let condition = doc! {"$and": [{"$ne": ["$status", "unopened"]}, within]};
             let set = doc! {"lower_bound": bound(*lower_bound)};
-            no_upsert(guarded(condition.into(), set, token, "bound"))
+            no_upsert(guarded(
+                condition.into(),
+                set,
+                Record::Marker(token),
+                "bound",
+            ))
         }
     }
 }
@@ -442,7 +507,7 @@ pub(crate) fn transfer(op: &TransferOp, store_now: Timestamp, token: i64) -> Opt
             )
         }
     };
-    let mut pipeline = guarded(condition, set, token, outcome);
+    let mut pipeline = guarded(condition, set, Record::Marker(token), outcome);
     pipeline.push(wake());
     Some(Update {
         pipeline,

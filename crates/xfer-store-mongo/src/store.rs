@@ -83,6 +83,7 @@ impl std::error::Error for OpenError {}
 /// One shard in a MongoDB database. Cheap to share behind an `Arc`.
 pub struct MongoStore {
     client: Client,
+    database: String,
     accounts: Collection<Document>,
     transfers: Collection<Document>,
     history: Collection<Document>,
@@ -155,6 +156,7 @@ impl MongoStore {
             transfers: db.collection("transfers"),
             history: db.collection("history"),
             client,
+            database: cfg.database.clone(),
             name,
             clock,
             call_timeout: cfg.call_timeout,
@@ -230,6 +232,12 @@ impl MongoStore {
         Ok(Durability::from_replies(self.name.clone(), &hello, &status))
     }
 
+    /// Drops the shard's database, and everything in it (benchmarks and tests).
+    pub async fn destroy(self) -> Result<(), StoreError> {
+        let db = self.client.database(&self.database);
+        self.timed(db.drop()).await
+    }
+
     fn next_token(&self) -> i64 {
         self.tokens.fetch_add(1, Ordering::Relaxed)
     }
@@ -287,14 +295,11 @@ impl MongoStore {
                 let after = match steps::account(step, now, token) {
                     None => self.timed(self.accounts.find_one(filter)).await?,
                     Some(update) => {
-                        let mut call = self
+                        let call = self
                             .accounts
                             .find_one_and_update(filter, update.pipeline)
                             .upsert(update.upsert)
                             .return_document(ReturnDocument::After);
-                        if let Some(fields) = projection(step) {
-                            call = call.projection(fields);
-                        }
                         self.timed(call).await?
                     }
                 };
@@ -346,6 +351,73 @@ impl MongoStore {
         }
     }
 
+    /// Steps `at` of `ops` (prepares, posts and releases of one account, in order) as one
+    /// update: their replies, and the history entries they ask for.
+    async fn account_run(
+        &self,
+        ops: &[Op],
+        at: &[usize],
+        now: Timestamp,
+    ) -> Result<Vec<(Reply, Option<Listed>)>, StoreError> {
+        let steps: Vec<(&AccountId, &AccountOp)> = at
+            .iter()
+            .map(|&i| match &ops[i] {
+                Op::Account(id, step) => (id, step),
+                Op::Transfer(..) => unreachable!("a run holds account steps"),
+            })
+            .collect();
+        let id = steps[0].0;
+        let token = self.next_token();
+        let update = steps::chain(steps.iter().map(|(_, step)| {
+            steps::account(step, now, token).expect("a prepare, post or release updates")
+        }));
+        let mut fields = doc! {
+            "asset": 1, "balance": 1, "reserved": 1, "incoming": 1, "lower_bound": 1,
+            "status": 1, "_r": 1,
+        };
+        for (_, step) in &steps {
+            if let Some(t) = transfer_of(step) {
+                fields.insert(format!("intents.{}", documents::intent_key(t)), 1);
+            }
+        }
+        let call = self
+            .accounts
+            .find_one_and_update(doc! {"_id": id.as_str()}, update.pipeline)
+            .upsert(update.upsert)
+            .projection(fields)
+            .return_document(ReturnDocument::After);
+        let after = self.timed(call).await?;
+        let entries = match &after {
+            Some(d) => d
+                .get_array("_r")
+                .map_err(|e| self.corrupted(format!("{id}: _r: {e}")))?
+                .iter()
+                .map(|e| e.as_document().cloned())
+                .collect::<Option<Vec<Document>>>()
+                .ok_or_else(|| self.corrupted(format!("{id}: an entry of _r is not a document")))?,
+            None => Vec::new(),
+        };
+        let mut out = Vec::with_capacity(steps.len());
+        for (n, (id, step)) in steps.iter().enumerate() {
+            let reply = match (&after, entries.get(n)) {
+                (None, _) => xfer_store::record::apply_account_absent(id, step).0,
+                (Some(_), Some(entry)) => {
+                    answer::account_entry(id, step, entry, now).map_err(|e| self.corrupted(e))?
+                }
+                (Some(_), None) => {
+                    return Err(self.corrupted(format!(
+                        "{id}: {} entries for {} steps",
+                        entries.len(),
+                        steps.len()
+                    )))
+                }
+            };
+            let listed = after.as_ref().and_then(|d| listed(id, step, &reply, d));
+            out.push((reply, listed));
+        }
+        Ok(out)
+    }
+
     async fn execute_batch(&self, ops: Vec<Op>) -> Result<Vec<Reply>, StoreError> {
         let now = self.clock.now();
         // A document's steps in order; different documents' at once.
@@ -357,8 +429,23 @@ impl MongoStore {
             let ops = &ops;
             async move {
                 let mut out = Vec::with_capacity(chain.len());
-                for i in chain {
-                    out.push((i, self.step(&ops[i], now).await?));
+                let mut at = 0;
+                while at < chain.len() {
+                    // An account's prepares, posts and releases in a row share one update.
+                    let run = chain[at..]
+                        .iter()
+                        .take_while(|&&i| shares_an_update(&ops[i]))
+                        .count();
+                    if run == 0 {
+                        out.push((chain[at], self.step(&ops[chain[at]], now).await?));
+                        at += 1;
+                    } else {
+                        let ids = &chain[at..at + run];
+                        for (i, answer) in ids.iter().zip(self.account_run(ops, ids, now).await?) {
+                            out.push((*i, answer));
+                        }
+                        at += run;
+                    }
                 }
                 Ok::<_, StoreError>(out)
             }
@@ -500,22 +587,18 @@ impl MongoStore {
     }
 }
 
-/// What an account step needs back: a prepare, post or release only its own intent (their
-/// rules read no other, and a hot account's document holds many); the others the whole
-/// account.
-fn projection(step: &AccountOp) -> Option<Document> {
-    let transfer = match step {
+/// Whether `op` is an account's prepare, post or release (steps that share an update).
+fn shares_an_update(op: &Op) -> bool {
+    matches!(op, Op::Account(_, step) if transfer_of(step).is_some())
+}
+
+fn transfer_of(step: &AccountOp) -> Option<&TransferId> {
+    match step {
         AccountOp::Prepare { transfer, .. }
         | AccountOp::Post { transfer, .. }
-        | AccountOp::Release { transfer, .. } => transfer,
-        _ => return None,
-    };
-    let mut fields = doc! {
-        "asset": 1, "balance": 1, "reserved": 1, "incoming": 1, "lower_bound": 1,
-        "status": 1, "_op": 1,
-    };
-    fields.insert(format!("intents.{}", documents::intent_key(transfer)), 1);
-    Some(fields)
+        | AccountOp::Release { transfer, .. } => Some(transfer),
+        _ => None,
+    }
 }
 
 /// Whether `e` is a write refused for a duplicate key.

@@ -96,6 +96,7 @@ const TRANSFERS: &str = "SELECT xfer_transfer_json(id, 'transfer') FROM transfer
 pub struct MysqlStore {
     pool: Pool,
     name: String,
+    database: String,
     connect_timeout: Duration,
     call_timeout: Duration,
 }
@@ -171,6 +172,7 @@ impl MysqlStore {
         Ok(MysqlStore {
             pool: Pool::new(opts),
             name,
+            database: cfg.database.clone(),
             connect_timeout: cfg.connect_timeout,
             call_timeout: cfg.call_timeout,
         })
@@ -200,6 +202,17 @@ impl MysqlStore {
             log_bin,
             sync_binlog,
         })
+    }
+
+    /// Drops the shard's database, and everything in it (benchmarks and tests).
+    pub async fn destroy(self) -> Result<(), StoreError> {
+        let mut conn = self.conn().await?;
+        conn.query_drop(format!("DROP DATABASE IF EXISTS `{}`", self.database))
+            .await
+            .map_err(|e| classify(&self.name, e))?;
+        drop(conn);
+        self.close().await;
+        Ok(())
     }
 
     /// Closes the pool's connections.
