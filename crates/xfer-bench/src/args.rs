@@ -40,8 +40,10 @@ pub struct BenchArgs {
     #[arg(long)]
     pub rate: Option<u64>,
     /// Where xfer's shards live: the embedded store, PostgreSQL (a fresh database per
-    /// shard on the server of --postgres-url, dropped after the run) or Redis (the hash tags
-    /// `xfer_bench_N` on --redis-url, emptied before and after the run).
+    /// shard on the server of --postgres-url, dropped after the run), MySQL or MongoDB (the
+    /// databases `xfer_bench_N` on --mysql-url or --mongodb-url, dropped before and after
+    /// the run) or Redis (the hash tags `xfer_bench_N` on --redis-url, emptied before and
+    /// after the run).
     #[arg(long, value_enum, default_value_t = StoreKind::Embedded)]
     pub store: StoreKind,
     /// Shards.
@@ -52,6 +54,14 @@ pub struct BenchArgs {
     /// needs the CREATEDB right). `scripts/services` starts a local server.
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/xfer_bench")]
     pub postgres_url: String,
+    /// The MySQL or MariaDB server for `--store mysql`. `scripts/services` starts a local
+    /// MariaDB.
+    #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
+    pub mysql_url: String,
+    /// The MongoDB deployment for `--store mongodb`. `scripts/services` starts a local
+    /// MongoDB-wire test server.
+    #[arg(long, default_value = "mongodb://127.0.0.1:27017")]
+    pub mongodb_url: String,
     /// The Redis server for `--store redis`, or with --redis-cluster the nodes of a Redis
     /// Cluster (repeat the flag). `scripts/services` starts a local server on 6379 and a
     /// Cluster of three masters on 7001-7003.

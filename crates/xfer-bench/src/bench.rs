@@ -39,6 +39,8 @@ use xfer_server::config::{ServeConfig, ShardSpec, StoreKind};
 use xfer_server::metrics::Stopwatch;
 use xfer_server::server::Server;
 use xfer_server::stores;
+use xfer_store_mongo::{MongoConfig, MongoStore};
+use xfer_store_mysql::{MysqlConfig, MysqlStore};
 use xfer_store_redis::RedisStore;
 
 /// Runs the benchmark (see the module docs), printing progress every second; then the
@@ -122,6 +124,28 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
             store.destroy().await.map_err(|e| e.to_string())?;
         }
     }
+    // MySQL and MongoDB: databases `xfer_bench_N`, dropped before and after the run.
+    let fresh = |n: u16| Some(format!("xfer_bench_{n}"));
+    if a.store == StoreKind::Mysql {
+        for n in 0..a.shards {
+            let url = a.mysql_url.clone();
+            cfg.layout.push(ShardSpec::Mysql {
+                url,
+                database: fresh(n),
+            });
+        }
+    }
+    if a.store == StoreKind::Mongodb {
+        for n in 0..a.shards {
+            let url = a.mongodb_url.clone();
+            cfg.layout.push(ShardSpec::Mongodb {
+                url,
+                database: fresh(n),
+            });
+        }
+    }
+    let databases = cfg.layout.clone();
+    destroy_databases(&databases).await?;
     let server = Arc::new(Server::start(cfg).await?);
     let client = Client::new(&format!("http://{}", server.addr()), None)?;
     let target = match a.via {
@@ -133,7 +157,11 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
             let syncs = || server.log_syncs();
             measure(a, target, &name(a.via), &name(a.store), &syncs).await
         }
-        Err(e) => Err(e),
+        Err(e) => {
+            // The target holds the server: let it go, so that the error is the setup's.
+            drop(target);
+            Err(e)
+        }
     };
     match Arc::try_unwrap(server) {
         Ok(s) => s.shutdown().await?,
@@ -147,7 +175,37 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
         let store = RedisStore::open(&rc).await.map_err(|e| e.to_string())?;
         store.destroy().await.map_err(|e| e.to_string())?;
     }
+    destroy_databases(&databases).await?;
     result
+}
+
+/// Drops the MySQL and MongoDB databases of `layout` (other shards are left alone).
+async fn destroy_databases(layout: &[ShardSpec]) -> Result<(), String> {
+    for spec in layout {
+        match spec {
+            ShardSpec::Mysql {
+                url,
+                database: Some(db),
+            } => {
+                let store = MysqlStore::open(&MysqlConfig::new(url.clone(), db.clone()))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                store.destroy().await.map_err(|e| e.to_string())?;
+            }
+            ShardSpec::Mongodb {
+                url,
+                database: Some(db),
+            } => {
+                let cfg = MongoConfig::new(url.clone(), db.clone());
+                let store = MongoStore::open(&cfg, Arc::new(SystemClock))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                store.destroy().await.map_err(|e| e.to_string())?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The baseline: the same workload, one native transaction per transfer, on
@@ -424,6 +482,8 @@ mod tests {
             store: StoreKind::Embedded,
             shards: 2,
             postgres_url: String::new(),
+            mysql_url: String::new(),
+            mongodb_url: String::new(),
             redis_urls: vec![],
             redis_cluster: false,
             baseline: None,

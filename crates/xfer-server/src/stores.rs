@@ -1,7 +1,9 @@
 //! The shards a configuration names, opened: the embedded store's data directory,
-//! PostgreSQL schemas spread over the listed databases, Redis key prefixes spread over the
-//! listed servers (or one Cluster), or an explicit `[[shard]]` list that mixes them (each shard its own store; `[[route]]` rules place accounts). [`Opened`] is
-//! what the server runs on and how it is closed.
+//! PostgreSQL schemas spread over the listed databases, MySQL and MongoDB databases spread
+//! over the listed servers, Redis key prefixes spread over the listed servers (or one
+//! Cluster), or an explicit `[[shard]]` list that mixes them (each shard its own store;
+//! `[[route]]` rules place accounts). [`Opened`] is what the server runs on and how it is
+//! closed.
 
 use crate::config::{ServeConfig, ShardSpec, StoreKind};
 use crate::metrics::Stopwatch;
@@ -9,6 +11,8 @@ use std::sync::Arc;
 use xfer_core::Clock;
 use xfer_store::Store;
 use xfer_store_embedded::{Embedded, EmbeddedConfig};
+use xfer_store_mongo::{MongoConfig, MongoStore};
+use xfer_store_mysql::{MysqlConfig, MysqlStore};
 use xfer_store_postgres::{PostgresConfig, PostgresStore};
 use xfer_store_redis::{RedisConfig, RedisStore};
 
@@ -43,7 +47,8 @@ impl Opened {
     }
 }
 
-/// The schema of PostgreSQL shard `n`; also the hash tag of Redis shard `n`.
+/// The schema of PostgreSQL shard `n`; also the database of MySQL and MongoDB shard `n`
+/// and the hash tag of Redis shard `n`.
 pub fn postgres_schema(n: usize) -> String {
     format!("xfer_shard_{n}")
 }
@@ -78,6 +83,14 @@ pub fn layout(cfg: &ServeConfig) -> Vec<ShardSpec> {
                 url: cfg.postgres_urls[n % cfg.postgres_urls.len()].clone(),
                 schema: None,
             },
+            StoreKind::Mysql => ShardSpec::Mysql {
+                url: cfg.mysql_urls[n % cfg.mysql_urls.len()].clone(),
+                database: None,
+            },
+            StoreKind::Mongodb => ShardSpec::Mongodb {
+                url: cfg.mongodb_urls[n % cfg.mongodb_urls.len()].clone(),
+                database: None,
+            },
             StoreKind::Redis if cfg.redis_cluster => ShardSpec::Redis {
                 url: None,
                 cluster: cfg.redis_urls.clone(),
@@ -103,7 +116,7 @@ pub async fn open(cfg: &ServeConfig, clock: Arc<dyn Clock>) -> Result<Opened, St
         .count();
     let mut embedded = match embedded_count {
         0 => None,
-        n => Some(open_embedded(cfg, clock, n).await?),
+        n => Some(open_embedded(cfg, clock.clone(), n).await?),
     };
     let mut embedded_shards = embedded
         .as_ref()
@@ -130,6 +143,65 @@ pub async fn open(cfg: &ServeConfig, clock: Arc<dyn Clock>) -> Result<Opened, St
                     Err(e) => return fail(embedded.take(), format!("shard {n}: {e}")).await,
                 };
                 tracing::info!(shard = n, at = store.name(), "postgres shard opened");
+                shards.push(Arc::new(store));
+            }
+            ShardSpec::Mysql { url, database } => {
+                let database = database.clone().unwrap_or_else(|| postgres_schema(n));
+                let mut my = MysqlConfig::new(url.clone(), database);
+                // Every call the coalescer lets through, plus the sweeper's scans.
+                my.pool_size = cfg.store_calls_per_shard + 2;
+                let store = match MysqlStore::open(&my).await {
+                    Ok(s) => s,
+                    Err(e) => return fail(embedded.take(), format!("shard {n}: {e}")).await,
+                };
+                // Loudly, at every start, once per server: acknowledged transfers are only as
+                // safe as the server.
+                match store.durability().await {
+                    Ok(d) => {
+                        if let Some(w) = d.warning() {
+                            if warned.insert(url.clone()) {
+                                tracing::warn!(shard = n, "{w}");
+                            }
+                        }
+                        tracing::info!(
+                            shard = n,
+                            at = store.name(),
+                            version = d.version,
+                            "mysql shard opened"
+                        );
+                    }
+                    Err(e) => return fail(embedded.take(), format!("shard {n}: {e}")).await,
+                }
+                shards.push(Arc::new(store));
+            }
+            ShardSpec::Mongodb { url, database } => {
+                let database = database.clone().unwrap_or_else(|| postgres_schema(n));
+                let mut mc = MongoConfig::new(url.clone(), database);
+                // A batch updates its documents at once: room for every call the coalescer
+                // lets through to carry a few.
+                mc.pool_size =
+                    u32::try_from(8 * (cfg.store_calls_per_shard + 2)).unwrap_or(u32::MAX);
+                let store = match MongoStore::open(&mc, clock.clone()).await {
+                    Ok(s) => s,
+                    Err(e) => return fail(embedded.take(), format!("shard {n}: {e}")).await,
+                };
+                match store.durability().await {
+                    Ok(d) => {
+                        if let Some(w) = d.warning() {
+                            if warned.insert(url.clone()) {
+                                tracing::warn!(shard = n, "{w}");
+                            }
+                        }
+                        tracing::info!(
+                            shard = n,
+                            at = store.name(),
+                            version = d.version,
+                            topology = d.topology,
+                            "mongodb shard opened"
+                        );
+                    }
+                    Err(e) => return fail(embedded.take(), format!("shard {n}: {e}")).await,
+                }
                 shards.push(Arc::new(store));
             }
             ShardSpec::Redis { .. } => {
@@ -206,4 +278,30 @@ async fn open_embedded(
         "embedded store opened"
     );
     Ok(store)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mysql_shard_n_lives_on_url_n_mod_the_count_in_its_default_database() {
+        let cfg = ServeConfig {
+            store: StoreKind::Mysql,
+            shards: 3,
+            mysql_urls: vec!["mysql://a:1".into(), "mysql://b:2".into()],
+            ..ServeConfig::default()
+        };
+        let urls: Vec<String> = layout(&cfg)
+            .into_iter()
+            .map(|s| match s {
+                ShardSpec::Mysql {
+                    url,
+                    database: None,
+                } => url,
+                other => panic!("not a mysql shard in its default database: {other:?}"),
+            })
+            .collect();
+        assert_eq!(urls, ["mysql://a:1", "mysql://b:2", "mysql://a:1"]);
+    }
 }

@@ -25,8 +25,9 @@ pub async fn run(cfg: ServeConfig, shutdown: impl Future<Output = ()>) -> Result
         .any(|s| matches!(s, ShardSpec::Embedded))
     {
         return Err(
-            "xfer worker needs shards other processes can reach (--store postgres or \
-                    --store redis); the embedded store belongs to the one process that opened it"
+            "xfer worker needs shards other processes can reach (--store postgres, mysql, \
+                    mongodb or redis); the embedded store belongs to the one process that \
+                    opened it"
                 .into(),
         );
     }

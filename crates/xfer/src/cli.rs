@@ -140,10 +140,11 @@ pub fn misplaced_flag(matches: &clap::ArgMatches) -> Option<String> {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the service: the HTTP API, executors and the sweeper (on the embedded store by
-    /// default, or on PostgreSQL or Redis with --store).
+    /// default, or on PostgreSQL, MySQL, MongoDB or Redis with --store).
     Serve(ServeArgs),
     /// Run a worker: executor and sweeper passes over shards that servers share (--store
-    /// postgres or redis: an embedded data directory belongs to one process), no API;
+    /// postgres, mysql, mongodb or redis: an embedded data directory belongs to one
+    /// process), no API;
     /// takes serve's store and timing settings. Any number may run.
     Worker(ServeArgs),
     /// Create, show, list or close accounts.
@@ -225,8 +226,9 @@ pub enum Command {
     /// The articles' scenarios, end to end, finishing with the audit.
     #[command(subcommand)]
     Demo(DemoCommand),
-    /// Throughput and latency on a fresh store (embedded by default, or PostgreSQL or
-    /// Redis with --store), as a library or over HTTP, beside an optional native baseline.
+    /// Throughput and latency on a fresh store (embedded by default, or PostgreSQL, MySQL,
+    /// MongoDB or Redis with --store), as a library or over HTTP, beside an optional native
+    /// baseline.
     Bench(xfer_bench::bench::BenchArgs),
 }
 

@@ -5,8 +5,9 @@
 //!   accounts, transfers, holds, refunds, admin) on one server, then a check that the
 //!   requests made cover [`xfer_server::routes::ROUTES`], seen from the client and from the server's
 //!   own request metrics;
-//! - the first three also `_on_postgres` and `_on_redis`: the same requests and answers with
-//!   the shards in a fresh PostgreSQL database, or under fresh prefixes on the Redis Cluster;
+//! - the first three also `_on_postgres`, `_on_mysql` and `_on_redis`: the same requests and
+//!   answers with the shards in a fresh PostgreSQL database, in fresh MySQL databases, or
+//!   under fresh prefixes on the Redis Cluster;
 //! - `resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts`;
 //! - `bad_input_is_refused_with_its_code_and_field_and_changes_nothing`: a table of bad
 //!   requests, each compared against a snapshot of the accounts and the audit;
@@ -24,7 +25,7 @@ use xfer_server::routes::{Route, ROUTES};
 use xfer_server::{ServeConfig, Server};
 
 mod common;
-use common::{postgres_admin, postgres_base};
+use common::{mysql_admin, mysql_url, postgres_admin, postgres_base};
 
 /// A server on port 0 over its own temporary directory, and a client that remembers every
 /// request it sent (method and path) for the coverage check.
@@ -38,6 +39,7 @@ struct TestServer {
     sent: Mutex<Vec<(String, String)>>,
     dir: Option<tempfile::TempDir>,
     database: Option<String>,
+    mysql: Vec<String>,
     redis: Vec<xfer_store_redis::RedisConfig>,
 }
 
@@ -48,6 +50,9 @@ enum Backend {
     /// A fresh database on the test server (`XFER_TEST_POSTGRES_BASE`, by default the local
     /// server `scripts/services` starts), dropped at shutdown.
     Postgres,
+    /// Four shards in fresh databases on the test MySQL server (`XFER_TEST_MYSQL_URL`, by
+    /// default the local MariaDB `scripts/services` starts), dropped at shutdown.
+    Mysql,
     /// Four shards under fresh prefixes on the test Redis Cluster, deleted at shutdown.
     Redis,
 }
@@ -97,6 +102,18 @@ impl TestServer {
             cfg.postgres_urls = vec![format!("{}/{name}", postgres_base())];
             database = Some(name);
         }
+        let mut mysql = vec![];
+        if let Backend::Mysql = backend {
+            let n = DATABASES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            for shard in 0..4 {
+                let name = format!("xfer_api_{}_{n}_{shard}", std::process::id());
+                cfg.layout.push(xfer_server::config::ShardSpec::Mysql {
+                    url: mysql_url(),
+                    database: Some(name.clone()),
+                });
+                mysql.push(name);
+            }
+        }
         let mut redis = vec![];
         if let Backend::Redis = backend {
             let n = DATABASES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -123,6 +140,7 @@ impl TestServer {
             sent: Mutex::new(Vec::new()),
             dir: Some(dir),
             database,
+            mysql,
             redis,
         };
         ts.wait_ready().await;
@@ -202,6 +220,26 @@ impl TestServer {
         drop(self.dir.take());
         if let Some(db) = self.database.take() {
             postgres_admin(&format!("DROP DATABASE {db} WITH (FORCE)")).await;
+        }
+        // The accounts the test created are rows in the shards' databases.
+        let mut rows = 0;
+        for db in &self.mysql {
+            use mysql_async::prelude::Queryable;
+            let mut conn = common::mysql_connect(Some(db)).await;
+            let n: Option<u64> = conn
+                .query_first("SELECT COUNT(*) FROM accounts")
+                .await
+                .unwrap_or_else(|e| panic!("{db}: {e}"));
+            rows += n.unwrap_or(0);
+            let _ = conn.disconnect().await;
+        }
+        assert!(
+            self.mysql.is_empty() || rows > 0,
+            "no account rows in the MySQL databases {:?}",
+            self.mysql
+        );
+        for db in std::mem::take(&mut self.mysql) {
+            mysql_admin(&format!("DROP DATABASE `{db}`")).await;
         }
         for rc in std::mem::take(&mut self.redis) {
             let store = xfer_store_redis::RedisStore::open(&rc)
@@ -1059,6 +1097,11 @@ async fn every_route_is_served_documented_and_exercised_on_postgres() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_is_served_documented_and_exercised_on_mysql() {
+    every_route(Backend::Mysql).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_is_served_documented_and_exercised_on_redis() {
     every_route(Backend::Redis).await;
 }
@@ -1103,6 +1146,11 @@ async fn resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts_on_postgres() {
     idempotency(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts_on_mysql() {
+    idempotency(Backend::Mysql).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1749,6 +1797,11 @@ async fn bad_input_is_refused_with_its_code_and_field_and_changes_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_refused_with_its_code_and_field_and_changes_nothing_on_postgres() {
     bad_input(Backend::Postgres).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_with_its_code_and_field_and_changes_nothing_on_mysql() {
+    bad_input(Backend::Mysql).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,12 +1,14 @@
 //! One deployment over two kinds of store (`[[shard]]` and `[[route]]` in the configuration
 //! file): cash on the embedded store and points on PostgreSQL; then points on a Redis
-//! Cluster and cash on PostgreSQL. A payment in points plus cash is one transfer across both
-//! (seed 004): the postings happen together or not at all, each account's record is where
-//! its route says (read back with SQL and with HGET), and all of it survives a restart.
+//! Cluster and cash on PostgreSQL; then points on MySQL and cash on PostgreSQL. A payment in
+//! points plus cash is one transfer across both (seed 004): the postings happen together or
+//! not at all, each account's record is where its route says (read back with SQL and with
+//! HGET), and all of it survives a restart.
 
 mod common;
 
-use common::{postgres_admin, postgres_base};
+use common::{mysql_admin, mysql_connect, mysql_url, postgres_admin, postgres_base};
+use mysql_async::prelude::Queryable;
 use serde_json::{json, Value};
 use xfer_client::Client;
 use xfer_engine::{Sleeper, TokioSleeper};
@@ -226,5 +228,53 @@ async fn points_on_a_redis_cluster_and_cash_on_postgres_move_together_in_one_tra
     .await
     .expect("open to clean up");
     store.destroy().await.expect("clean up");
+    postgres_admin(&format!("DROP DATABASE {db} WITH (FORCE)")).await;
+}
+
+/// The balance MySQL holds for `id` in `database`, read with SQL (None: no row there).
+async fn mysql_balance(database: &str, id: &str) -> Option<i64> {
+    let mut conn = mysql_connect(Some(database)).await;
+    let balance = conn
+        .exec_first("SELECT balance FROM accounts WHERE id = ?", (id,))
+        .await
+        .expect("query");
+    let _ = conn.disconnect().await;
+    balance
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn points_on_mysql_and_cash_on_postgres_move_together_in_one_transfer() {
+    let db = format!("xfer_mixed_m_{}", std::process::id());
+    let url = fresh_database(&db).await;
+    let points = format!("xfer_mixed_points_{}", std::process::id());
+    mysql_admin(&format!("DROP DATABASE IF EXISTS `{points}`")).await;
+    let file: FileConfig = toml::from_str(&format!(
+        r#"
+        listen = "127.0.0.1:0"
+        [[shard]]
+        store = "postgres"
+        url = "{url}"
+        schema = "cash"
+        [[shard]]
+        store = "mysql"
+        url = "{}"
+        database = "{points}"
+        {ROUTES}"#,
+        mysql_url()
+    ))
+    .expect("the file parses");
+    let cfg = ServeConfig::merge(file, &ServeArgs::default()).expect("a valid configuration");
+    let (server, c) = start(&cfg).await;
+    let expect = pay_with_both(&c).await;
+
+    // Where the rows are: points in MySQL, cash in PostgreSQL.
+    assert_eq!(mysql_balance(&points, "points:alice").await, Some(700));
+    assert_eq!(mysql_balance(&points, "points:shop").await, Some(300));
+    assert_eq!(mysql_balance(&points, "cash:alice").await, None);
+    assert_eq!(row_balance(&url, "cash", "cash:alice").await, Some(3_000));
+    assert_eq!(row_balance(&url, "cash", "points:alice").await, None);
+    server.shutdown().await.expect("a clean shutdown");
+    kept_across_a_restart(&cfg, expect).await;
+    mysql_admin(&format!("DROP DATABASE `{points}`")).await;
     postgres_admin(&format!("DROP DATABASE {db} WITH (FORCE)")).await;
 }

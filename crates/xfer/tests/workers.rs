@@ -1,15 +1,16 @@
 //! Several xfer processes over shared database shards under concurrent load: two
 //! `xfer serve` and two `xfer worker`, sharing the work only through claims. Each test runs
 //! its own database servers so that it may kill them without disturbing anything else:
-//! PostgreSQL (initdb in a temporary directory, as the `postgres` user when run as root), or
-//! a Redis Cluster of three masters (appendonly yes, appendfsync always).
+//! PostgreSQL (initdb in a temporary directory, as the `postgres` user when run as root),
+//! MariaDB (mariadb-install-db in a temporary directory, InnoDB's log flushed at every
+//! commit), or a Redis Cluster of three masters (appendonly yes, appendfsync always).
 //!
 //! Cycle 1: SIGKILL one server and one worker mid-load, restart them. Cycle 2: SIGKILL the
-//! database (PostgreSQL's postmaster and every backend; every Redis master) mid-load,
-//! restart it (crash recovery from the WAL / the append-only files), the xfer processes stay
-//! up and reconnect. Cycle 3: SIGKILL everything at once, restart everything. After each:
-//! every acknowledged outcome is there, everything reaches a terminal state, the audit is
-//! clean, the history replays to the balances.
+//! database (PostgreSQL's postmaster and every backend; mariadbd; every Redis master)
+//! mid-load, restart it (crash recovery from the WAL / InnoDB's redo log / the append-only
+//! files), the xfer processes stay up and reconnect. Cycle 3: SIGKILL everything at once,
+//! restart everything. After each: every acknowledged outcome is there, everything reaches
+//! a terminal state, the audit is clean, the history replays to the balances.
 
 mod common;
 
@@ -396,6 +397,142 @@ impl Drop for Postgres {
     }
 }
 
+/// A MariaDB server of the test's own: its data directory in a temporary directory, on a
+/// free loopback port, every commit's log flushed before it is answered.
+struct Mariadb {
+    dir: PathBuf,
+    port: u16,
+    server: std::sync::Mutex<Option<Child>>,
+}
+
+/// `--user=root` when run as root (mariadbd refuses root otherwise).
+fn as_root_too() -> Vec<&'static str> {
+    let uid = Command::new("id").arg("-u").output().expect("id -u");
+    if String::from_utf8_lossy(&uid.stdout).trim() == "0" {
+        vec!["--user=root"]
+    } else {
+        vec![]
+    }
+}
+
+impl Mariadb {
+    /// mariadb-install-db (root without a password) and start.
+    fn start() -> Mariadb {
+        let port = restartable_ports(1, 0)[0];
+        let dir = std::env::temp_dir().join(format!("xfer-mysql-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("the MariaDB directory");
+        let db = Mariadb {
+            dir,
+            port,
+            server: std::sync::Mutex::new(None),
+        };
+        let mut install = Command::new("mariadb-install-db");
+        install
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", db.data().display()))
+            .arg("--auth-root-authentication-method=normal")
+            .args(as_root_too());
+        run(install, "mariadb-install-db (scripts/services installs it)");
+        db.up();
+        db
+    }
+
+    fn data(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    fn url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}", self.port)
+    }
+
+    /// Answers whether the server runs a query.
+    fn answers(&self) -> bool {
+        Command::new("mariadb")
+            .args(["--no-defaults", "-uroot", "-h127.0.0.1"])
+            .arg(format!("-P{}", self.port))
+            .args(["-e", "SELECT 1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+}
+
+impl Database for Mariadb {
+    fn what(&self) -> &'static str {
+        "MariaDB (mariadbd)"
+    }
+
+    /// SIGKILL: a crash (one process; InnoDB's threads die with it).
+    fn kill(&self) {
+        if let Some(mut server) = self.server.lock().unwrap().take() {
+            sigkill(&mut server);
+        }
+    }
+
+    /// Starts the server (crash recovery from InnoDB's redo log first, after a kill) and
+    /// waits until it answers; a server that exited, or never answers, fails the test with
+    /// its log's end.
+    fn up(&self) {
+        let mut server = self.server.lock().unwrap();
+        assert!(server.is_none(), "MariaDB is already running");
+        let log = self.dir.join("server.log");
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("a log");
+        let mut child = Command::new("mariadbd")
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", self.data().display()))
+            .arg(format!("--port={}", self.port))
+            .arg("--bind-address=127.0.0.1")
+            .arg(format!("--socket={}", self.dir.join("sock").display()))
+            .arg("--innodb-flush-log-at-trx-commit=1")
+            .args(as_root_too())
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("the log"))
+            .stderr(log_file)
+            .spawn()
+            .expect("mariadbd (scripts/services installs it)");
+        let mut waited_ms = 0;
+        while !self.answers() {
+            let exited = child.try_wait().expect("the server's status");
+            if exited.is_some() || waited_ms >= 60_000 {
+                reap(&mut child);
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(10)..];
+                panic!(
+                    "the test's MariaDB on port {} does not answer ({exited:?} after \
+                     {waited_ms} ms); its log ends: {tail:#?}",
+                    self.port
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            waited_ms += 20;
+        }
+        *server = Some(child);
+    }
+
+    fn store_args(&self) -> Vec<String> {
+        vec![
+            "--store".into(),
+            "mysql".into(),
+            "--mysql-url".into(),
+            self.url(),
+        ]
+    }
+}
+
+impl Drop for Mariadb {
+    fn drop(&mut self) {
+        Database::kill(self);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// One `xfer worker` process.
 struct Worker {
     child: Child,
@@ -484,6 +621,11 @@ fn recovered_by(logs: &Path) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn servers_workers_and_the_database_killed_under_load_lose_nothing_acknowledged() {
     kill_cycles(Arc::new(Postgres::start())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn servers_workers_and_the_mysql_server_killed_under_load_lose_nothing_acknowledged() {
+    kill_cycles(Arc::new(Mariadb::start())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

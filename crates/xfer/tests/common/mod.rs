@@ -641,3 +641,29 @@ pub async fn postgres_admin(sql: &str) {
         .await
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
 }
+
+/// The test MySQL/MariaDB server (`XFER_TEST_MYSQL_URL`, by default the local MariaDB
+/// `scripts/services` starts), without a database name.
+pub fn mysql_url() -> String {
+    std::env::var("XFER_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
+}
+
+/// A connection to the test MySQL server, in `database` when given.
+pub async fn mysql_connect(database: Option<&str>) -> mysql_async::Conn {
+    let url = mysql_url();
+    let opts = mysql_async::Opts::from_url(&url).unwrap_or_else(|e| panic!("{url}: {e}"));
+    let opts = mysql_async::OptsBuilder::from_opts(opts).db_name(database);
+    mysql_async::Conn::new(opts)
+        .await
+        .unwrap_or_else(|e| panic!("{url}: {e} (run scripts/services to start MariaDB)"))
+}
+
+/// Runs one statement on the test MySQL server.
+pub async fn mysql_admin(sql: &str) {
+    use mysql_async::prelude::Queryable;
+    let mut conn = mysql_connect(None).await;
+    conn.query_drop(sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let _ = conn.disconnect().await;
+}
