@@ -1,7 +1,9 @@
 //! `xfer demo …`: the articles' scenarios, end to end over the HTTP API, each finishing with
-//! the audit. Without `--remote` a demo starts its own server on a fresh data directory
-//! (embedded store, a fast sweeper, a 1 s lease) and removes it afterwards; with `--remote`
-//! it uses the server at `--url`. Ids carry the run's start time, so runs never collide.
+//! the audit. Without `--remote` a demo starts its own server (a fast sweeper, a 1 s lease)
+//! on a fresh store, and removes the store afterwards: a data directory (the embedded
+//! store), or with `--store mysql|mongodb` four databases `xfer_demo_<pid>_N` on the server
+//! of `--store-url`; with `--remote` it uses the server at `--url`. Ids carry the run's start
+//! time, so runs never collide.
 //!
 //! - `bank` (seeds 000/001): many concurrent transfers between a few accounts; some are
 //!   refused for lack of funds; customer money is conserved.
@@ -20,7 +22,7 @@ use std::sync::Arc;
 use xfer_client::{segment, Client};
 use xfer_core::{Clock, Rng, SystemClock};
 use xfer_engine::{Sleeper, TokioSleeper};
-use xfer_server::config::ServeConfig;
+use xfer_server::config::{ServeConfig, ShardSpec};
 use xfer_server::metrics::Stopwatch;
 use xfer_server::server::Server;
 use xfer_server::wire::{AccountCreate, HoldIn, PostingIn, RefundIn, TransferIn};
@@ -78,6 +80,82 @@ pub struct DemoArgs {
     /// Random seed of the scenario.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Where the demo's own server keeps its shards: the embedded store, or fresh databases
+    /// on the MySQL or MongoDB server of --store-url (dropped afterwards).
+    #[arg(long, value_enum, default_value_t = DemoStore::Embedded)]
+    pub store: DemoStore,
+    /// The server for --store mysql or mongodb. [default: the local one scripts/services
+    /// starts: mysql://root@127.0.0.1:3306, mongodb://127.0.0.1:27017]
+    #[arg(long)]
+    pub store_url: Option<String>,
+}
+
+/// The stores a demo can start its own server on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DemoStore {
+    /// A fresh data directory.
+    Embedded,
+    /// Fresh databases on a MySQL or MariaDB server.
+    Mysql,
+    /// Fresh databases on a MongoDB deployment.
+    Mongodb,
+}
+
+/// The demo's shards on `store`: none for the embedded store (its `shards` in the data
+/// directory), else four fresh databases.
+fn demo_layout(store: DemoStore, url: Option<String>) -> Vec<ShardSpec> {
+    let database = |n: usize| Some(format!("xfer_demo_{}_{n}", std::process::id()));
+    match store {
+        DemoStore::Embedded => Vec::new(),
+        DemoStore::Mysql => {
+            let url = url.unwrap_or_else(|| "mysql://root@127.0.0.1:3306".into());
+            (0..4)
+                .map(|n| ShardSpec::Mysql {
+                    url: url.clone(),
+                    database: database(n),
+                })
+                .collect()
+        }
+        DemoStore::Mongodb => {
+            let url = url.unwrap_or_else(|| "mongodb://127.0.0.1:27017".into());
+            (0..4)
+                .map(|n| ShardSpec::Mongodb {
+                    url: url.clone(),
+                    database: database(n),
+                })
+                .collect()
+        }
+    }
+}
+
+/// Drops the databases of a demo's `layout`.
+async fn drop_databases(layout: &[ShardSpec]) -> Result<(), String> {
+    for spec in layout {
+        match spec {
+            ShardSpec::Mysql {
+                url,
+                database: Some(db),
+            } => {
+                let cfg = xfer_store_mysql::MysqlConfig::new(url.clone(), db.clone());
+                let store = xfer_store_mysql::MysqlStore::open(&cfg)
+                    .await
+                    .map_err(|e| e.to_string())?;
+                store.destroy().await.map_err(|e| e.to_string())?;
+            }
+            ShardSpec::Mongodb {
+                url,
+                database: Some(db),
+            } => {
+                let cfg = xfer_store_mongo::MongoConfig::new(url.clone(), db.clone());
+                let store = xfer_store_mongo::MongoStore::open(&cfg, Arc::new(SystemClock))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                store.destroy().await.map_err(|e| e.to_string())?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// Runs a demo; `Ok(code)` is the exit code (0: scenario checks and audit clean).
@@ -87,6 +165,16 @@ pub async fn run(cmd: DemoCommand, remote: &Remote) -> Result<i32, String> {
         | DemoCommand::FlashSale { common, .. }
         | DemoCommand::PointsAndCash { common } => common.clone(),
     };
+    if common.remote && (common.store != DemoStore::Embedded || common.store_url.is_some()) {
+        return Err(
+            "--store and --store-url choose the demo's own server's store; with \
+                    --remote the server at --url has its own"
+                .into(),
+        );
+    }
+    if common.store == DemoStore::Embedded && common.store_url.is_some() {
+        return Err("--store-url needs --store mysql or --store mongodb".into());
+    }
     let own = if common.remote {
         None
     } else {
@@ -95,9 +183,11 @@ pub async fn run(cmd: DemoCommand, remote: &Remote) -> Result<i32, String> {
             std::process::id(),
             SystemClock.now().as_ms()
         ));
+        let layout = demo_layout(common.store, common.store_url.clone());
         let cfg = ServeConfig {
             listen: "127.0.0.1:0".parse().expect("an address"),
             data_dir: dir.clone(),
+            layout: layout.clone(),
             sweep_interval_ms: 100,
             // A held transfer is swept (voided once expired) only after both its expiry
             // and its submitter's lease: a short lease lets the flash sale's abandoned holds
@@ -106,15 +196,24 @@ pub async fn run(cmd: DemoCommand, remote: &Remote) -> Result<i32, String> {
             ..ServeConfig::default()
         };
         let server = Server::start(cfg).await?;
+        let place = match layout.first() {
+            Some(ShardSpec::Mysql { url, .. } | ShardSpec::Mongodb { url, .. }) => {
+                format!(
+                    "{} databases xfer_demo_{}_0..3 on {url}",
+                    layout.len(),
+                    std::process::id()
+                )
+            }
+            _ => dir.display().to_string(),
+        };
         println!(
-            "demo: started xfer serve on http://{} (data in {})",
+            "demo: started xfer serve on http://{} (data in {place})",
             server.addr(),
-            dir.display()
         );
-        Some((server, dir))
+        Some((server, dir, layout))
     };
     let url = match &own {
-        Some((s, _)) => format!("http://{}", s.addr()),
+        Some((s, _, _)) => format!("http://{}", s.addr()),
         None => remote.url.clone(),
     };
     let client = Client::new(&url, remote.token.clone())?;
@@ -147,9 +246,10 @@ pub async fn run(cmd: DemoCommand, remote: &Remote) -> Result<i32, String> {
     }
     // The audit after a failure too: it shows what went wrong.
     let audit = final_audit(&client).await;
-    if let Some((server, dir)) = own {
+    if let Some((server, dir, layout)) = own {
         server.shutdown().await?;
         let _ = std::fs::remove_dir_all(dir);
+        drop_databases(&layout).await?;
     }
     scenario?;
     Ok(if audit? { 0 } else { 3 })

@@ -5,9 +5,9 @@
 //!   accounts, transfers, holds, refunds, admin) on one server, then a check that the
 //!   requests made cover [`xfer_server::routes::ROUTES`], seen from the client and from the server's
 //!   own request metrics;
-//! - the first three also `_on_postgres`, `_on_mysql` and `_on_redis`: the same requests and
-//!   answers with the shards in a fresh PostgreSQL database, in fresh MySQL databases, or
-//!   under fresh prefixes on the Redis Cluster;
+//! - the first three also `_on_postgres`, `_on_mysql`, `_on_mongodb` and `_on_redis`: the
+//!   same requests and answers with the shards in a fresh PostgreSQL database, in fresh
+//!   MySQL or MongoDB databases, or under fresh prefixes on the Redis Cluster;
 //! - `resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts`;
 //! - `bad_input_is_refused_with_its_code_and_field_and_changes_nothing`: a table of bad
 //!   requests, each compared against a snapshot of the accounts and the audit;
@@ -26,6 +26,7 @@ use xfer_server::{ServeConfig, Server};
 
 mod common;
 use common::{mysql_admin, mysql_url, postgres_admin, postgres_base};
+use xfer_store::Store as _;
 
 /// A server on port 0 over its own temporary directory, and a client that remembers every
 /// request it sent (method and path) for the coverage check.
@@ -40,6 +41,7 @@ struct TestServer {
     dir: Option<tempfile::TempDir>,
     database: Option<String>,
     mysql: Vec<String>,
+    mongodb: Vec<String>,
     redis: Vec<xfer_store_redis::RedisConfig>,
 }
 
@@ -53,6 +55,9 @@ enum Backend {
     /// Four shards in fresh databases on the test MySQL server (`XFER_TEST_MYSQL_URL`, by
     /// default the local MariaDB `scripts/services` starts), dropped at shutdown.
     Mysql,
+    /// Four shards in fresh databases on the test MongoDB server (`XFER_TEST_MONGODB_URL`,
+    /// by default the local test server `scripts/services` starts), dropped at shutdown.
+    Mongodb,
     /// Four shards under fresh prefixes on the test Redis Cluster, deleted at shutdown.
     Redis,
 }
@@ -114,6 +119,18 @@ impl TestServer {
                 mysql.push(name);
             }
         }
+        let mut mongodb = vec![];
+        if let Backend::Mongodb = backend {
+            let n = DATABASES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            for shard in 0..4 {
+                let name = format!("xfer_api_{}_{n}_{shard}", std::process::id());
+                cfg.layout.push(xfer_server::config::ShardSpec::Mongodb {
+                    url: common::mongodb_url(),
+                    database: Some(name.clone()),
+                });
+                mongodb.push(name);
+            }
+        }
         let mut redis = vec![];
         if let Backend::Redis = backend {
             let n = DATABASES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -141,6 +158,7 @@ impl TestServer {
             dir: Some(dir),
             database,
             mysql,
+            mongodb,
             redis,
         };
         ts.wait_ready().await;
@@ -241,6 +259,21 @@ impl TestServer {
         for db in std::mem::take(&mut self.mysql) {
             mysql_admin(&format!("DROP DATABASE `{db}`")).await;
         }
+        // And documents in the MongoDB shards' databases.
+        let (mut documents, mongodb) = (0, std::mem::take(&mut self.mongodb));
+        for db in &mongodb {
+            let shard = common::mongodb_shard(db).await;
+            documents += shard
+                .accounts(None, 1_000)
+                .await
+                .expect("the accounts")
+                .len();
+            shard.destroy().await.expect("drop the shard's database");
+        }
+        assert!(
+            mongodb.is_empty() || documents > 0,
+            "no account documents in the MongoDB databases {mongodb:?}"
+        );
         for rc in std::mem::take(&mut self.redis) {
             let store = xfer_store_redis::RedisStore::open(&rc)
                 .await
@@ -1102,6 +1135,11 @@ async fn every_route_is_served_documented_and_exercised_on_mysql() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_is_served_documented_and_exercised_on_mongodb() {
+    every_route(Backend::Mongodb).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_route_is_served_documented_and_exercised_on_redis() {
     every_route(Backend::Redis).await;
 }
@@ -1151,6 +1189,11 @@ async fn resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts_on_postgr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts_on_mysql() {
     idempotency(Backend::Mysql).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts_on_mongodb() {
+    idempotency(Backend::Mongodb).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1802,6 +1845,11 @@ async fn bad_input_is_refused_with_its_code_and_field_and_changes_nothing_on_pos
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_is_refused_with_its_code_and_field_and_changes_nothing_on_mysql() {
     bad_input(Backend::Mysql).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_is_refused_with_its_code_and_field_and_changes_nothing_on_mongodb() {
+    bad_input(Backend::Mongodb).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

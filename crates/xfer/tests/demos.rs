@@ -1,5 +1,6 @@
 //! The three demos through the real `xfer` binary, with small parameters: each starts its
-//! own server, runs its scenario and must exit 0 with a clean audit.
+//! own server, runs its scenario and must exit 0 with a clean audit; the bank also on
+//! MongoDB and MySQL (the servers `scripts/services` starts), whose databases it drops.
 
 use std::process::Command;
 
@@ -24,6 +25,16 @@ fn demo(args: &[&str]) {
 #[test]
 fn bank() {
     demo(&["bank", "--transfers", "300"]);
+}
+
+#[test]
+fn bank_on_mongodb() {
+    demo(&["bank", "--transfers", "300", "--store", "mongodb"]);
+}
+
+#[test]
+fn bank_on_mysql() {
+    demo(&["bank", "--transfers", "300", "--store", "mysql"]);
 }
 
 #[test]

@@ -1,9 +1,9 @@
 //! One deployment over two kinds of store (`[[shard]]` and `[[route]]` in the configuration
 //! file): cash on the embedded store and points on PostgreSQL; then points on a Redis
-//! Cluster and cash on PostgreSQL; then points on MySQL and cash on PostgreSQL. A payment in
-//! points plus cash is one transfer across both (seed 004): the postings happen together or
-//! not at all, each account's record is where its route says (read back with SQL and with
-//! HGET), and all of it survives a restart.
+//! Cluster and cash on PostgreSQL; then points on MySQL, and on MongoDB, with cash on
+//! PostgreSQL. A payment in points plus cash is one transfer across both (seed 004): the
+//! postings happen together or not at all, each account's record is where its route says
+//! (read back with SQL, HGET and the MongoDB driver), and all of it survives a restart.
 
 mod common;
 
@@ -276,5 +276,62 @@ async fn points_on_mysql_and_cash_on_postgres_move_together_in_one_transfer() {
     server.shutdown().await.expect("a clean shutdown");
     kept_across_a_restart(&cfg, expect).await;
     mysql_admin(&format!("DROP DATABASE `{points}`")).await;
+    postgres_admin(&format!("DROP DATABASE {db} WITH (FORCE)")).await;
+}
+
+/// The balance the MongoDB account document `id` holds in `database`, read with the driver
+/// (None: no document there).
+async fn mongodb_balance(database: &str, id: &str) -> Option<i64> {
+    use mongodb::bson::{doc, Document};
+    let client = mongodb::Client::with_uri_str(common::mongodb_url())
+        .await
+        .expect("a client");
+    let accounts = client.database(database).collection::<Document>("accounts");
+    let found = accounts.find_one(doc! {"_id": id}).await.expect("query");
+    found.map(|d| d.get_i64("balance").expect("an Int64 balance"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn points_on_mongodb_and_cash_on_postgres_move_together_in_one_transfer() {
+    let db = format!("xfer_mixed_g_{}", std::process::id());
+    let url = fresh_database(&db).await;
+    let points = format!("xfer_mixed_points_{}", std::process::id());
+    common::mongodb_shard(&points)
+        .await
+        .destroy()
+        .await
+        .expect("a fresh database");
+    let file: FileConfig = toml::from_str(&format!(
+        r#"
+        listen = "127.0.0.1:0"
+        [[shard]]
+        store = "postgres"
+        url = "{url}"
+        schema = "cash"
+        [[shard]]
+        store = "mongodb"
+        url = "{}"
+        database = "{points}"
+        {ROUTES}"#,
+        common::mongodb_url()
+    ))
+    .expect("the file parses");
+    let cfg = ServeConfig::merge(file, &ServeArgs::default()).expect("a valid configuration");
+    let (server, c) = start(&cfg).await;
+    let expect = pay_with_both(&c).await;
+
+    // Where the records are: points in MongoDB documents, cash in PostgreSQL rows.
+    assert_eq!(mongodb_balance(&points, "points:alice").await, Some(700));
+    assert_eq!(mongodb_balance(&points, "points:shop").await, Some(300));
+    assert_eq!(mongodb_balance(&points, "cash:alice").await, None);
+    assert_eq!(row_balance(&url, "cash", "cash:alice").await, Some(3_000));
+    assert_eq!(row_balance(&url, "cash", "points:alice").await, None);
+    server.shutdown().await.expect("a clean shutdown");
+    kept_across_a_restart(&cfg, expect).await;
+    common::mongodb_shard(&points)
+        .await
+        .destroy()
+        .await
+        .expect("clean up");
     postgres_admin(&format!("DROP DATABASE {db} WITH (FORCE)")).await;
 }

@@ -3,12 +3,13 @@
 //! its own database servers so that it may kill them without disturbing anything else:
 //! PostgreSQL (initdb in a temporary directory, as the `postgres` user when run as root),
 //! MariaDB (mariadb-install-db in a temporary directory, InnoDB's log flushed at every
-//! commit), or a Redis Cluster of three masters (appendonly yes, appendfsync always).
+//! commit), a MongoDB-wire server (secantusd-rs on WiredTiger, every commit synced), or a
+//! Redis Cluster of three masters (appendonly yes, appendfsync always).
 //!
 //! Cycle 1: SIGKILL one server and one worker mid-load, restart them. Cycle 2: SIGKILL the
-//! database (PostgreSQL's postmaster and every backend; mariadbd; every Redis master)
-//! mid-load, restart it (crash recovery from the WAL / InnoDB's redo log / the append-only
-//! files), the xfer processes stay up and reconnect. Cycle 3: SIGKILL everything at once,
+//! database (PostgreSQL's postmaster and every backend; mariadbd; secantusd-rs; every Redis
+//! master) mid-load, restart it (crash recovery from the WAL / InnoDB's redo log /
+//! WiredTiger's log / the append-only files), the xfer processes stay up and reconnect. Cycle 3: SIGKILL everything at once,
 //! restart everything. After each: every acknowledged outcome is there, everything reaches
 //! a terminal state, the audit is clean, the history replays to the balances.
 
@@ -533,6 +534,106 @@ impl Drop for Mariadb {
     }
 }
 
+/// A MongoDB-wire server of the test's own (`secantusd-rs`, WiredTiger, every commit
+/// synced before it is answered): its storage in a temporary directory, on a free loopback
+/// port.
+struct MongoServer {
+    dir: PathBuf,
+    port: u16,
+    server: std::sync::Mutex<Option<Child>>,
+}
+
+impl MongoServer {
+    fn start() -> MongoServer {
+        let port = restartable_ports(1, 0)[0];
+        let dir = std::env::temp_dir().join(format!("xfer-mongo-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("the MongoDB directory");
+        let db = MongoServer {
+            dir,
+            port,
+            server: std::sync::Mutex::new(None),
+        };
+        db.up();
+        db
+    }
+
+    fn url(&self) -> String {
+        format!("mongodb://127.0.0.1:{}", self.port)
+    }
+}
+
+impl Database for MongoServer {
+    fn what(&self) -> &'static str {
+        "the MongoDB server (secantusd-rs)"
+    }
+
+    /// SIGKILL: a crash.
+    fn kill(&self) {
+        if let Some(mut server) = self.server.lock().unwrap().take() {
+            sigkill(&mut server);
+        }
+    }
+
+    /// Starts the server (WiredTiger recovers from its log first, after a kill) and waits
+    /// until it accepts connections; a server that exited, or never accepts, fails the test
+    /// with its log's end.
+    fn up(&self) {
+        let mut server = self.server.lock().unwrap();
+        assert!(server.is_none(), "the MongoDB server is already running");
+        let log = self.dir.join("server.log");
+        let log_file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log)
+            .expect("a log");
+        let mut child = Command::new("secantusd-rs")
+            .args(["--host", "127.0.0.1", "--port"])
+            .arg(self.port.to_string())
+            .arg("--storage-path")
+            .arg(self.dir.join("data"))
+            .arg("--sync-on-commit")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("the log"))
+            .stderr(log_file)
+            .spawn()
+            .expect("secantusd-rs (scripts/services installs it)");
+        let mut waited_ms = 0;
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            let exited = child.try_wait().expect("the server's status");
+            if exited.is_some() || waited_ms >= 60_000 {
+                reap(&mut child);
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                let lines: Vec<&str> = text.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(10)..];
+                panic!(
+                    "the test's MongoDB server on port {} does not accept ({exited:?} after \
+                     {waited_ms} ms); its log ends: {tail:#?}",
+                    self.port
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            waited_ms += 20;
+        }
+        *server = Some(child);
+    }
+
+    fn store_args(&self) -> Vec<String> {
+        vec![
+            "--store".into(),
+            "mongodb".into(),
+            "--mongodb-url".into(),
+            self.url(),
+        ]
+    }
+}
+
+impl Drop for MongoServer {
+    fn drop(&mut self) {
+        Database::kill(self);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// One `xfer worker` process.
 struct Worker {
     child: Child,
@@ -626,6 +727,11 @@ async fn servers_workers_and_the_database_killed_under_load_lose_nothing_acknowl
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn servers_workers_and_the_mysql_server_killed_under_load_lose_nothing_acknowledged() {
     kill_cycles(Arc::new(Mariadb::start())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn servers_workers_and_the_mongodb_server_killed_under_load_lose_nothing_acknowledged() {
+    kill_cycles(Arc::new(MongoServer::start())).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

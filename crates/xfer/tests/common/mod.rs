@@ -644,6 +644,19 @@ pub async fn postgres_admin(sql: &str) {
 
 /// The test MySQL/MariaDB server (`XFER_TEST_MYSQL_URL`, by default the local MariaDB
 /// `scripts/services` starts), without a database name.
+pub fn mongodb_url() -> String {
+    std::env::var("XFER_TEST_MONGODB_URL").unwrap_or_else(|_| "mongodb://127.0.0.1:27017".into())
+}
+
+/// The MongoDB shard `database` on the test server, opened again (to read it back or drop
+/// it).
+pub async fn mongodb_shard(database: &str) -> xfer_store_mongo::MongoStore {
+    let cfg = xfer_store_mongo::MongoConfig::new(mongodb_url(), database);
+    xfer_store_mongo::MongoStore::open(&cfg, std::sync::Arc::new(xfer_core::SystemClock))
+        .await
+        .unwrap_or_else(|e| panic!("{e} (run scripts/services)"))
+}
+
 pub fn mysql_url() -> String {
     std::env::var("XFER_TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
 }
