@@ -30,4 +30,5 @@ mod steps;
 mod store;
 
 pub use durability::Durability;
-pub use store::{MongoConfig, MongoStore, OpenError};
+pub use store::{MongoConfig, MongoStore};
+pub use xfer_store::database::OpenError;

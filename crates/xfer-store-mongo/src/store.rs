@@ -9,17 +9,19 @@ use mongodb::error::{ErrorKind, WriteFailure};
 use mongodb::options::{Acknowledgment, ClientOptions, IndexOptions, ReturnDocument, WriteConcern};
 use mongodb::{Client, Collection, IndexModel};
 use std::collections::HashMap;
-use std::fmt;
 use std::future::IntoFuture;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use xfer_core::{Account, AccountId, Clock, Timestamp, TransferId, TransferRecord};
+use xfer_store::database::{plain_name, OpenError};
 use xfer_store::{
     AccountOp, BoxFuture, HistoryPage, Op, PrepareOutcome, ReleaseOutcome, Reply, Store,
     StoreError, TransferOp,
 };
 
+/// The backend's name in errors.
+const STORE: &str = "mongodb";
 /// Where one shard lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MongoConfig {
@@ -52,34 +54,6 @@ impl MongoConfig {
     }
 }
 
-/// Why a shard could not be opened.
-#[derive(Debug)]
-pub enum OpenError {
-    /// A setting is wrong: which one, and why.
-    Config {
-        /// The setting.
-        field: &'static str,
-        /// Why it is refused.
-        why: String,
-    },
-    /// The server could not be reached or refused the connection.
-    Unreachable(String),
-    /// The indexes could not be made.
-    Indexes(String),
-}
-
-impl fmt::Display for OpenError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            OpenError::Config { field, why } => write!(f, "mongodb store: {field}: {why}"),
-            OpenError::Unreachable(m) => write!(f, "mongodb store: cannot connect: {m}"),
-            OpenError::Indexes(m) => write!(f, "mongodb store: indexes: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for OpenError {}
-
 /// One shard in a MongoDB database. Cheap to share behind an `Arc`.
 pub struct MongoStore {
     client: Client,
@@ -94,15 +68,6 @@ pub struct MongoStore {
     tokens: AtomicI64,
 }
 
-fn valid_database(s: &str) -> bool {
-    let mut chars = s.chars();
-    s.len() <= 63
-        && chars
-            .next()
-            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-}
-
 /// A history entry a step's reply asks for: (account, its place, transfer).
 type Listed = (String, i64, String);
 
@@ -110,27 +75,17 @@ impl MongoStore {
     /// Connects and makes the indexes the scans use (idempotently). `clock` is the store's
     /// clock: it judges prepare deadlines, hold expiry at capture and tombstone horizons.
     pub async fn open(cfg: &MongoConfig, clock: Arc<dyn Clock>) -> Result<MongoStore, OpenError> {
-        if !valid_database(&cfg.database) {
-            return Err(OpenError::Config {
-                field: "database",
-                why: format!(
-                    "{:?} is not a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 63 bytes)",
-                    cfg.database
-                ),
-            });
-        }
+        plain_name(STORE, "database", &cfg.database, 63)?;
         if cfg.pool_size == 0 {
-            return Err(OpenError::Config {
-                field: "pool_size",
-                why: "needs at least 1 connection".into(),
-            });
+            return Err(OpenError::config(
+                STORE,
+                "pool_size",
+                "needs at least 1 connection",
+            ));
         }
         let mut options = ClientOptions::parse(&cfg.url)
             .await
-            .map_err(|e| OpenError::Config {
-                field: "url",
-                why: e.to_string(),
-            })?;
+            .map_err(|e| OpenError::config(STORE, "url", e.to_string()))?;
         options.app_name = Some("xfer".into());
         options.max_pool_size = Some(cfg.pool_size);
         options.connect_timeout = Some(cfg.connect_timeout);
@@ -144,10 +99,8 @@ impl MongoStore {
         );
         let hosts: Vec<String> = options.hosts.iter().map(|h| h.to_string()).collect();
         let name = format!("mongodb {}/{}", hosts.join(","), cfg.database);
-        let client = Client::with_options(options).map_err(|e| OpenError::Config {
-            field: "url",
-            why: e.to_string(),
-        })?;
+        let client = Client::with_options(options)
+            .map_err(|e| OpenError::config(STORE, "url", e.to_string()))?;
         let db = client.database(&cfg.database);
         let seed = std::collections::hash_map::RandomState::new();
         let random = std::hash::BuildHasher::hash_one(&seed, &name) as i64;
@@ -182,9 +135,9 @@ impl MongoStore {
             let text = format!("{}: {e}", self.name);
             match *e.kind {
                 ErrorKind::ServerSelection { .. } | ErrorKind::Io(_) => {
-                    OpenError::Unreachable(text)
+                    OpenError::unreachable(STORE, text)
                 }
-                _ => OpenError::Indexes(text),
+                _ => OpenError::setup(STORE, text),
             }
         };
         // The sweeper's scan (wake time), the pruner's (earliest tombstone), an account's

@@ -21,4 +21,5 @@ mod store;
 mod wire;
 
 pub use durability::Durability;
-pub use store::{MysqlConfig, MysqlStore, OpenError};
+pub use store::{MysqlConfig, MysqlStore};
+pub use xfer_store::database::OpenError;

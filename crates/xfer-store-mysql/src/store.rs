@@ -4,11 +4,13 @@ use crate::durability::Durability;
 use crate::wire;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
-use std::fmt;
 use std::time::Duration;
 use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
+use xfer_store::database::{plain_name, OpenError};
 use xfer_store::{reply_json, BoxFuture, HistoryPage, Op, Reply, Store, StoreError};
 
+/// The backend's name in errors.
+const STORE: &str = "mysql";
 /// Where one shard lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MysqlConfig {
@@ -42,34 +44,6 @@ impl MysqlConfig {
     }
 }
 
-/// Why a shard could not be opened.
-#[derive(Debug)]
-pub enum OpenError {
-    /// A setting is wrong: which one, and why.
-    Config {
-        /// The setting.
-        field: &'static str,
-        /// Why it is refused.
-        why: String,
-    },
-    /// The server could not be reached or refused the connection.
-    Unreachable(String),
-    /// The database could not be brought to this version.
-    Migration(String),
-}
-
-impl fmt::Display for OpenError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            OpenError::Config { field, why } => write!(f, "mysql store: {field}: {why}"),
-            OpenError::Unreachable(m) => write!(f, "mysql store: cannot connect: {m}"),
-            OpenError::Migration(m) => write!(f, "mysql store: migration failed: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for OpenError {}
-
 /// The migrations, in order; the database's `migrations` table records which have run.
 const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("schema.sql"))];
 
@@ -101,41 +75,23 @@ pub struct MysqlStore {
     call_timeout: Duration,
 }
 
-fn valid_database(s: &str) -> bool {
-    let mut chars = s.chars();
-    s.len() <= 64
-        && chars
-            .next()
-            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-}
-
 impl MysqlStore {
     /// Connects, creates the database if missing and runs the migrations it lacks (under a
     /// named lock, so processes starting together do not race).
     pub async fn open(cfg: &MysqlConfig) -> Result<MysqlStore, OpenError> {
-        if !valid_database(&cfg.database) {
-            return Err(OpenError::Config {
-                field: "database",
-                why: format!(
-                    "{:?} is not a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 64 bytes)",
-                    cfg.database
-                ),
-            });
-        }
+        plain_name(STORE, "database", &cfg.database, 64)?;
         let pool_max = match cfg.pool_size {
             0 => {
-                return Err(OpenError::Config {
-                    field: "pool_size",
-                    why: "needs at least 1 connection".into(),
-                })
+                return Err(OpenError::config(
+                    STORE,
+                    "pool_size",
+                    "needs at least 1 connection",
+                ))
             }
             n => n,
         };
-        let server = Opts::from_url(&cfg.url).map_err(|e| OpenError::Config {
-            field: "url",
-            why: e.to_string(),
-        })?;
+        let server =
+            Opts::from_url(&cfg.url).map_err(|e| OpenError::config(STORE, "url", e.to_string()))?;
         let name = format!(
             "mysql {}:{}/{}",
             server.ip_or_hostname(),
@@ -146,13 +102,13 @@ impl MysqlStore {
         let mut admin = tokio::time::timeout(cfg.connect_timeout, Conn::new(server.clone()))
             .await
             .map_err(|_| {
-                OpenError::Unreachable(format!(
-                    "{name}: no answer within {:?}",
-                    cfg.connect_timeout
-                ))
+                OpenError::unreachable(
+                    STORE,
+                    format!("{name}: no answer within {:?}", cfg.connect_timeout),
+                )
             })?
-            .map_err(|e| OpenError::Unreachable(format!("{name}: {e}")))?;
-        let failed = |e: mysql_async::Error| OpenError::Migration(format!("{name}: {e}"));
+            .map_err(|e| OpenError::unreachable(STORE, format!("{name}: {e}")))?;
+        let failed = |e: mysql_async::Error| OpenError::setup(STORE, format!("{name}: {e}"));
         admin
             .query_drop(format!("CREATE DATABASE IF NOT EXISTS `{}`", cfg.database))
             .await
@@ -256,11 +212,7 @@ impl MysqlStore {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
-        // Lock rows in one global order (accounts, then transfers, by id) so that two
-        // batches never wait for each other in a cycle; a record's own ops keep their order
-        // (the sort is stable).
-        let mut order: Vec<usize> = (0..ops.len()).collect();
-        order.sort_by(|&a, &b| ops[a].record_key().cmp(&ops[b].record_key()));
+        let order = reply_json::lock_order(&ops);
         let payload =
             serde_json::Value::Array(order.iter().map(|&i| wire::encode(&ops[i])).collect())
                 .to_string();
@@ -268,18 +220,11 @@ impl MysqlStore {
         let text = rows
             .first()
             .ok_or_else(|| self.corrupted("no answer to a batch".into()))?;
+        // One row: the replies as a JSON array.
         let answers: Vec<&serde_json::value::RawValue> =
             serde_json::from_str(text).map_err(|e| self.corrupted(format!("{e} in {text}")))?;
-        if answers.len() != ops.len() {
-            return Err(self.corrupted(format!("{} replies to {} ops", answers.len(), ops.len())));
-        }
-        let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
-        for (&at, answer) in order.iter().zip(answers) {
-            let reply =
-                reply_json::decode(&ops[at], answer.get()).map_err(|e| self.corrupted(e))?;
-            replies[at] = Some(reply);
-        }
-        Ok(replies.into_iter().flatten().collect())
+        let answers = answers.iter().map(|a| a.get());
+        reply_json::decode_in_order(&ops, &order, answers).map_err(|e| self.corrupted(e))
     }
 }
 
@@ -469,13 +414,5 @@ mod tests {
         assert!(drops.contains(&"DROP PROCEDURE IF EXISTS xfer_execute".to_string()));
         assert!(drops.contains(&"DROP FUNCTION IF EXISTS xfer_now_ms".to_string()));
         assert_eq!(drop_first("CREATE TABLE x (a INT)"), None);
-    }
-
-    #[test]
-    fn a_database_name_is_a_plain_identifier() {
-        assert!(valid_database("xfer_shard_0"));
-        for bad in ["", "Xfer", "0x", "a-b", "a`b", &"a".repeat(65)] {
-            assert!(!valid_database(bad), "{bad}");
-        }
     }
 }

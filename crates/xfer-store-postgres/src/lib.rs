@@ -16,4 +16,5 @@ mod store;
 mod wire;
 
 pub use deadpool_postgres::Pool;
-pub use store::{describe, pool, OpenError, PostgresConfig, PostgresStore};
+pub use store::{describe, pool, PostgresConfig, PostgresStore};
+pub use xfer_store::database::OpenError;

@@ -2,12 +2,14 @@
 
 use crate::wire;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
-use std::fmt;
 use std::time::Duration;
 use tokio_postgres::NoTls;
 use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
+use xfer_store::database::{plain_name, OpenError};
 use xfer_store::{reply_json, BoxFuture, HistoryPage, Op, Reply, Store, StoreError};
 
+/// The backend's name in errors.
+const STORE: &str = "postgres";
 /// Where one shard lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PostgresConfig {
@@ -42,34 +44,6 @@ impl PostgresConfig {
     }
 }
 
-/// Why a shard could not be opened.
-#[derive(Debug)]
-pub enum OpenError {
-    /// A setting is wrong: which one, and why.
-    Config {
-        /// The setting.
-        field: &'static str,
-        /// Why it is refused.
-        why: String,
-    },
-    /// The server could not be reached or refused the connection.
-    Unreachable(String),
-    /// The schema could not be brought to this version.
-    Migration(String),
-}
-
-impl fmt::Display for OpenError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            OpenError::Config { field, why } => write!(f, "postgres store: {field}: {why}"),
-            OpenError::Unreachable(m) => write!(f, "postgres store: cannot connect: {m}"),
-            OpenError::Migration(m) => write!(f, "postgres store: migration failed: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for OpenError {}
-
 /// The migrations, in order; the schema's `migrations` table records which have run.
 const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("schema.sql")),
@@ -95,38 +69,22 @@ pub struct PostgresStore {
     call_timeout: Duration,
 }
 
-fn valid_schema(s: &str) -> bool {
-    let mut chars = s.chars();
-    s.len() <= 63
-        && chars
-            .next()
-            .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
-}
-
 impl PostgresStore {
     /// Connects, creates the schema if missing and runs the migrations it lacks (under an
     /// advisory lock, so processes starting together do not race).
     pub async fn open(cfg: &PostgresConfig) -> Result<PostgresStore, OpenError> {
-        if !valid_schema(&cfg.schema) {
-            return Err(OpenError::Config {
-                field: "schema",
-                why: format!(
-                    "{:?} is not a plain lower-case identifier ([a-z_][a-z0-9_]*, at most 63 bytes)",
-                    cfg.schema
-                ),
-            });
-        }
+        plain_name(STORE, "schema", &cfg.schema, 63)?;
         if cfg.pool_size == 0 {
-            return Err(OpenError::Config {
-                field: "pool_size",
-                why: "needs at least 1 connection".into(),
-            });
+            return Err(OpenError::config(
+                STORE,
+                "pool_size",
+                "needs at least 1 connection",
+            ));
         }
-        let mut pg: tokio_postgres::Config = cfg.url.parse().map_err(|e| OpenError::Config {
-            field: "url",
-            why: format!("{e}"),
-        })?;
+        let mut pg: tokio_postgres::Config = cfg
+            .url
+            .parse()
+            .map_err(|e| OpenError::config(STORE, "url", format!("{e}")))?;
         pg.options(format!("-c search_path={}", cfg.schema))
             .application_name("xfer")
             .connect_timeout(cfg.connect_timeout);
@@ -140,11 +98,8 @@ impl PostgresStore {
             pg.get_dbname().unwrap_or("-"),
             cfg.schema
         );
-        let pool =
-            pool(pg, cfg.pool_size, cfg.connect_timeout).map_err(|why| OpenError::Config {
-                field: "pool_size",
-                why,
-            })?;
+        let pool = pool(pg, cfg.pool_size, cfg.connect_timeout)
+            .map_err(|why| OpenError::config(STORE, "pool_size", why))?;
         let store = PostgresStore {
             pool,
             name: where_,
@@ -159,8 +114,8 @@ impl PostgresStore {
             .pool
             .get()
             .await
-            .map_err(|e| OpenError::Unreachable(e.to_string()))?;
-        let failed = |e: tokio_postgres::Error| OpenError::Migration(describe(&e));
+            .map_err(|e| OpenError::unreachable(STORE, e.to_string()))?;
+        let failed = |e: tokio_postgres::Error| OpenError::setup(STORE, describe(&e));
         let tx = client.transaction().await.map_err(failed)?;
         // One lock per schema name, held until commit.
         tx.execute(
@@ -236,24 +191,13 @@ impl PostgresStore {
         if ops.is_empty() {
             return Ok(Vec::new());
         }
-        // Lock rows in one global order (accounts, then transfers, by id) so that two
-        // batches never wait for each other in a cycle; a record's own ops keep their order
-        // (the sort is stable).
-        let mut order: Vec<usize> = (0..ops.len()).collect();
-        order.sort_by(|&a, &b| ops[a].record_key().cmp(&ops[b].record_key()));
+        let order = reply_json::lock_order(&ops);
         let payload =
             serde_json::Value::Array(order.iter().map(|&i| wire::encode(&ops[i])).collect())
                 .to_string();
         let rows = self.rows(EXECUTE, &[&payload]).await?;
-        if rows.len() != ops.len() {
-            return Err(self.corrupted(format!("{} replies to {} ops", rows.len(), ops.len())));
-        }
-        let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
-        for (&at, row) in order.iter().zip(rows) {
-            let text: &str = row.get(0);
-            replies[at] = Some(reply_json::decode(&ops[at], text).map_err(|e| self.corrupted(e))?);
-        }
-        Ok(replies.into_iter().flatten().collect())
+        let answers = rows.iter().map(|row| row.get::<_, &str>(0));
+        reply_json::decode_in_order(&ops, &order, answers).map_err(|e| self.corrupted(e))
     }
 }
 

@@ -25,4 +25,5 @@ mod keys;
 mod store;
 mod wire;
 
-pub use store::{Durability, OpenError, RedisConfig, RedisStore};
+pub use store::{Durability, RedisConfig, RedisStore};
+pub use xfer_store::database::OpenError;

@@ -9,8 +9,11 @@ use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisError, RedisResult, Value};
 use std::fmt;
 use std::time::Duration;
 use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
+use xfer_store::database::OpenError;
 use xfer_store::{BoxFuture, HistoryPage, Op, Reply, Store, StoreError};
 
+/// The backend's name in errors.
+const STORE: &str = "redis";
 /// The server-side functions, loaded (replacing an older copy) when a store opens.
 const FUNCTIONS: &str = include_str!("functions.lua");
 
@@ -53,34 +56,6 @@ impl RedisConfig {
         }
     }
 }
-
-/// Why a shard could not be opened.
-#[derive(Debug)]
-pub enum OpenError {
-    /// A setting is wrong: which one, and why.
-    Config {
-        /// The setting.
-        field: &'static str,
-        /// Why it is refused.
-        why: String,
-    },
-    /// The server could not be reached or refused the connection.
-    Unreachable(String),
-    /// The functions could not be loaded.
-    Functions(String),
-}
-
-impl fmt::Display for OpenError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            OpenError::Config { field, why } => write!(f, "redis store: {field}: {why}"),
-            OpenError::Unreachable(m) => write!(f, "redis store: cannot connect: {m}"),
-            OpenError::Functions(m) => write!(f, "redis store: cannot load its functions: {m}"),
-        }
-    }
-}
-
-impl std::error::Error for OpenError {}
 
 /// One master's persistence settings, as `CONFIG GET` reads them.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -152,12 +127,7 @@ impl fmt::Debug for RedisStore {
 }
 
 fn check(cfg: &RedisConfig) -> Result<(), OpenError> {
-    let bad = |field, why: &str| {
-        Err(OpenError::Config {
-            field,
-            why: why.into(),
-        })
-    };
+    let bad = |field, why: &str| Err(OpenError::config(STORE, field, why));
     if cfg.nodes.is_empty() || cfg.nodes.iter().any(|n| n.is_empty()) {
         return bad("url", "give the server's URL, redis://host:port");
     }
@@ -169,10 +139,11 @@ fn check(cfg: &RedisConfig) -> Result<(), OpenError> {
     }
     for n in &cfg.nodes {
         if let Err(e) = n.as_str().into_connection_info() {
-            return Err(OpenError::Config {
-                field: "url",
-                why: format!("{n:?} is not a Redis URL: {e}"),
-            });
+            return Err(OpenError::config(
+                STORE,
+                "url",
+                format!("{n:?} is not a Redis URL: {e}"),
+            ));
         }
     }
     let p = &cfg.prefix;
@@ -195,7 +166,7 @@ impl RedisStore {
     /// first steps; nothing else is set up.
     pub async fn open(cfg: &RedisConfig) -> Result<RedisStore, OpenError> {
         check(cfg)?;
-        let unreachable = |e: RedisError| OpenError::Unreachable(e.to_string());
+        let unreachable = |e: RedisError| OpenError::unreachable(STORE, e.to_string());
         let conn = if cfg.cluster {
             let client = redis::cluster::ClusterClient::builder(cfg.nodes.clone())
                 .connection_timeout(cfg.connect_timeout)
@@ -216,7 +187,7 @@ impl RedisStore {
                 ConnectionManager::new_with_config(client, config),
             )
             .await
-            .map_err(|_| OpenError::Unreachable(format!("no answer from {}", cfg.nodes[0])))?
+            .map_err(|_| OpenError::unreachable(STORE, format!("no answer from {}", cfg.nodes[0])))?
             .map_err(unreachable)?;
             Conn::Single(manager)
         };
@@ -237,7 +208,7 @@ impl RedisStore {
         self.call::<Value>(&cmd)
             .await
             .map(drop)
-            .map_err(|e| OpenError::Functions(e.to_string()))
+            .map_err(|e| OpenError::setup(STORE, e.to_string()))
     }
 
     /// `call` on the connection, waiting at most the call timeout: `None` when no answer

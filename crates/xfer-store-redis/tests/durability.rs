@@ -5,6 +5,7 @@ mod common;
 use common::{cluster_nodes, Server, Shards};
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
+use xfer_store::database::OpenFailure;
 use xfer_store_redis::{OpenError, RedisConfig, RedisStore};
 
 /// A private redis-server on a free port, with no persistence, killed on drop.
@@ -118,14 +119,21 @@ async fn an_unreachable_server_and_a_bad_prefix_are_clear_errors() {
     let mut cfg = RedisConfig::new("redis://127.0.0.1:1", "p");
     cfg.connect_timeout = std::time::Duration::from_secs(2);
     match RedisStore::open(&cfg).await {
-        Err(OpenError::Unreachable(m)) => assert!(!m.is_empty()),
+        Err(OpenError {
+            failure: OpenFailure::Unreachable(m),
+            ..
+        }) => assert!(!m.is_empty()),
         other => panic!("expected Unreachable, got {other:?}"),
     }
     let cfg = RedisConfig::new(common::url(), "a{b");
     match RedisStore::open(&cfg).await {
         Err(
-            e @ OpenError::Config {
-                field: "prefix", ..
+            e @ OpenError {
+                failure:
+                    OpenFailure::Config {
+                        field: "prefix", ..
+                    },
+                ..
             },
         ) => {
             assert!(e.to_string().contains("hash tag"), "{e}")
@@ -134,7 +142,12 @@ async fn an_unreachable_server_and_a_bad_prefix_are_clear_errors() {
     }
     let cfg = RedisConfig::new("http://127.0.0.1:6379", "p");
     match RedisStore::open(&cfg).await {
-        Err(e @ OpenError::Config { field: "url", .. }) => {
+        Err(
+            e @ OpenError {
+                failure: OpenFailure::Config { field: "url", .. },
+                ..
+            },
+        ) => {
             assert!(e.to_string().contains("not a Redis URL"), "{e}")
         }
         other => panic!("expected a url error, got {other:?}"),

@@ -17,6 +17,7 @@
 //! - [`intercept`]: [`Intercept`], a wrapper that changes only how batches are executed.
 //! - [`coalesce`]: [`Coalesce`], concurrent calls merged into one batch.
 //! - [`conformance`]: the suite every backend must pass.
+//! - [`database`]: what database backends share when they open a shard.
 //! - [`contention`]: many batches at once on a hot account, for database backends.
 //! - [`differential`]: random account steps near 2^53 and 2^63, a backend against the
 //!   Memory store.
@@ -25,6 +26,7 @@
 pub mod coalesce;
 pub mod conformance;
 pub mod contention;
+pub mod database;
 pub mod differential;
 pub mod error;
 pub mod faulty;

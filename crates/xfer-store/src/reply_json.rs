@@ -145,6 +145,32 @@ enum ReplyRow {
     NotFound,
 }
 
+/// Where each op of a batch goes when the batch is sent in the order the SQL stores lock
+/// rows in: accounts, then transfers, each by id, so that two batches never wait for each
+/// other in a cycle; a record's own ops keep their order (the sort is stable).
+pub fn lock_order(ops: &[Op]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..ops.len()).collect();
+    order.sort_by(|&a, &b| ops[a].record_key().cmp(&ops[b].record_key()));
+    order
+}
+
+/// The replies to `ops`, in their order, from `answers`, which follow `order`
+/// ([`lock_order`]).
+pub fn decode_in_order<'a>(
+    ops: &[Op],
+    order: &[usize],
+    answers: impl ExactSizeIterator<Item = &'a str>,
+) -> Result<Vec<Reply>, String> {
+    if answers.len() != ops.len() {
+        return Err(format!("{} replies to {} ops", answers.len(), ops.len()));
+    }
+    let mut replies: Vec<Option<Reply>> = vec![None; ops.len()];
+    for (&at, text) in order.iter().zip(answers) {
+        replies[at] = Some(decode(&ops[at], text)?);
+    }
+    Ok(replies.into_iter().flatten().collect())
+}
+
 /// Parses the reply to `op`; `Err` says what was wrong with it.
 pub fn decode(op: &Op, text: &str) -> Result<Reply, String> {
     let row: ReplyRow = serde_json::from_str(text).map_err(|e| format!("{e} in {text}"))?;
