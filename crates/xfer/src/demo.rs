@@ -84,8 +84,8 @@ pub struct DemoArgs {
     /// on the MySQL or MongoDB server of --store-url (dropped afterwards).
     #[arg(long, value_enum, default_value_t = DemoStore::Embedded)]
     pub store: DemoStore,
-    /// The server for --store mysql or mongodb. [default: the local one scripts/services
-    /// starts: mysql://root@127.0.0.1:3306, mongodb://127.0.0.1:27017]
+    /// The server for --store mysql or mongodb; by default the local one scripts/services
+    /// starts (mysql://root@127.0.0.1:3306 or mongodb://127.0.0.1:27017).
     #[arg(long)]
     pub store_url: Option<String>,
 }
