@@ -8,9 +8,11 @@
 //! multi-document transaction and no read-modify-write retry loop.
 //!
 //! A batch of steps for one shard is sent at once: the steps of different documents run
-//! concurrently on the connection pool, a document's own steps in order; the history
-//! entries the batch writes go in one `insertMany`. (`bulkWrite` cannot serve: it answers
-//! counts, not the documents the replies are made from.)
+//! concurrently on the connection pool; an account's prepares, posts and releases in a row
+//! are one update of its document (`steps::chain`), a transfer's steps one each, in order;
+//! the history entries the batch writes go in one `insertMany`. (`bulkWrite` cannot serve:
+//! it answers counts, not the documents the replies are made from, and a document read
+//! after a step that did not apply may already be another step's.)
 //!
 //! What it needs from MongoDB: 4.2 or later (update pipelines in `findAndModify`, `$$REMOVE`,
 //! `$toDecimal`), a replica set or a sharded cluster (writes are acknowledged with
