@@ -398,6 +398,39 @@ impl Drop for Postgres {
     }
 }
 
+/// Starts `cmd` (its output appended to `dir/server.log`) and waits until `ready`; a
+/// process that exits, or is not ready within 60 s, fails the test with its log's end.
+fn serving(mut cmd: Command, dir: &Path, what: &str, ready: impl Fn() -> bool) -> Child {
+    let log = dir.join("server.log");
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .expect("a log");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone().expect("the log"))
+        .stderr(log_file)
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: {e} (scripts/services installs it)"));
+    let mut waited_ms = 0;
+    while !ready() {
+        let exited = child.try_wait().expect("the server's status");
+        if exited.is_some() || waited_ms >= 60_000 {
+            reap(&mut child);
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(10)..];
+            panic!(
+                "{what} does not serve ({exited:?} after {waited_ms} ms); its log ends: {tail:#?}"
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        waited_ms += 20;
+    }
+    child
+}
+
 /// A MariaDB server of the test's own: its data directory in a temporary directory, on a
 /// free loopback port, every commit's log flushed before it is answered.
 struct Mariadb {
@@ -473,48 +506,20 @@ impl Database for Mariadb {
     }
 
     /// Starts the server (crash recovery from InnoDB's redo log first, after a kill) and
-    /// waits until it answers; a server that exited, or never answers, fails the test with
-    /// its log's end.
+    /// waits until it answers a query.
     fn up(&self) {
         let mut server = self.server.lock().unwrap();
         assert!(server.is_none(), "MariaDB is already running");
-        let log = self.dir.join("server.log");
-        let log_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("a log");
-        let mut child = Command::new("mariadbd")
-            .arg("--no-defaults")
+        let mut cmd = Command::new("mariadbd");
+        cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", self.data().display()))
             .arg(format!("--port={}", self.port))
             .arg("--bind-address=127.0.0.1")
             .arg(format!("--socket={}", self.dir.join("sock").display()))
             .arg("--innodb-flush-log-at-trx-commit=1")
-            .args(as_root_too())
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone().expect("the log"))
-            .stderr(log_file)
-            .spawn()
-            .expect("mariadbd (scripts/services installs it)");
-        let mut waited_ms = 0;
-        while !self.answers() {
-            let exited = child.try_wait().expect("the server's status");
-            if exited.is_some() || waited_ms >= 60_000 {
-                reap(&mut child);
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                let lines: Vec<&str> = text.lines().collect();
-                let tail = &lines[lines.len().saturating_sub(10)..];
-                panic!(
-                    "the test's MariaDB on port {} does not answer ({exited:?} after \
-                     {waited_ms} ms); its log ends: {tail:#?}",
-                    self.port
-                );
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            waited_ms += 20;
-        }
-        *server = Some(child);
+            .args(as_root_too());
+        let what = format!("the test's MariaDB on port {}", self.port);
+        *server = Some(serving(cmd, &self.dir, &what, || self.answers()));
     }
 
     fn store_args(&self) -> Vec<String> {
@@ -575,46 +580,19 @@ impl Database for MongoServer {
     }
 
     /// Starts the server (WiredTiger recovers from its log first, after a kill) and waits
-    /// until it accepts connections; a server that exited, or never accepts, fails the test
-    /// with its log's end.
+    /// until it accepts connections.
     fn up(&self) {
         let mut server = self.server.lock().unwrap();
         assert!(server.is_none(), "the MongoDB server is already running");
-        let log = self.dir.join("server.log");
-        let log_file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log)
-            .expect("a log");
-        let mut child = Command::new("secantusd-rs")
-            .args(["--host", "127.0.0.1", "--port"])
+        let mut cmd = Command::new("secantusd-rs");
+        cmd.args(["--host", "127.0.0.1", "--port"])
             .arg(self.port.to_string())
             .arg("--storage-path")
             .arg(self.dir.join("data"))
-            .arg("--sync-on-commit")
-            .stdin(Stdio::null())
-            .stdout(log_file.try_clone().expect("the log"))
-            .stderr(log_file)
-            .spawn()
-            .expect("secantusd-rs (scripts/services installs it)");
-        let mut waited_ms = 0;
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            let exited = child.try_wait().expect("the server's status");
-            if exited.is_some() || waited_ms >= 60_000 {
-                reap(&mut child);
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                let lines: Vec<&str> = text.lines().collect();
-                let tail = &lines[lines.len().saturating_sub(10)..];
-                panic!(
-                    "the test's MongoDB server on port {} does not accept ({exited:?} after \
-                     {waited_ms} ms); its log ends: {tail:#?}",
-                    self.port
-                );
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-            waited_ms += 20;
-        }
-        *server = Some(child);
+            .arg("--sync-on-commit");
+        let what = format!("the test's MongoDB server on port {}", self.port);
+        let accepts = || std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok();
+        *server = Some(serving(cmd, &self.dir, &what, accepts));
     }
 
     fn store_args(&self) -> Vec<String> {
