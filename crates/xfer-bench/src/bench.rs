@@ -39,8 +39,6 @@ use xfer_server::config::{ServeConfig, ShardSpec, StoreKind};
 use xfer_server::metrics::Stopwatch;
 use xfer_server::server::Server;
 use xfer_server::stores;
-use xfer_store_mongo::{MongoConfig, MongoStore};
-use xfer_store_mysql::{MysqlConfig, MysqlStore};
 use xfer_store_redis::RedisStore;
 
 /// Runs the benchmark (see the module docs), printing progress every second; then the
@@ -145,7 +143,7 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
         }
     }
     let databases = cfg.layout.clone();
-    destroy_databases(&databases).await?;
+    stores::drop_databases(&databases).await?;
     let server = Arc::new(Server::start(cfg).await?);
     let client = Client::new(&format!("http://{}", server.addr()), None)?;
     let target = match a.via {
@@ -175,37 +173,8 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
         let store = RedisStore::open(&rc).await.map_err(|e| e.to_string())?;
         store.destroy().await.map_err(|e| e.to_string())?;
     }
-    destroy_databases(&databases).await?;
+    stores::drop_databases(&databases).await?;
     result
-}
-
-/// Drops the MySQL and MongoDB databases of `layout` (other shards are left alone).
-async fn destroy_databases(layout: &[ShardSpec]) -> Result<(), String> {
-    for spec in layout {
-        match spec {
-            ShardSpec::Mysql {
-                url,
-                database: Some(db),
-            } => {
-                let store = MysqlStore::open(&MysqlConfig::new(url.clone(), db.clone()))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                store.destroy().await.map_err(|e| e.to_string())?;
-            }
-            ShardSpec::Mongodb {
-                url,
-                database: Some(db),
-            } => {
-                let cfg = MongoConfig::new(url.clone(), db.clone());
-                let store = MongoStore::open(&cfg, Arc::new(SystemClock))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                store.destroy().await.map_err(|e| e.to_string())?;
-            }
-            _ => {}
-        }
-    }
-    Ok(())
 }
 
 /// The baseline: the same workload, one native transaction per transfer, on

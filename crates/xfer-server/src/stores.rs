@@ -240,6 +240,36 @@ pub async fn open(cfg: &ServeConfig, clock: Arc<dyn Clock>) -> Result<Opened, St
     })
 }
 
+/// Drops the MySQL and MongoDB databases `layout` names (other shards are left alone): the
+/// bench's and the demos' own databases, after a run.
+pub async fn drop_databases(layout: &[ShardSpec]) -> Result<(), String> {
+    for spec in layout {
+        match spec {
+            ShardSpec::Mysql {
+                url,
+                database: Some(db),
+            } => {
+                let store = MysqlStore::open(&MysqlConfig::new(url.clone(), db.clone()))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                store.destroy().await.map_err(|e| e.to_string())?;
+            }
+            ShardSpec::Mongodb {
+                url,
+                database: Some(db),
+            } => {
+                let cfg = MongoConfig::new(url.clone(), db.clone());
+                let store = MongoStore::open(&cfg, Arc::new(xfer_core::SystemClock))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                store.destroy().await.map_err(|e| e.to_string())?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Closes the embedded store opened so far, then answers the error that stopped the opening.
 async fn fail(embedded: Option<Embedded>, error: String) -> Result<Opened, String> {
     if let Some(e) = embedded {

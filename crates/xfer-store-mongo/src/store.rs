@@ -256,10 +256,10 @@ impl MongoStore {
                         self.timed(call).await?
                     }
                 };
+                // A create, close, bound change or read: nothing to list in the history.
                 let reply =
                     answer::account(id, step, after.as_ref(), now, token).map_err(broken)?;
-                let listed = after.as_ref().and_then(|d| listed(id, step, &reply, d));
-                Ok((reply, listed))
+                Ok((reply, None))
             }
             Op::Transfer(id, TransferOp::Insert(record)) => {
                 let insert = self

@@ -47,9 +47,9 @@ impl MysqlConfig {
 /// The migrations, in order; the database's `migrations` table records which have run.
 const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("schema.sql"))];
 
-/// Every connection's session: UTC (so `xfer_now_ms` is exact) and read committed (a
+/// What every new connection runs first: UTC (so `xfer_now_ms` is exact) and read committed (a
 /// step locks the rows it reads; no gap locks between batches).
-const SESSION: [&str; 2] = [
+const ON_CONNECT: [&str; 2] = [
     "SET time_zone = '+00:00'",
     "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED",
 ];
@@ -123,7 +123,7 @@ impl MysqlStore {
         let constraints = PoolConstraints::new(0, pool_max).expect("0 <= max and max >= 1");
         let opts = server
             .db_name(Some(cfg.database.clone()))
-            .init(SESSION.to_vec())
+            .init(ON_CONNECT.to_vec())
             .pool_opts(PoolOpts::default().with_constraints(constraints));
         Ok(MysqlStore {
             pool: Pool::new(opts),

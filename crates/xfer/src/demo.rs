@@ -128,36 +128,6 @@ fn demo_layout(store: DemoStore, url: Option<String>) -> Vec<ShardSpec> {
     }
 }
 
-/// Drops the databases of a demo's `layout`.
-async fn drop_databases(layout: &[ShardSpec]) -> Result<(), String> {
-    for spec in layout {
-        match spec {
-            ShardSpec::Mysql {
-                url,
-                database: Some(db),
-            } => {
-                let cfg = xfer_store_mysql::MysqlConfig::new(url.clone(), db.clone());
-                let store = xfer_store_mysql::MysqlStore::open(&cfg)
-                    .await
-                    .map_err(|e| e.to_string())?;
-                store.destroy().await.map_err(|e| e.to_string())?;
-            }
-            ShardSpec::Mongodb {
-                url,
-                database: Some(db),
-            } => {
-                let cfg = xfer_store_mongo::MongoConfig::new(url.clone(), db.clone());
-                let store = xfer_store_mongo::MongoStore::open(&cfg, Arc::new(SystemClock))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                store.destroy().await.map_err(|e| e.to_string())?;
-            }
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
 /// Runs a demo; `Ok(code)` is the exit code (0: scenario checks and audit clean).
 pub async fn run(cmd: DemoCommand, remote: &Remote) -> Result<i32, String> {
     let common = match &cmd {
@@ -249,7 +219,7 @@ pub async fn run(cmd: DemoCommand, remote: &Remote) -> Result<i32, String> {
     if let Some((server, dir, layout)) = own {
         server.shutdown().await?;
         let _ = std::fs::remove_dir_all(dir);
-        drop_databases(&layout).await?;
+        xfer_server::stores::drop_databases(&layout).await?;
     }
     scenario?;
     Ok(if audit? { 0 } else { 3 })
