@@ -15,7 +15,7 @@
 //! | `listings` | accounts, history, canceled transfers and the audit, as the service's |
 //! | `service` | what handlers call: submit, settle, reads, sweeps; results and `ExecError`, no status |
 //! | `answer` | how one transfer request was answered |
-//! | `stores` | opening the configured shards (embedded, PostgreSQL, MySQL, MongoDB, Redis, mixed) |
+//! | `stores` | opening the configured shards (embedded, PostgreSQL, MySQL, MongoDB, Redis, mixed); dropping a run's own databases |
 //! | `config` | the settings: defaults, file, environment, flags |
 //! | `auth` | bearer tokens and scopes |
 //! | `metrics` | Prometheus metrics |
