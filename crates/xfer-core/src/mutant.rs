@@ -38,11 +38,13 @@ pub enum Mutant {
     AckBeforeSync,
     /// The driver reports a decision whose answer is not durable yet.
     ReportUndurableDecision,
+    /// A one-phase commit of a transfer whose record exists moves the amounts again.
+    OnePhaseIgnoresRecord,
 }
 
 impl Mutant {
     /// Every mutant, in a stable order.
-    pub const ALL: [Mutant; 16] = [
+    pub const ALL: [Mutant; 17] = [
         Mutant::CreditAtPrepare,
         Mutant::DebitWithoutBalanceCheck,
         Mutant::DoublePost,
@@ -59,6 +61,7 @@ impl Mutant {
         Mutant::PruneIgnoresHorizon,
         Mutant::AckBeforeSync,
         Mutant::ReportUndurableDecision,
+        Mutant::OnePhaseIgnoresRecord,
     ];
 
     /// Its command-line name.
@@ -80,6 +83,7 @@ impl Mutant {
             Mutant::PruneIgnoresHorizon => "prune-ignores-horizon",
             Mutant::AckBeforeSync => "ack-before-sync",
             Mutant::ReportUndurableDecision => "report-undurable-decision",
+            Mutant::OnePhaseIgnoresRecord => "one-phase-ignores-record",
         }
     }
 
@@ -103,6 +107,7 @@ impl Mutant {
             Mutant::PruneIgnoresHorizon => "tombstones dropped before their horizon",
             Mutant::AckBeforeSync => "outcomes told before the log is durable",
             Mutant::ReportUndurableDecision => "a decision reported before it is durable",
+            Mutant::OnePhaseIgnoresRecord => "a repeated one-phase commit moves the amounts again",
             Mutant::DuplicateAnswersStaleState => {
                 "a duplicate submission is told the stored state as final"
             }

@@ -281,7 +281,8 @@ impl Executor {
         let mut slots = Vec::with_capacity(specs.len());
         let mut starts = Vec::with_capacity(specs.len());
         for (i, spec) in specs.into_iter().enumerate() {
-            match Machine::submit(spec, self.owner.clone(), now, self.cfg) {
+            let local = self.cluster.router().is_local(&spec);
+            match Machine::submit_placed(spec, self.owner.clone(), now, self.cfg, local) {
                 Ok(start) => {
                     slots.push(i);
                     starts.push(start);

@@ -129,6 +129,8 @@ pub struct Machine {
     sink: Vec<Request>,
     /// Started by [`Machine::recover`] (only mutants care).
     recovering: bool,
+    /// Asked for the one-phase commit: its answer is the decision.
+    one_phase: bool,
 }
 
 /// What a machine keeps of the transfer's record: the few fields its next steps read. The
@@ -175,12 +177,40 @@ impl Machine {
         now: Timestamp,
         cfg: Config,
     ) -> Result<(Machine, Vec<Request>), Rejection> {
+        Machine::submit_placed(spec, owner, now, cfg, false)
+    }
+
+    /// As [`Machine::submit`]; `local` says that every account the transfer names lives on
+    /// its record's shard ([`Router::is_local`](crate::Router::is_local)). A plain transfer
+    /// (no hold, no refund) so placed asks for the one-phase commit
+    /// ([`TransferOp::OnePhase`]): the store answers the record `done`, or inserts it
+    /// pending where it cannot commit it at once, and the two phases go on from there.
+    pub fn submit_placed(
+        spec: TransferSpec,
+        owner: OwnerId,
+        now: Timestamp,
+        cfg: Config,
+        local: bool,
+    ) -> Result<(Machine, Vec<Request>), Rejection> {
         let legs = spec.validate()?;
+        let one_phase =
+            local && matches!(spec.kind, TransferKind::Transfer) && spec.refund_of.is_none();
         let lease_until = now.plus_ms(cfg.lease_ms);
-        let record = TransferRecord::accept_claimed(spec, now, owner.clone(), lease_until);
+        let record = Arc::new(TransferRecord::accept_claimed(
+            spec,
+            now,
+            owner.clone(),
+            lease_until,
+        ));
         let mut m = Machine::blank(record.id().clone(), owner, cfg);
         m.legs = legs;
-        let insert = Op::Transfer(m.id.clone(), TransferOp::Insert(Arc::new(record)));
+        m.one_phase = one_phase;
+        let op = if one_phase {
+            TransferOp::OnePhase(record)
+        } else {
+            TransferOp::Insert(record)
+        };
+        let insert = Op::Transfer(m.id.clone(), op);
         m.enter(Phase::Inserting);
         m.request(insert);
         Ok(m.started())
@@ -264,6 +294,7 @@ impl Machine {
             next_tag: 0,
             sink: Vec::new(),
             recovering: false,
+            one_phase: false,
         }
     }
 
@@ -293,17 +324,26 @@ impl Machine {
         self.waiting & self.bit(tag) != 0
     }
 
-    /// True while the machine waits for its decide step's answer.
+    /// True while the machine waits for its decide step's answer, or for its one-phase
+    /// commit's (which decides if it commits).
     pub fn is_deciding(&self) -> bool {
-        matches!(self.phase, Phase::Deciding)
+        match self.phase {
+            Phase::Deciding => true,
+            Phase::Inserting => self.one_phase,
+            _ => false,
+        }
     }
 
-    /// True once the machine's transfer is decided by it: posting, releasing, finishing, or
-    /// held.
+    /// True once the machine's transfer is decided by it: posting, releasing, finishing,
+    /// held, or done by its one-phase commit.
     pub fn is_decided(&self) -> bool {
         match &self.phase {
             Phase::Posting | Phase::Releasing | Phase::Finishing => true,
-            Phase::Stopped(o) => matches!(o.as_ref(), Outcome::Held(_)),
+            Phase::Stopped(o) => match o.as_ref() {
+                Outcome::Held(_) => true,
+                Outcome::Finished(_) => self.one_phase,
+                _ => false,
+            },
             _ => false,
         }
     }
@@ -596,6 +636,10 @@ impl Machine {
             // Inserted, or the same body was already there: compete for the claim either
             // way; a live claim or a terminal state answers `Unchanged` there.
             Reply::Unchanged(rec) if mutant::is(Mutant::DuplicateAnswersStaleState) => {
+                self.stop(Outcome::Finished(Arc::unwrap_or_clone(rec)))
+            }
+            // Committed in one phase: nothing is left to do.
+            Reply::Transfer(rec) if self.one_phase && rec.state == TransferState::Done => {
                 self.stop(Outcome::Finished(Arc::unwrap_or_clone(rec)))
             }
             // Inserted now: the record we sent, claimed by us (the insert was the claim).

@@ -6,7 +6,7 @@
 //! The hash is FNV-1a 64: stable across processes, versions and platforms, which a
 //! placement function must be (a record must be found where it was put).
 
-use xfer_core::{AccountId, AssetCode, TransferId};
+use xfer_core::{AccountId, AssetCode, TransferId, TransferSpec};
 use xfer_store::Op;
 
 /// What a rule matches.
@@ -93,6 +93,17 @@ impl Router {
             }
         }
         Ok((h % self.shards as u64) as usize)
+    }
+
+    /// Whether every account `spec` names lives on its record's shard: one atomic step
+    /// there can then do the whole transfer ([`TransferOp::OnePhase`](xfer_store::TransferOp)).
+    pub fn is_local(&self, spec: &TransferSpec) -> bool {
+        let home = self.shard_of_transfer(&spec.id);
+        spec.postings.iter().all(|p| {
+            [&p.from, &p.to]
+                .into_iter()
+                .all(|a| self.shard_of_account(a, Some(&p.asset)) == Ok(home))
+        })
     }
 
     /// The shard an op must be sent to.

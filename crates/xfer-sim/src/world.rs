@@ -621,13 +621,16 @@ impl World {
         let (now, cfg) = (self.clock(p), self.cfg.protocol);
         let owner = self.owner(p);
         let started = match action {
-            Action::Submit(spec) => match Machine::submit(spec, owner, now, cfg) {
-                Ok((m, reqs)) => Some((Work::Machine(Box::new(m)), reqs)),
-                Err(r) => {
-                    self.tell(&ticket, Told::Rejected(r.code));
-                    None
+            Action::Submit(spec) => {
+                let local = self.router.is_local(&spec);
+                match Machine::submit_placed(spec, owner, now, cfg, local) {
+                    Ok((m, reqs)) => Some((Work::Machine(Box::new(m)), reqs)),
+                    Err(r) => {
+                        self.tell(&ticket, Told::Rejected(r.code));
+                        None
+                    }
                 }
-            },
+            }
             Action::Capture(id) => Some(Machine::capture(id, owner, now, cfg))
                 .map(|(m, r)| (Work::Machine(Box::new(m)), r)),
             Action::Void(id) => Some(Machine::void(id, owner, now, cfg))

@@ -391,7 +391,7 @@ fn ownership(set: &mut Document, owner: &str, now: Timestamp, lease_until: Times
 /// an insert (an `insertOne`).
 pub(crate) fn transfer(op: &TransferOp, store_now: Timestamp, token: i64) -> Option<Update> {
     let (condition, set, outcome) = match op {
-        TransferOp::Get | TransferOp::Insert(_) => return None,
+        TransferOp::Get | TransferOp::Insert(_) | TransferOp::OnePhase(_) => return None,
         TransferOp::Claim {
             owner,
             now,

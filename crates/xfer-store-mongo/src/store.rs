@@ -261,7 +261,8 @@ impl MongoStore {
                     answer::account(id, step, after.as_ref(), now, token).map_err(broken)?;
                 Ok((reply, None))
             }
-            Op::Transfer(id, TransferOp::Insert(record)) => {
+            // No one-phase commit here (one document per step): always the insert.
+            Op::Transfer(id, TransferOp::Insert(record) | TransferOp::OnePhase(record)) => {
                 let insert = self
                     .transfers
                     .insert_one(documents::transfer_document(record));

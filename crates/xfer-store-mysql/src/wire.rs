@@ -65,7 +65,8 @@ pub(crate) fn encode(op: &Op) -> Value {
             let mut v = match op {
                 // `postings`: what a refund of it must post, compared as text by
                 // `link_refund` (one serializer writes both sides).
-                TransferOp::Insert(r) => json!({
+                // No one-phase commit here: always the insert it otherwise is.
+                TransferOp::Insert(r) | TransferOp::OnePhase(r) => json!({
                     "k": "insert", "spec": text(&*r.spec), "state": r.state,
                     "created_at": ms(r.created_at), "updated_at": ms(r.updated_at),
                     "deadline": ms(r.deadline), "hold_expires_at": r.hold_expires_at.map(ms),

@@ -97,12 +97,26 @@ pub(crate) fn encode(op: &Op) -> Value {
                 }
                 TransferOp::Redrive { now } => json!({"k": "redrive", "now": ms(*now)}),
                 TransferOp::Get => json!({"k": "get"}),
+                TransferOp::OnePhase(rec) => one_phase(rec),
             };
             v["on"] = json!("transfer");
             v["id"] = json!(id);
             v
         }
     }
+}
+
+/// A one-phase commit: the record, and its legs as `[account, asset, debit, credit]` (a
+/// record that no longer validates has none, and is only inserted).
+fn one_phase(rec: &TransferRecord) -> Value {
+    let legs: Vec<Value> = rec
+        .spec
+        .validate()
+        .unwrap_or_default()
+        .iter()
+        .map(|l| json!([l.account, l.asset, l.debit, l.credit]))
+        .collect();
+    json!({"k": "one_phase", "rec": record(rec), "legs": legs})
 }
 
 fn record(r: &TransferRecord) -> Value {

@@ -107,7 +107,8 @@ pub(crate) fn command(keys: &Keys, op: &Op) -> Cmd {
                 args.extend([o.to_string(), ms(now), ms(until)]);
             };
             args[0] = match op {
-                TransferOp::Insert(rec) => {
+                // No one-phase commit here: always the insert it otherwise is.
+                TransferOp::Insert(rec) | TransferOp::OnePhase(rec) => {
                     args.extend(record_fields(rec));
                     "insert"
                 }
@@ -293,7 +294,9 @@ pub(crate) fn decode(op: &Op, v: Value) -> Result<Reply, String> {
             // An insert over an existing id changes nothing either way; the same body is a
             // repeat, a different one a refusal (TransferSpec::same_body).
             match op {
-                Op::Transfer(_, TransferOp::Insert(new)) if !rec.spec.same_body(&new.spec) => {
+                Op::Transfer(_, TransferOp::Insert(new) | TransferOp::OnePhase(new))
+                    if !rec.spec.same_body(&new.spec) =>
+                {
                     Reply::Refused(Code::IdExistsWithDifferentBody)
                 }
                 _ => Reply::Unchanged(Arc::new(rec)),

@@ -48,6 +48,19 @@ pub async fn run_all_opened<S: Store, F: std::future::Future<Output = S>>(
     history_is_newest_first_and_paged(&open_store().await).await;
     prune_drops_only_expired_tombstones(&open_store().await).await;
     batches_are_independent_per_record(&open_store().await).await;
+    one_phase_commits_whole_or_inserts(&open_store().await).await;
+}
+
+/// For a store that commits in one phase (the Memory, embedded and PostgreSQL stores): the
+/// case of [`run_all`] that checks [`TransferOp::OnePhase`], requiring it to commit where
+/// it can. Others may always answer as the insert.
+pub async fn run_one_phase_committing<S: Store, F: std::future::Future<Output = S>>(
+    open_store: impl Fn() -> F,
+) {
+    assert!(
+        one_phase_commits_whole_or_inserts(&open_store().await).await,
+        "a one-phase commit that every leg allows must commit"
+    );
 }
 
 fn acct(s: &str) -> AccountId {
@@ -886,6 +899,99 @@ async fn batches_are_independent_per_record(s: &dyn Store) {
     assert_eq!((hot.reserved, hot.available()), (500, 0));
 }
 
+/// A transfer of `amount` from "a" to `to`, claimed by "o", with a deadline no store clock
+/// reaches: the record a submitter sends for the one-phase commit.
+fn claimed(id: &str, to: &str, amount: u64) -> Arc<TransferRecord> {
+    let mut spec = spec(id, TransferKind::Transfer);
+    let posting = &mut spec.postings[0];
+    posting.to = acct(to);
+    posting.amount = Amount::new(amount, "amount").expect("valid");
+    let mut r = TransferRecord::accept_claimed(spec, at(10), owner("o"), FUTURE);
+    r.deadline = FUTURE;
+    Arc::new(r)
+}
+
+/// The one-phase commit (`record::one_phase_allows`): where every leg's prepare would
+/// succeed, the record is kept `done` and every leg's amounts move, with no intent left,
+/// once; otherwise it is the insert and nothing moves. Answers whether the first one
+/// committed (a store may always answer as the insert).
+async fn one_phase_commits_whole_or_inserts(s: &dyn Store) -> bool {
+    for id in ["a", "b"] {
+        create(s, id, LowerBound::default()).await;
+    }
+    fund(s, "a", 100).await;
+    let one_phase =
+        |r: &Arc<TransferRecord>| Op::Transfer(r.id().clone(), TransferOp::OnePhase(Arc::clone(r)));
+    let first = claimed("q1", "b", 30);
+    let committed = match one(s, one_phase(&first)).await {
+        Reply::Transfer(t) if t.state == TransferState::Done => {
+            assert_eq!(t.owner, None, "a done record has no owner");
+            assert_eq!(t.updated_at, t.created_at, "done when created");
+            assert_eq!(t.spec, first.spec);
+            assert_eq!(
+                (get(s, "a").await.balance, get(s, "b").await.balance),
+                (70, 30)
+            );
+            for id in ["a", "b"] {
+                assert!(
+                    get(s, id).await.intents.get(&tid("q1")).is_none(),
+                    "no intent"
+                );
+                assert_eq!(
+                    history_of(s, id).await.first().map(String::as_str),
+                    Some("q1")
+                );
+            }
+            true
+        }
+        Reply::Transfer(t) => {
+            assert_eq!(*t, *first, "not committed: the insert");
+            assert_eq!(
+                (get(s, "a").await.balance, get(s, "b").await.balance),
+                (100, 0)
+            );
+            false
+        }
+        other => panic!("a one-phase commit answered {other}"),
+    };
+    // A repeat, or an insert of the same, answers the record and moves nothing again.
+    for op in [
+        one_phase(&first),
+        Op::Transfer(tid("q1"), TransferOp::Insert(first.clone())),
+    ] {
+        let again = one(s, op).await;
+        assert!(
+            matches!(&again, Reply::Unchanged(t) if t.state == if committed { TransferState::Done } else { TransferState::Pending }),
+            "a repeat answered {again}"
+        );
+    }
+    let balances = (get(s, "a").await.balance, get(s, "b").await.balance);
+    assert_eq!(balances, if committed { (70, 30) } else { (100, 0) });
+    assert_eq!(
+        one(s, one_phase(&claimed("q1", "b", 31))).await,
+        Reply::Refused(Code::IdExistsWithDifferentBody)
+    );
+    // A leg whose prepare would be refused (too much, no such account, too late): the
+    // insert, claimed by its submitter, and nothing moves.
+    let mut late = (*claimed("q4", "b", 1)).clone();
+    late.deadline = PAST;
+    for r in [
+        claimed("q2", "b", 1_000),
+        claimed("q3", "ghost", 1),
+        Arc::new(late),
+    ] {
+        match one(s, one_phase(&r)).await {
+            Reply::Transfer(t) => assert_eq!(*t, *r, "the insert of {}", r.id()),
+            other => panic!("{}: a refused one-phase commit answered {other}", r.id()),
+        }
+    }
+    assert_eq!(
+        (get(s, "a").await.balance, get(s, "b").await.balance),
+        balances
+    );
+    committed
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -895,6 +1001,8 @@ mod tests {
 
     #[tokio::test(flavor = "current_thread")]
     async fn memory_store_conforms() {
-        run_all(|| MemoryStore::new(Arc::new(ManualClock::at(Timestamp(10_000))))).await;
+        let new = || MemoryStore::new(Arc::new(ManualClock::at(Timestamp(10_000))));
+        run_all(new).await;
+        run_one_phase_committing(|| std::future::ready(new())).await;
     }
 }

@@ -144,6 +144,13 @@ pub enum TransferOp {
     },
     /// Read it.
     Get,
+    /// Steps 1 to 6 at once, for a transfer whose accounts all live on the record's shard
+    /// (the one-phase commit, `docs/protocol.md`): if the record is absent and every leg's
+    /// prepare would succeed, insert the record `done` (no owner, `updated_at` its
+    /// `created_at`) and move every leg's amounts into its balance, all in one atomic step,
+    /// with no intents; otherwise exactly an [`Insert`](TransferOp::Insert) of the record,
+    /// for the two phases to go on from. A store may always answer as `Insert` does.
+    OnePhase(Arc<TransferRecord>),
 }
 
 /// What a prepare found and did.
@@ -282,6 +289,7 @@ impl fmt::Display for Op {
                 }
                 TransferOp::Redrive { .. } => write!(f, "transfer {id}: redrive"),
                 TransferOp::Get => write!(f, "transfer {id}: get"),
+                TransferOp::OnePhase(r) => write!(f, "transfer {id}: one-phase deadline={}", r.deadline),
             },
         }
     }

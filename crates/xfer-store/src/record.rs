@@ -9,7 +9,7 @@ use crate::op::{AccountOp, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, T
 use std::sync::Arc;
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{
-    Account, AccountId, AccountStatus, Code, Intent, IntentState, LowerBound, Timestamp,
+    Account, AccountId, AccountStatus, Code, Intent, IntentState, Leg, LowerBound, Timestamp,
     TransferId, TransferRecord, TransferState,
 };
 
@@ -218,47 +218,16 @@ fn prepare(
     horizon: Timestamp,
     now: Timestamp,
 ) -> PrepareOutcome {
-    let no_defence = mutant::is(Mutant::NoLatePrepareDefence);
-    let available = a.available();
-    if let Some(i) = a.intents.get(transfer) {
-        match i.state {
-            IntentState::Open => return PrepareOutcome::AlreadyPrepared,
-            IntentState::Posted if !no_defence => return PrepareOutcome::AlreadyPosted,
-            IntentState::Released if !no_defence => return PrepareOutcome::AlreadyReleased,
-            _ => {}
-        }
-    }
-    if now >= deadline && !no_defence {
-        return PrepareOutcome::TooLate;
-    }
-    match a.status {
-        AccountStatus::Open => {}
-        AccountStatus::Closed => return PrepareOutcome::Refused(Code::AccountClosed),
-        AccountStatus::Unopened => return PrepareOutcome::Refused(Code::AccountNotFound),
-    }
-    if &a.asset != asset {
-        return PrepareOutcome::Refused(Code::AssetMismatch);
-    }
-    if debit as i128 > available && !mutant::is(Mutant::DebitWithoutBalanceCheck) {
-        return PrepareOutcome::Refused(Code::ExceedsAvailable);
-    }
-    // Every number the record will ever hold must fit an i64: the new reserved and
-    // incoming sums themselves, and both ends of the balance's future range (lowest if
-    // every reserved debit posts, highest if every incoming credit posts). Checking only
-    // the balance let an unbounded issuer wrap `reserved` and create money.
-    let reserved = a.reserved as i128 + debit as i128;
-    let incoming = a.incoming as i128 + credit as i128;
-    let lowest = a.balance as i128 - reserved;
-    let highest = a.balance as i128 + incoming;
-    let fits = |v: i128| (i64::MIN as i128..=i64::MAX as i128).contains(&v);
-    if !(fits(reserved) && fits(incoming) && fits(lowest) && fits(highest)) {
-        return PrepareOutcome::Refused(Code::BalanceWouldOverflow);
-    }
-    a.reserved = reserved as i64;
+    let (reserved, incoming) = match prepare_check(a, transfer, asset, debit, credit, deadline, now)
+    {
+        Ok(sums) => sums,
+        Err(outcome) => return outcome,
+    };
+    a.reserved = reserved;
     if mutant::is(Mutant::CreditAtPrepare) {
         a.balance += credit as i64;
     } else {
-        a.incoming = incoming as i64;
+        a.incoming = incoming;
     }
     // (Over a tombstone only without the late-prepare defence, a mutant.)
     a.intents.insert(
@@ -271,6 +240,94 @@ fn prepare(
         },
     );
     PrepareOutcome::Prepared
+}
+
+/// Whether a prepare of `debit` and `credit` for `transfer` would succeed on `a`: the new
+/// reserved and incoming sums if so, else the outcome it answers, having changed nothing.
+fn prepare_check(
+    a: &Account,
+    transfer: &TransferId,
+    asset: &xfer_core::AssetCode,
+    debit: u64,
+    credit: u64,
+    deadline: Timestamp,
+    now: Timestamp,
+) -> Result<(i64, i64), PrepareOutcome> {
+    let no_defence = mutant::is(Mutant::NoLatePrepareDefence);
+    if let Some(i) = a.intents.get(transfer) {
+        match i.state {
+            IntentState::Open => return Err(PrepareOutcome::AlreadyPrepared),
+            IntentState::Posted if !no_defence => return Err(PrepareOutcome::AlreadyPosted),
+            IntentState::Released if !no_defence => return Err(PrepareOutcome::AlreadyReleased),
+            _ => {}
+        }
+    }
+    if now >= deadline && !no_defence {
+        return Err(PrepareOutcome::TooLate);
+    }
+    match a.status {
+        AccountStatus::Open => {}
+        AccountStatus::Closed => return Err(PrepareOutcome::Refused(Code::AccountClosed)),
+        AccountStatus::Unopened => return Err(PrepareOutcome::Refused(Code::AccountNotFound)),
+    }
+    if &a.asset != asset {
+        return Err(PrepareOutcome::Refused(Code::AssetMismatch));
+    }
+    if debit as i128 > a.available() && !mutant::is(Mutant::DebitWithoutBalanceCheck) {
+        return Err(PrepareOutcome::Refused(Code::ExceedsAvailable));
+    }
+    // Every number the record will ever hold must fit an i64: the new reserved and
+    // incoming sums themselves, and both ends of the balance's future range (lowest if
+    // every reserved debit posts, highest if every incoming credit posts). Checking only
+    // the balance let an unbounded issuer wrap `reserved` and create money.
+    let reserved = a.reserved as i128 + debit as i128;
+    let incoming = a.incoming as i128 + credit as i128;
+    let lowest = a.balance as i128 - reserved;
+    let highest = a.balance as i128 + incoming;
+    let fits = |v: i128| (i64::MIN as i128..=i64::MAX as i128).contains(&v);
+    if !(fits(reserved) && fits(incoming) && fits(lowest) && fits(highest)) {
+        return Err(PrepareOutcome::Refused(Code::BalanceWouldOverflow));
+    }
+    Ok((reserved as i64, incoming as i64))
+}
+
+/// Whether the one-phase commit of `rec` may move `leg`'s amounts on `a` (the leg's
+/// account, or `None` when absent): exactly when its prepare would succeed at `now`, so that
+/// the commit changes nothing a prepare and a post would not.
+pub fn one_phase_allows(
+    a: Option<&Account>,
+    rec: &TransferRecord,
+    leg: &Leg,
+    now: Timestamp,
+) -> bool {
+    a.is_some_and(|a| {
+        prepare_check(
+            a,
+            rec.id(),
+            &leg.asset,
+            leg.debit,
+            leg.credit,
+            rec.deadline,
+            now,
+        )
+        .is_ok()
+    })
+}
+
+/// The one-phase commit's write on a leg's account that [`one_phase_allows`]: its prepare
+/// and post at once, with no intent left.
+pub fn one_phase_move(a: &mut Account, leg: &Leg) {
+    a.balance += leg.credit as i64 - leg.debit as i64;
+}
+
+/// The record a one-phase commit keeps: `rec` (as the submitter inserts it, claimed) done,
+/// with no owner and `updated_at` its `created_at`, so that every store keeps the same.
+pub fn one_phase_done(rec: &TransferRecord) -> TransferRecord {
+    let mut done = rec.clone();
+    done.state = TransferState::Done;
+    done.owner = None;
+    done.updated_at = done.created_at;
+    done
 }
 
 /// SPEC §3 step 5 on one account: only an open intent moves money. Answers the intent as
@@ -371,7 +428,9 @@ fn set_lower_bound(a: &mut Account, lower_bound: LowerBound) -> Reply {
 /// copies of it).
 pub fn apply_transfer_absent(op: &TransferOp) -> (Option<Arc<TransferRecord>>, Reply) {
     match op {
-        TransferOp::Insert(new) => (Some(Arc::clone(new)), Reply::Transfer(Arc::clone(new))),
+        TransferOp::Insert(new) | TransferOp::OnePhase(new) => {
+            (Some(Arc::clone(new)), Reply::Transfer(Arc::clone(new)))
+        }
         _ => (None, Reply::NotFound),
     }
 }
@@ -409,7 +468,7 @@ pub fn apply_transfer_to(
 ) -> TransferStep {
     use TransferState::*;
     let changed = match op {
-        TransferOp::Insert(new) => {
+        TransferOp::Insert(new) | TransferOp::OnePhase(new) => {
             if rec.spec.same_body(&new.spec) {
                 false
             } else if mutant::is(Mutant::InsertOverwritesBody) {

@@ -202,7 +202,7 @@ pub fn decode(op: &Op, text: &str) -> Result<Reply, String> {
         ReplyRow::Unchanged(t) => Reply::Unchanged(Arc::new(t.into())),
         ReplyRow::Existing(t) => match op {
             // Same id: the same body (everything but the timeout) is a repeat.
-            Op::Transfer(_, TransferOp::Insert(new)) => {
+            Op::Transfer(_, TransferOp::Insert(new) | TransferOp::OnePhase(new)) => {
                 let found = TransferRecord::from(t);
                 if found.spec.same_body(&new.spec) {
                     Reply::Unchanged(Arc::new(found))

@@ -9,7 +9,7 @@
 use crate::op::{AccountOp, Op, Reply, TransferOp};
 use crate::record::{
     apply_account_absent, apply_account_to, apply_transfer_absent, apply_transfer_to,
-    get_account_shared, IndexEffect,
+    get_account_shared, one_phase_allows, one_phase_done, one_phase_move, IndexEffect,
 };
 use crate::shard::changes::Changes;
 use crate::shard::history::History;
@@ -20,6 +20,7 @@ use crate::shard::wake_index::WakeIndex;
 use crate::store::HistoryPage;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use xfer_core::mutant::{self, Mutant};
 use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
 
 /// One shard's records and indexes, in memory.
@@ -90,6 +91,11 @@ impl MemoryShard {
             Op::Transfer(id, TransferOp::Get) => {
                 if let Some(r) = self.transfers.get(id) {
                     return Reply::Unchanged(Arc::clone(r));
+                }
+            }
+            Op::Transfer(id, TransferOp::OnePhase(rec)) => {
+                if let Some(reply) = self.one_phase(id, rec, now) {
+                    return reply;
                 }
             }
             _ => {}
@@ -166,6 +172,49 @@ impl MemoryShard {
                 }
             },
         }
+    }
+
+    /// The one-phase commit of [`TransferOp::OnePhase`] when the record is absent and every
+    /// leg's account is here and allows it (`record::one_phase_allows`); `None` leaves the
+    /// op to be applied as the insert it otherwise is.
+    fn one_phase(
+        &mut self,
+        id: &TransferId,
+        rec: &Arc<TransferRecord>,
+        now: Timestamp,
+    ) -> Option<Reply> {
+        let existing = self.transfers.get(id).map(Arc::clone);
+        let repeat = mutant::is(Mutant::OnePhaseIgnoresRecord);
+        if existing.is_some() && !repeat {
+            return None;
+        }
+        let legs = rec.spec.validate().ok()?;
+        let allowed = legs.iter().all(|leg| {
+            let account = self.accounts.get(&leg.account).map(|a| &**a);
+            one_phase_allows(account, rec, leg, now)
+        });
+        if !allowed {
+            return None;
+        }
+        for leg in &legs {
+            let (a, first) = self
+                .accounts
+                .get_mut_marking(&leg.account)
+                .expect("every leg's account was found above");
+            one_phase_move(Arc::make_mut(a), leg);
+            if first {
+                self.note_account(&leg.account);
+            }
+            self.sequence += 1;
+            self.history.add(self.sequence, &leg.account, id);
+        }
+        if let Some(existing) = existing {
+            return Some(Reply::Unchanged(existing));
+        }
+        let done = Arc::new(one_phase_done(rec));
+        self.transfers.insert_marking(id.clone(), Arc::clone(&done));
+        self.note_transfer(id);
+        Some(Reply::Transfer(done))
     }
 
     /// See [`Store::scan_due`](crate::Store::scan_due).
