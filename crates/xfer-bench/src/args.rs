@@ -70,8 +70,9 @@ pub struct BenchArgs {
     /// The --redis-url nodes are one Redis Cluster.
     #[arg(long)]
     pub redis_cluster: bool,
-    /// Then run the same workload without xfer, as native PostgreSQL transactions (one
-    /// per transfer: conditional debit, credit, insert, commit), and print the ratio.
+    /// Then run the same workload without xfer, natively, and print the ratio: PostgreSQL
+    /// transactions (one per transfer: conditional debit, credit, insert, commit) or Redis
+    /// function calls (one per transfer, on the first --redis-url).
     #[arg(long, value_enum)]
     pub baseline: Option<Baseline>,
     /// Connections of the baseline, each running one transaction at a time.
@@ -120,6 +121,9 @@ pub enum Via {
 pub enum Baseline {
     /// Native PostgreSQL transactions, one per transfer.
     Postgres,
+    /// One Redis function call per transfer (conditional debit, credit, record), on the
+    /// first --redis-url (one server).
+    Redis,
 }
 
 /// The hot account's side.

@@ -22,6 +22,7 @@ pub use crate::args::*;
 use crate::baseline::{FreshDatabase, Native};
 use crate::ids::*;
 use crate::latency::*;
+use crate::native_redis::NativeRedis;
 pub use crate::report::*;
 use crate::target::*;
 use crate::usage::*;
@@ -48,7 +49,7 @@ pub async fn run(a: BenchArgs) -> Result<BenchRun, String> {
         return Err("need --accounts ≥ 2, 1 ≤ --batch ≤ 8192, --in-flight ≥ --batch".into());
     }
     if a.baseline.is_some() && !matches!(a.workload, Workload::Uniform | Workload::Hot) {
-        return Err("--baseline postgres runs the uniform and hot workloads".into());
+        return Err("--baseline runs the uniform and hot workloads".into());
     }
     if a.rate == Some(0) {
         return Err("--rate: at least 1 transfer per second".into());
@@ -61,6 +62,9 @@ pub async fn run(a: BenchArgs) -> Result<BenchRun, String> {
             "--timeout-ms: below the holds' ttl_ms ({HOLD_TTL_MS}) for --workload holds"
         ));
     }
+    if a.baseline == Some(Baseline::Redis) && a.redis_cluster {
+        return Err("--baseline redis runs on one server: not with --redis-cluster".into());
+    }
     if a.baseline.is_some() && !(1..=1_000).contains(&a.baseline_clients) {
         return Err("--baseline-clients: 1 to 1000".into());
     }
@@ -72,6 +76,7 @@ pub async fn run(a: BenchArgs) -> Result<BenchRun, String> {
             db.drop_now().await?;
             Some(result?)
         }
+        Some(Baseline::Redis) => Some(run_native_redis(&a).await?),
         None => None,
     };
     Ok(BenchRun { xfer, baseline })
@@ -193,6 +198,32 @@ async fn run_native(a: &BenchArgs, url: &str) -> Result<BenchReport, String> {
         ..a.clone()
     };
     measure(&b, Target::Native(native), "postgres-native", "-", &|| None).await
+}
+
+/// The Redis baseline: the same workload, one function call per transfer, on
+/// `--baseline-clients` connections to the first `--redis-url`.
+async fn run_native_redis(a: &BenchArgs) -> Result<BenchReport, String> {
+    let url = a
+        .redis_urls
+        .first()
+        .ok_or("--baseline redis needs a --redis-url")?;
+    let watch = Stopwatch::start();
+    let (native, durability) =
+        NativeRedis::setup(url, a.accounts, a.baseline_clients as usize).await?;
+    println!(
+        "baseline setup: {} accounts created and funded in {:.1}s on {url} ({durability})",
+        a.accounts,
+        watch.seconds()
+    );
+    let b = BenchArgs {
+        batch: 1,
+        in_flight: a.baseline_clients,
+        ..a.clone()
+    };
+    let target = Target::NativeRedis(native.clone());
+    let result = measure(&b, target, "redis-native", "-", &|| None).await;
+    native.clear().await?;
+    result
 }
 
 /// Runs the workload on `target` for the window and reports it. `log_syncs` counts the

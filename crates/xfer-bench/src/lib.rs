@@ -12,12 +12,14 @@
 //! | `report` | what a run measured, and how it is printed |
 //! | `args` | the command line |
 //! | `baseline` | the native PostgreSQL baseline: one SQL transaction per transfer |
+//! | `native_redis` | the native Redis baseline: one function call per transfer |
 
 pub mod args;
 pub mod baseline;
 pub mod bench;
 pub mod ids;
 pub mod latency;
+pub mod native_redis;
 pub mod report;
 pub mod target;
 pub mod usage;

@@ -7,7 +7,7 @@ use clap::ValueEnum;
 pub struct BenchReport {
     /// The workload's name.
     pub workload: String,
-    /// `library`, `http`, or `postgres-native` (the baseline).
+    /// `library`, `http`, or `postgres-native` / `redis-native` (the baselines).
     pub via: String,
     /// `embedded` or `postgres` (xfer's shards), or `-` for the baseline.
     pub store: String,
@@ -93,8 +93,9 @@ pub fn print(run: &BenchRun) {
     }
     if let Some(b) = &run.baseline {
         println!(
-            "compare: xfer {:.0} transfers/s vs postgres native {:.0} transfers/s: {:.2}x",
+            "compare: xfer {:.0} transfers/s vs {} {:.0} transfers/s: {:.2}x",
             run.xfer.per_second,
+            b.via,
             b.per_second,
             run.xfer.per_second / b.per_second.max(f64::MIN_POSITIVE)
         );

@@ -3,6 +3,7 @@
 
 use crate::baseline::Native;
 use crate::latency::*;
+use crate::native_redis::NativeRedis;
 use serde_json::{json, Value};
 use std::sync::Arc;
 use xfer_client::{Client, Connection};
@@ -35,6 +36,7 @@ pub(crate) enum Target {
     Library(Arc<Server>),
     Http(Client),
     Native(Native),
+    NativeRedis(NativeRedis),
 }
 
 impl Target {
@@ -68,6 +70,13 @@ impl Target {
                 }
                 return Ok(out);
             }
+            Target::NativeRedis(n) => {
+                let mut out = Vec::with_capacity(specs.len());
+                for s in &specs {
+                    out.push(n.transfer(s).await?);
+                }
+                return Ok(out);
+            }
         };
         if holds {
             let held: Vec<TransferId> = ids
@@ -86,7 +95,7 @@ impl Target {
                         .collect();
                     finished_states(e.drive(starts).await)?
                 }
-                Target::Native(_) => unreachable!("answered above"),
+                Target::Native(_) | Target::NativeRedis(_) => unreachable!("answered above"),
                 Target::Http(c) => {
                     let calls = held.iter().map(|id| async move {
                         let path = format!(

@@ -232,6 +232,45 @@ local function sums(key)
   return int(a[1], key .. ' balance'), int(a[2], key .. ' reserved'), int(a[3], key .. ' incoming')
 end
 
+-- The prepare's rules (record.rs `prepare_check`) on an account that exists: nil, its
+-- balance and its new reserved and incoming sums if a prepare of `debit` and `credit` for
+-- `tid` would succeed, else the answer the prepare gives (having changed nothing). An
+-- existing intent or tombstone answers first, then the deadline, then the rules.
+local function prepare_check(key, status, tid, asset, debit, credit, deadline)
+  local v = redis.call('HGET', key, 'i:' .. tid)
+  if v then
+    local state = intent_of(v, key)
+    if state == 'open' then
+      return { 'prepare', 'already_prepared' }
+    elseif state == 'posted' then
+      return { 'prepare', 'already_posted' }
+    end
+    return { 'prepare', 'already_released' }
+  end
+  if now_ms() >= ms(deadline, 'deadline') then
+    return { 'prepare', 'too_late' }
+  end
+  if status == 'closed' then
+    return { 'prepare', 'refused', 'account_closed' }
+  elseif status == 'unopened' then
+    return { 'prepare', 'refused', 'account_not_found' }
+  end
+  local a = redis.call('HMGET', key, 'asset', 'lower')
+  if a[1] ~= asset then
+    return { 'prepare', 'refused', 'asset_mismatch' }
+  end
+  local bal, res, inc = sums(key)
+  if a[2] and cmp(debit, sub(sub(bal, res), int(a[2], key .. ' lower'))) > 0 then
+    return { 'prepare', 'refused', 'exceeds_available' }
+  end
+  -- Every number the record will ever hold must fit an i64 (see record.rs).
+  local res2, inc2 = add(res, debit), add(inc, credit)
+  if not (fits(res2) and fits(inc2) and fits(sub(bal, res2)) and fits(add(bal, inc2))) then
+    return { 'prepare', 'refused', 'balance_would_overflow' }
+  end
+  return nil, bal, res2, inc2
+end
+
 local function account(keys, args)
   local key, hist, index, tombs, seq = keys[1], keys[2], keys[3], keys[4], keys[5]
   local k, aid = args[1], args[2]
@@ -343,37 +382,9 @@ local function account(keys, args)
   if k == 'prepare' then
     local tid, asset, debit, credit, deadline, horizon =
       args[3], args[4], args[5], args[6], args[7], args[8]
-    -- An existing intent or tombstone answers first, then the deadline, then the rules.
-    local v = redis.call('HGET', key, 'i:' .. tid)
-    if v then
-      local state = intent_of(v, key)
-      if state == 'open' then
-        return { 'prepare', 'already_prepared' }
-      elseif state == 'posted' then
-        return { 'prepare', 'already_posted' }
-      end
-      return { 'prepare', 'already_released' }
-    end
-    if now_ms() >= ms(deadline, 'deadline') then
-      return { 'prepare', 'too_late' }
-    end
-    if status == 'closed' then
-      return { 'prepare', 'refused', 'account_closed' }
-    elseif status == 'unopened' then
-      return { 'prepare', 'refused', 'account_not_found' }
-    end
-    local a = redis.call('HMGET', key, 'asset', 'lower')
-    if a[1] ~= asset then
-      return { 'prepare', 'refused', 'asset_mismatch' }
-    end
-    local bal, res, inc = sums(key)
-    if a[2] and cmp(debit, sub(sub(bal, res), int(a[2], key .. ' lower'))) > 0 then
-      return { 'prepare', 'refused', 'exceeds_available' }
-    end
-    -- Every number the record will ever hold must fit an i64 (see record.rs).
-    local res2, inc2 = add(res, debit), add(inc, credit)
-    if not (fits(res2) and fits(inc2) and fits(sub(bal, res2)) and fits(add(bal, inc2))) then
-      return { 'prepare', 'refused', 'balance_would_overflow' }
+    local refused, _, res2, inc2 = prepare_check(key, status, tid, asset, debit, credit, deadline)
+    if refused then
+      return refused
     end
     redis.call('HSET', key, 'reserved', res2, 'incoming', inc2,
       'i:' .. tid, 'open ' .. debit .. ' ' .. credit .. ' ' .. horizon)
@@ -584,11 +595,58 @@ end
 
 -- Tombstones whose horizon the store's clock has passed, at most ARGV[1] of them.
 -- KEYS: the tombstone index.
+-- ---------------------------------------------------------------------------------------
+-- The one-phase commit (TransferOp::OnePhase, docs/protocol.md). KEYS: the transfer, the
+-- transfer index, the due index, the history counter, then each leg's account and its
+-- history. ARGV: 'one_phase', the transfer id, its deadline, the number of legs, each leg's
+-- account id, asset, debit and credit, then the record's fields as an insert sends them.
+-- If the record is absent and every leg's prepare would succeed, the record is kept done
+-- and each leg's amounts move into its balance, with no intent; otherwise this is exactly
+-- the insert.
+local function one_phase(keys, args)
+  local key, index, due, seq = keys[1], keys[2], keys[3], keys[4]
+  local tid, deadline, n = args[2], args[3], tonumber(args[4])
+  if redis.call('EXISTS', key) == 1 then
+    -- Same id: the client compares the bodies (nothing changes either way).
+    return transfer_reply('unchanged', key)
+  end
+  local ok, balances = n > 0, {}
+  for i = 0, n - 1 do
+    local akey = keys[5 + 2 * i]
+    local status = redis.call('HGET', akey, 'status')
+    local refused, bal
+    if status then
+      refused, bal = prepare_check(akey, status, tid, args[6 + 4 * i], args[7 + 4 * i],
+        args[8 + 4 * i], deadline)
+    end
+    if not status or refused then
+      ok = false
+      break
+    end
+    balances[i] = bal
+  end
+  redis.call('HSET', key, unpack(args, 5 + 4 * n))
+  redis.call('ZADD', index, 0, tid)
+  if ok then
+    for i = 0, n - 1 do
+      local debit, credit = args[7 + 4 * i], args[8 + 4 * i]
+      redis.call('HSET', keys[5 + 2 * i], 'balance', add(balances[i], sub(credit, debit)))
+      local h = string.format('%d', redis.call('INCR', seq))
+      redis.call('ZADD', keys[6 + 2 * i], h, h .. ' ' .. tid)
+    end
+    redis.call('HSET', key, 'state', 'done', 'updated', redis.call('HGET', key, 'created'))
+    redis.call('HDEL', key, 'owner')
+  end
+  index_wake(key, due, tid)
+  return transfer_reply('transfer', key)
+end
+
 local function tombs_due(keys, args)
   return redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms(), 'LIMIT', 0, tonumber(args[1]))
 end
 
 redis.register_function('xfer_2_account', account)
 redis.register_function('xfer_2_transfer', transfer)
+redis.register_function('xfer_2_one_phase', one_phase)
 redis.register_function { function_name = 'xfer_2_tombs_due', callback = tombs_due,
   flags = { 'no-writes' } }

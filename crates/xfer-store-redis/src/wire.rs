@@ -19,6 +19,7 @@ use xfer_store::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Rep
 
 pub(crate) const ACCOUNT_FN: &str = "xfer_2_account";
 pub(crate) const TRANSFER_FN: &str = "xfer_2_transfer";
+pub(crate) const ONE_PHASE_FN: &str = "xfer_2_one_phase";
 pub(crate) const TOMBS_DUE_FN: &str = "xfer_2_tombs_due";
 
 /// A timestamp as the functions store it: milliseconds, a saturated "never" as `i64::MAX`.
@@ -107,8 +108,8 @@ pub(crate) fn command(keys: &Keys, op: &Op) -> Cmd {
                 args.extend([o.to_string(), ms(now), ms(until)]);
             };
             args[0] = match op {
-                // No one-phase commit here: always the insert it otherwise is.
-                TransferOp::Insert(rec) | TransferOp::OnePhase(rec) => {
+                TransferOp::OnePhase(rec) => return one_phase(keys, rec),
+                TransferOp::Insert(rec) => {
                     args.extend(record_fields(rec));
                     "insert"
                 }
@@ -195,6 +196,33 @@ fn account_keys(keys: &Keys, id: &AccountId) -> [String; 5] {
         keys.tombs(),
         keys.seq(),
     ]
+}
+
+/// The `FCALL` of a one-phase commit: the transfer's keys, the history counter and each
+/// leg's account and history; the deadline, the legs and the record's fields (a record that
+/// no longer validates has no legs, and is only inserted).
+fn one_phase(keys: &Keys, rec: &TransferRecord) -> Cmd {
+    let id = rec.id();
+    let legs = rec.spec.validate().unwrap_or_default();
+    let mut k = transfer_keys(keys, id).to_vec();
+    k.push(keys.seq());
+    let mut args = vec![
+        "one_phase".to_string(),
+        id.to_string(),
+        ms(rec.deadline),
+        legs.len().to_string(),
+    ];
+    for leg in &legs {
+        k.extend([keys.account(&leg.account), keys.history(&leg.account)]);
+        args.extend([
+            leg.account.to_string(),
+            leg.asset.to_string(),
+            leg.debit.to_string(),
+            leg.credit.to_string(),
+        ]);
+    }
+    args.extend(record_fields(rec));
+    fcall(ONE_PHASE_FN, &k, args)
 }
 
 fn transfer_keys(keys: &Keys, id: &TransferId) -> [String; 3] {

@@ -1,5 +1,6 @@
 //! The store conformance suite (the same one the Memory, embedded and PostgreSQL stores
-//! pass) against a real Redis server and a real Redis Cluster of three masters.
+//! pass, the one-phase commit required to commit) against a real Redis server and a real
+//! Redis Cluster of three masters.
 
 mod common;
 use common::{Server, Shards};
@@ -8,10 +9,12 @@ use common::{Server, Shards};
 async fn conformance_on_a_single_server() {
     let shards = Shards::new(Server::Single, "conf");
     xfer_store::conformance::run_all_opened(|| shards.open()).await;
+    xfer_store::conformance::run_one_phase_committing(|| shards.open()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_on_a_cluster() {
     let shards = Shards::new(Server::Cluster, "conf");
     xfer_store::conformance::run_all_opened(|| shards.open()).await;
+    xfer_store::conformance::run_one_phase_committing(|| shards.open()).await;
 }
