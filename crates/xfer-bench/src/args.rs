@@ -49,6 +49,10 @@ pub struct BenchArgs {
     /// Shards.
     #[arg(long, default_value_t = 4)]
     pub shards: u16,
+    /// Store calls in flight per shard, as `xfer serve --store-calls-per-shard` (concurrent
+    /// requests to a shard merge into that many calls).
+    #[arg(long, default_value_t = 4)]
+    pub store_calls_per_shard: usize,
     /// The PostgreSQL server for `--store postgres` and `--baseline postgres`. Each run
     /// creates its own database next to the one named here and drops it after (the user
     /// needs the CREATEDB right). `scripts/services` starts a local server.

@@ -65,6 +65,9 @@ pub async fn run(a: BenchArgs) -> Result<BenchRun, String> {
     if a.baseline == Some(Baseline::Redis) && a.redis_cluster {
         return Err("--baseline redis runs on one server: not with --redis-cluster".into());
     }
+    if !(1..=1_000).contains(&a.store_calls_per_shard) {
+        return Err("--store-calls-per-shard: 1 to 1000".into());
+    }
     if a.baseline.is_some() && !(1..=1_000).contains(&a.baseline_clients) {
         return Err("--baseline-clients: 1 to 1000".into());
     }
@@ -93,6 +96,7 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
         listen: "127.0.0.1:0".parse().expect("an address"),
         data_dir: dir.clone(),
         shards: a.shards,
+        store_calls_per_shard: a.store_calls_per_shard,
         ..ServeConfig::default()
     };
     // PostgreSQL: one fresh database per shard.
@@ -481,6 +485,7 @@ mod tests {
             rate: None,
             store: StoreKind::Embedded,
             shards: 2,
+            store_calls_per_shard: 4,
             postgres_url: String::new(),
             mysql_url: String::new(),
             mongodb_url: String::new(),

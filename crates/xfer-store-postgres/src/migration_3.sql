@@ -1,5 +1,6 @@
 -- xfer's PostgreSQL shard, migration 3: the one-phase commit (`TransferOp::OnePhase`,
--- docs/protocol.md), and `execute` taking a batch's account locks first when it holds one.
+-- docs/protocol.md), `execute` taking a batch's account locks first when it holds one, and
+-- account reads without a lock.
 
 -- A transfer whose accounts all live in this shard, at once: if the record is absent and
 -- every leg's prepare would succeed (record.rs: `one_phase_allows`), the record is inserted
@@ -77,7 +78,8 @@ DECLARE
 BEGIN
     IF jsonb_path_exists(ops, '$[*] ? (@.k == "one_phase")') THEN
         PERFORM 1 FROM accounts WHERE id IN (
-                SELECT e->>'id' FROM jsonb_array_elements(ops) AS e WHERE e->>'on' = 'account'
+                SELECT e->>'id' FROM jsonb_array_elements(ops) AS e
+                    WHERE e->>'on' = 'account' AND e->>'k' <> 'get'
                 UNION
                 SELECT l->>0 FROM jsonb_array_elements(ops) AS e,
                                   jsonb_array_elements(e->'legs') AS l
@@ -86,7 +88,14 @@ BEGIN
     END IF;
     FOR op IN SELECT e.value FROM jsonb_array_elements(ops) WITH ORDINALITY AS e(value, n)
               ORDER BY e.n LOOP
-        IF op->>'on' = 'account' THEN
+        IF op->>'on' = 'account' AND op->>'k' = 'get' THEN
+            -- A read takes no lock: it neither waits for the batches that write nor holds
+            -- them up until its own commit (the pre-check reads every account of a batch).
+            RETURN NEXT coalesce(
+                (SELECT account_json(a.id) FROM accounts a
+                     WHERE a.id = op->>'id' AND a.status <> 'unopened'),
+                '{"r": "not_found"}'::jsonb);
+        ELSIF op->>'on' = 'account' THEN
             RETURN NEXT account_op(op, now_ms);
         ELSIF op->>'k' = 'one_phase' THEN
             RETURN NEXT one_phase(op, now_ms);
