@@ -196,12 +196,7 @@ async fn run_native(a: &BenchArgs, url: &str) -> Result<BenchReport, String> {
         a.accounts,
         watch.seconds()
     );
-    let b = BenchArgs {
-        batch: 1,
-        in_flight: a.baseline_clients,
-        ..a.clone()
-    };
-    measure(&b, Target::Native(native), "postgres-native", "-", &|| None).await
+    measure_baseline(a, Target::Native(native), "postgres-native").await
 }
 
 /// The Redis baseline: the same workload, one function call per transfer, on
@@ -219,15 +214,20 @@ async fn run_native_redis(a: &BenchArgs) -> Result<BenchReport, String> {
         a.accounts,
         watch.seconds()
     );
+    let result = measure_baseline(a, Target::NativeRedis(native.clone()), "redis-native").await;
+    native.clear().await?;
+    result
+}
+
+/// Runs the workload on a baseline: one transfer per request from each of the
+/// `--baseline-clients`.
+async fn measure_baseline(a: &BenchArgs, target: Target, via: &str) -> Result<BenchReport, String> {
     let b = BenchArgs {
         batch: 1,
         in_flight: a.baseline_clients,
         ..a.clone()
     };
-    let target = Target::NativeRedis(native.clone());
-    let result = measure(&b, target, "redis-native", "-", &|| None).await;
-    native.clear().await?;
-    result
+    measure(&b, target, via, "-", &|| None).await
 }
 
 /// Runs the workload on `target` for the window and reports it. `log_syncs` counts the

@@ -183,11 +183,11 @@ impl MemoryShard {
         rec: &Arc<TransferRecord>,
         now: Timestamp,
     ) -> Option<Reply> {
-        let existing = self.transfers.get(id).map(Arc::clone);
-        let repeat = mutant::is(Mutant::OnePhaseIgnoresRecord);
-        if existing.is_some() && !repeat {
+        let existing = self.transfers.get(id);
+        if existing.is_some() && !mutant::is(Mutant::OnePhaseIgnoresRecord) {
             return None;
         }
+        let existing = existing.map(Arc::clone);
         let legs = rec.spec.validate().ok()?;
         let allowed = legs.iter().all(|leg| {
             let account = self.accounts.get(&leg.account).map(|a| &**a);
