@@ -20,7 +20,7 @@ use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use xfer_core::{Clock, FastSet, TransferId};
-use xfer_store::{MemoryShard, StoreError};
+use xfer_store::{MemoryShard, Op, StoreError, TransferOp};
 
 /// Why a data directory could not be opened.
 #[derive(Debug)]
@@ -247,7 +247,17 @@ fn replay(
             Entry::Ops { now, ops, .. } => {
                 fetch_finished(tables, s, shard, &ops)?;
                 for op in &ops {
-                    shard.mem.apply(op, now);
+                    if let Op::Transfer(id, TransferOp::OnePhase(rec)) = op {
+                        // Logged only where it committed (`shard.rs`): it must again.
+                        if !shard.mem.replay_one_phase(id, rec, now) {
+                            return Err(StoreError::Corrupted(format!(
+                                "shard {s}: the one-phase commit of {id} in the log no \
+                                 longer commits on replay"
+                            )));
+                        }
+                    } else {
+                        shard.mem.apply(op, now);
+                    }
                 }
             }
             Entry::Prune { now, limit, .. } => {

@@ -16,7 +16,9 @@ use crate::tables::Tables;
 use std::borrow::Borrow;
 use std::sync::Arc;
 use std::task::Poll;
-use xfer_core::{Account, AccountId, AccountStatus, Timestamp, TransferId, TransferRecord};
+use xfer_core::{
+    Account, AccountId, AccountStatus, Timestamp, TransferId, TransferRecord, TransferState,
+};
 use xfer_store::{
     BoxFuture, HistoryPage, MemoryShard, Op, Reply, SharedLog, Store, StoreError, TransferOp,
 };
@@ -54,13 +56,27 @@ impl<F: Fs> EmbeddedShard<F> {
         let now = self.inner.shared.clock.now();
         shard.mem.prefetch(ops);
         fetch_finished(&self.inner.shared.tables, self.index, shard, ops)?;
-        let replies = ops
+        let replies: Vec<Reply> = ops
             .iter()
             .map(|op| shard.mem.apply(op.borrow(), now))
             .collect();
+        let inserts: Vec<Op> = ops
+            .iter()
+            .zip(&replies)
+            .filter_map(|(op, reply)| logged_as_insert(op.borrow(), reply))
+            .collect();
+        let mut inserts = inserts.iter();
         // Room for them all: collected through the filter, the list would grow by doubling.
         let mut writes: Vec<&Op> = Vec::with_capacity(ops.len());
-        writes.extend(ops.iter().map(Borrow::borrow).filter(|op| !is_read(op)));
+        writes.extend(
+            ops.iter()
+                .zip(&replies)
+                .filter(|(op, _)| !is_read((*op).borrow()))
+                .map(|(op, reply)| match logged_as_insert(op.borrow(), reply) {
+                    Some(_) => inserts.next().expect("one insert per step that needs it"),
+                    None => op.borrow(),
+                }),
+        );
         if !writes.is_empty() {
             self.inner.shared.append(&EntryRef::Ops {
                 shard: self.index,
@@ -91,6 +107,24 @@ impl<F: Fs> EmbeddedShard<F> {
                 .await?;
             Ok(value)
         })
+    }
+}
+
+/// A one-phase step that did not commit, as the log keeps it: the insert it was. The log
+/// keeps a one-phase step only where it committed, so that replay repeats the commit
+/// whatever the tables hold of its record (`open.rs`, `replay`).
+fn logged_as_insert(op: &Op, reply: &Reply) -> Option<Op> {
+    match (op, reply) {
+        (Op::Transfer(_, TransferOp::OnePhase(_)), Reply::Transfer(r))
+            if r.state == TransferState::Done =>
+        {
+            None
+        }
+        (Op::Transfer(id, TransferOp::OnePhase(rec)), _) => Some(Op::Transfer(
+            id.clone(),
+            TransferOp::Insert(Arc::clone(rec)),
+        )),
+        _ => None,
     }
 }
 

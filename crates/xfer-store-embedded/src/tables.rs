@@ -309,8 +309,9 @@ impl Tables {
     /// before this call. Replay ends with the same record: one the tables held live is in
     /// memory, which wins over `done`; any other is brought back from `done` by the first
     /// replayed op naming it, and the ops it went through before it finished then change
-    /// nothing on it (no step moves a terminal transfer, `record.rs`). The next checkpoint
-    /// writes it again, the same (`docs/storage-format.md`).
+    /// nothing on it (no step moves a terminal transfer, `record.rs`), except the one-phase
+    /// commit that made it, which replay repeats (`open.rs`). The next checkpoint writes it
+    /// again, the same (`docs/storage-format.md`).
     pub fn commit(&self, batch: CheckpointBatch) -> Result<(), StoreError> {
         self.batch_items.store(batch.batch.len(), Ordering::Relaxed);
         self.done_items.store(batch.done.len(), Ordering::Relaxed);

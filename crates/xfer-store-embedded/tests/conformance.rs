@@ -122,21 +122,34 @@ impl Store for Cycling {
 #[tokio::test]
 async fn conformance_as_it_runs() {
     xfer_store::conformance::run_all(|| Cycling::new(Mode::Plain)).await;
+    xfer_store::conformance::run_one_phase_committing(|| async { Cycling::new(Mode::Plain) }).await;
 }
 
 #[tokio::test]
 async fn conformance_checkpointing_after_every_call() {
     xfer_store::conformance::run_all(|| Cycling::new(Mode::CheckpointEachCall)).await;
+    xfer_store::conformance::run_one_phase_committing(|| async {
+        Cycling::new(Mode::CheckpointEachCall)
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn conformance_closing_and_reopening_after_every_call() {
     xfer_store::conformance::run_all(|| Cycling::new(Mode::CloseEachCall)).await;
+    xfer_store::conformance::run_one_phase_committing(|| async {
+        Cycling::new(Mode::CloseEachCall)
+    })
+    .await;
 }
 
 #[tokio::test]
 async fn conformance_crashing_and_recovering_after_every_call() {
     xfer_store::conformance::run_all(|| Cycling::new(Mode::CrashEachCall)).await;
+    xfer_store::conformance::run_one_phase_committing(|| async {
+        Cycling::new(Mode::CrashEachCall)
+    })
+    .await;
 }
 
 /// A prune that takes several holds of the shard's lock logs each slice: after a crash, the

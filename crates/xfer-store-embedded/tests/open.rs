@@ -292,3 +292,85 @@ async fn a_crash_after_the_done_records_and_before_the_checkpoint_batch_changes_
         store.close().unwrap();
     }
 }
+
+/// One-phase step `id` of `amount` from `from` to `to` through the first shard: its reply.
+async fn one_phase(store: &Embedded, id: &str, from: &str, to: &str, amount: u64) -> Reply {
+    let spec = TransferSpec {
+        id: TransferId::new(id).unwrap(),
+        postings: vec![Posting {
+            from: AccountId::new(from).unwrap(),
+            to: AccountId::new(to).unwrap(),
+            asset: AssetCode::new("USD", "asset").unwrap(),
+            amount: Amount::new(amount, "amount").unwrap(),
+        }]
+        .into(),
+        metadata: String::new(),
+        kind: TransferKind::Transfer,
+        refund_of: None,
+        timeout_ms: 10_000,
+    };
+    let now = SystemClock.now();
+    let owner = OwnerId::new("me").unwrap();
+    let rec = TransferRecord::accept_claimed(spec, now, owner, now.plus_ms(60_000));
+    let op = transfer_op(id, TransferOp::OnePhase(Arc::new(rec)));
+    store.shards()[0].execute(vec![op]).await.unwrap().remove(0)
+}
+
+async fn balance(store: &Embedded, id: &str) -> i64 {
+    let get = Op::Account(AccountId::new(id).unwrap(), AccountOp::Get);
+    match &store.shards()[0].execute(vec![get]).await.unwrap()[0] {
+        Reply::Account(a) => a.balance,
+        other => panic!("{other}"),
+    }
+}
+
+#[tokio::test]
+async fn a_one_phase_commit_replays_over_its_own_record_written_ahead() {
+    // Killed between a checkpoint's `done` records and its batch, the store reopens at the
+    // checkpoint before with `done` already holding what the log's one-phase commits made.
+    // Replay must commit each again, not find its own result there and move nothing (the
+    // balances would then disagree with the records and with every later step); and a
+    // one-phase step that fell back to the insert must replay as the insert it was.
+    let dir = tempfile::tempdir().unwrap();
+    let open = || Embedded::open(dir.path(), cfg(1), Arc::new(SystemClock)).unwrap();
+    let (store, _) = open();
+    for (id, lower_bound) in [("a", LowerBound::Unbounded), ("b", LowerBound::Bounded(0))] {
+        let create = Op::Account(
+            AccountId::new(id).unwrap(),
+            AccountOp::Create {
+                asset: AssetCode::new("USD", "asset").unwrap(),
+                lower_bound,
+            },
+        );
+        store.shards()[0].execute(vec![create]).await.unwrap();
+    }
+    store.checkpoint().unwrap();
+    let done = |r: Reply| match r {
+        Reply::Transfer(r) if r.state == TransferState::Done => (*r).clone(),
+        other => panic!("not committed: {other}"),
+    };
+    let p1 = done(one_phase(&store, "p1", "a", "b", 5).await);
+    let fell_back = one_phase(&store, "p2", "b", "a", 100).await;
+    assert!(
+        matches!(&fell_back, Reply::Transfer(r) if r.state == TransferState::Pending),
+        "b holds 5: {fell_back}"
+    );
+    let p3 = done(one_phase(&store, "p3", "a", "b", 200).await);
+    drop(store); // killed
+
+    let tables = xfer_store_embedded::tables::Tables::open(&dir.path().join("tables")).unwrap();
+    tables.write_done(0, &[p1, p3]).unwrap();
+    drop(tables);
+
+    for round in 0..2 {
+        let (store, _) = open();
+        assert_eq!(balance(&store, "b").await, 205, "{round}");
+        assert_eq!(balance(&store, "a").await, -205, "{round}");
+        for id in ["p1", "p3"] {
+            assert_eq!(state(&store, id).await, TransferState::Done, "{round} {id}");
+        }
+        assert_eq!(state(&store, "p2").await, TransferState::Pending, "{round}");
+        store.checkpoint().unwrap();
+        store.close().unwrap();
+    }
+}

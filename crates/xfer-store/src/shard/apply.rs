@@ -183,12 +183,6 @@ impl MemoryShard {
         rec: &Arc<TransferRecord>,
         now: Timestamp,
     ) -> Option<Reply> {
-        // Not on a tracked shard (the embedded store's): a SIGKILL cycle of `xfer-sim crash`
-        // found balances moved twice after recovery with it; two phases until that is
-        // understood.
-        if self.changes.is_some() {
-            return None;
-        }
         let existing = self.transfers.get(id);
         if existing.is_some() && !mutant::is(Mutant::OnePhaseIgnoresRecord) {
             return None;

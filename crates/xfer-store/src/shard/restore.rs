@@ -1,11 +1,15 @@
 //! A shard's state restored from what was saved elsewhere (the embedded store's
-//! checkpoint): records with their index entries, tombstones, the history counter. None of
-//! it is a change.
+//! checkpoint): records with their index entries, tombstones, the history counter (none of
+//! it a change); and a logged one-phase commit replayed over it.
 
+use crate::op::{Op, Reply, TransferOp};
+use crate::record::one_phase_done;
 use crate::shard::apply::MemoryShard;
 use crate::shard::id_map::IdMap;
 use std::sync::Arc;
-use xfer_core::{Account, AccountId, Intent, IntentState, TransferId, TransferRecord};
+use xfer_core::{
+    Account, AccountId, Intent, IntentState, Timestamp, TransferId, TransferRecord, TransferState,
+};
 
 impl MemoryShard {
     /// Restores a shard's state saved elsewhere (the embedded store's checkpoint): the
@@ -33,6 +37,24 @@ impl MemoryShard {
                 self.accounts.insert(id, a);
             }
         }
+    }
+
+    /// Replays a one-phase commit ([`TransferOp::OnePhase`]) that committed when it was
+    /// first applied, as a log that keeps only those replays it; answers whether it
+    /// committed again. A record of it found here can only be that commit's own result,
+    /// brought back from a table written ahead of the shard's checkpoint (the embedded
+    /// store's `done`): dropped first, or the step would find its own result and move
+    /// nothing. Any other record is kept, and the step then does not commit.
+    pub fn replay_one_phase(
+        &mut self,
+        id: &TransferId,
+        rec: &Arc<TransferRecord>,
+        now: Timestamp,
+    ) -> bool {
+        self.transfers
+            .remove_if(id, |found, _| **found == one_phase_done(rec));
+        let op = Op::Transfer(id.clone(), TransferOp::OnePhase(Arc::clone(rec)));
+        matches!(self.apply(&op, now), Reply::Transfer(r) if r.state == TransferState::Done)
     }
 
     /// Restores a transfer saved elsewhere, with its index entry. Not a change.
