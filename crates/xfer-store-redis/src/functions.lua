@@ -173,7 +173,9 @@ local function cmp(x, y)
 end
 
 local function fits(x)
-  return cmp(x, I64_MIN) >= 0 and cmp(x, I64_MAX) <= 0
+  -- At most 15 characters is within a bigint (and the comparisons below take the long
+  -- path, their bounds having 19 digits).
+  return #x <= SHORT or (cmp(x, I64_MIN) >= 0 and cmp(x, I64_MAX) <= 0)
 end
 
 -- The store's clock: the server's, in milliseconds since the Unix epoch.
@@ -232,12 +234,20 @@ local function sums(key)
   return int(a[1], key .. ' balance'), int(a[2], key .. ' reserved'), int(a[3], key .. ' incoming')
 end
 
--- The prepare's rules (record.rs `prepare_check`) on an account that exists: nil, its
--- balance and its new reserved and incoming sums if a prepare of `debit` and `credit` for
--- `tid` would succeed, else the answer the prepare gives (having changed nothing). An
--- existing intent or tombstone answers first, then the deadline, then the rules.
-local function prepare_check(key, status, tid, asset, debit, credit, deadline)
-  local v = redis.call('HGET', key, 'i:' .. tid)
+-- What the prepare's rules read of an account, in one call: its status, the intent or
+-- tombstone of `tid`, asset, lower, balance, reserved, incoming.
+local function prepare_fields(key, tid)
+  return redis.call('HMGET', key, 'status', 'i:' .. tid, 'asset', 'lower', 'balance',
+    'reserved', 'incoming')
+end
+
+-- The prepare's rules (record.rs `prepare_check`) on an account that exists, read by
+-- `prepare_fields` as `f`, at the store's clock `now`: nil, its balance and its new reserved
+-- and incoming sums if a prepare of `debit` and `credit` would succeed, else the answer the
+-- prepare gives (having changed nothing). An existing intent or tombstone answers first,
+-- then the deadline, then the rules.
+local function prepare_check(key, f, asset, debit, credit, deadline, now)
+  local status, v = f[1], f[2]
   if v then
     local state = intent_of(v, key)
     if state == 'open' then
@@ -247,7 +257,7 @@ local function prepare_check(key, status, tid, asset, debit, credit, deadline)
     end
     return { 'prepare', 'already_released' }
   end
-  if now_ms() >= ms(deadline, 'deadline') then
+  if now >= ms(deadline, 'deadline') then
     return { 'prepare', 'too_late' }
   end
   if status == 'closed' then
@@ -255,12 +265,12 @@ local function prepare_check(key, status, tid, asset, debit, credit, deadline)
   elseif status == 'unopened' then
     return { 'prepare', 'refused', 'account_not_found' }
   end
-  local a = redis.call('HMGET', key, 'asset', 'lower')
-  if a[1] ~= asset then
+  if f[3] ~= asset then
     return { 'prepare', 'refused', 'asset_mismatch' }
   end
-  local bal, res, inc = sums(key)
-  if a[2] and cmp(debit, sub(sub(bal, res), int(a[2], key .. ' lower'))) > 0 then
+  local bal = int(f[5], key .. ' balance')
+  local res, inc = int(f[6], key .. ' reserved'), int(f[7], key .. ' incoming')
+  if f[4] and cmp(debit, sub(sub(bal, res), int(f[4], key .. ' lower'))) > 0 then
     return { 'prepare', 'refused', 'exceeds_available' }
   end
   -- Every number the record will ever hold must fit an i64 (see record.rs).
@@ -382,7 +392,8 @@ local function account(keys, args)
   if k == 'prepare' then
     local tid, asset, debit, credit, deadline, horizon =
       args[3], args[4], args[5], args[6], args[7], args[8]
-    local refused, _, res2, inc2 = prepare_check(key, status, tid, asset, debit, credit, deadline)
+    local refused, _, res2, inc2 =
+      prepare_check(key, prepare_fields(key, tid), asset, debit, credit, deadline, now_ms())
     if refused then
       return refused
     end
@@ -601,8 +612,9 @@ end
 -- history. ARGV: 'one_phase', the transfer id, its deadline, the number of legs, each leg's
 -- account id, asset, debit and credit, then the record's fields as an insert sends them.
 -- If the record is absent and every leg's prepare would succeed, the record is kept done
--- and each leg's amounts move into its balance, with no intent; otherwise this is exactly
--- the insert.
+-- and each leg's amounts move into its balance, with no intent: answers 'committed' (the
+-- record is `record::one_phase_done` of the one sent, which the client holds). Otherwise
+-- this is exactly the insert: 'inserted' (the record as sent), or the record found.
 local function one_phase(keys, args)
   local key, index, due, seq = keys[1], keys[2], keys[3], keys[4]
   local tid, deadline, n = args[2], args[3], tonumber(args[4])
@@ -610,35 +622,52 @@ local function one_phase(keys, args)
     -- Same id: the client compares the bodies (nothing changes either way).
     return transfer_reply('unchanged', key)
   end
-  local ok, balances = n > 0, {}
+  local ok, balances, now = n > 0, {}, now_ms()
   for i = 0, n - 1 do
     local akey = keys[5 + 2 * i]
-    local status = redis.call('HGET', akey, 'status')
+    local f = prepare_fields(akey, tid)
     local refused, bal
-    if status then
-      refused, bal = prepare_check(akey, status, tid, args[6 + 4 * i], args[7 + 4 * i],
-        args[8 + 4 * i], deadline)
+    if f[1] then
+      refused, bal = prepare_check(akey, f, args[6 + 4 * i], args[7 + 4 * i],
+        args[8 + 4 * i], deadline, now)
     end
-    if not status or refused then
+    if not f[1] or refused then
       ok = false
       break
     end
     balances[i] = bal
   end
-  redis.call('HSET', key, unpack(args, 5 + 4 * n))
   redis.call('ZADD', index, 0, tid)
-  if ok then
-    for i = 0, n - 1 do
-      local debit, credit = args[7 + 4 * i], args[8 + 4 * i]
-      redis.call('HSET', keys[5 + 2 * i], 'balance', add(balances[i], sub(credit, debit)))
-      local h = string.format('%d', redis.call('INCR', seq))
-      redis.call('ZADD', keys[6 + 2 * i], h, h .. ' ' .. tid)
-    end
-    redis.call('HSET', key, 'state', 'done', 'updated', redis.call('HGET', key, 'created'))
-    redis.call('HDEL', key, 'owner')
+  if not ok then
+    redis.call('HSET', key, unpack(args, 5 + 4 * n))
+    index_wake(key, due, tid)
+    return { 'inserted' }
   end
-  index_wake(key, due, tid)
-  return transfer_reply('transfer', key)
+  -- The record as `record::one_phase_done` keeps it: done, no owner, updated when created.
+  local fields = {}
+  for j = 5 + 4 * n, #args, 2 do
+    local f, v = args[j], args[j + 1]
+    if f == 'state' then
+      v = 'done'
+    end
+    if f ~= 'owner' and f ~= 'updated' then
+      table.insert(fields, f)
+      table.insert(fields, v)
+    end
+    if f == 'created' then
+      table.insert(fields, 'updated')
+      table.insert(fields, v)
+    end
+  end
+  redis.call('HSET', key, unpack(fields))
+  local last = redis.call('INCRBY', seq, n)
+  for i = 0, n - 1 do
+    local debit, credit = args[7 + 4 * i], args[8 + 4 * i]
+    redis.call('HSET', keys[5 + 2 * i], 'balance', add(balances[i], sub(credit, debit)))
+    local h = string.format('%d', last - n + 1 + i)
+    redis.call('ZADD', keys[6 + 2 * i], h, h .. ' ' .. tid)
+  end
+  return { 'committed' }
 end
 
 local function tombs_due(keys, args)

@@ -6,6 +6,7 @@
 //! transfer's spec, a cancel reason). Timestamps are milliseconds.
 
 use crate::op::{Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
+use crate::record::one_phase_done;
 use serde::Deserialize;
 use std::sync::Arc;
 use xfer_core::{
@@ -139,6 +140,11 @@ enum ReplyRow {
     Unchanged(TransferRow),
     /// An insert found a record of that id: the client compares the bodies.
     Existing(TransferRow),
+    /// A one-phase step committed: its record is `record::one_phase_done` of the one sent,
+    /// which the client holds (so the server need not send it back).
+    Committed,
+    /// An insert (or a one-phase step that could not commit) kept the record as sent.
+    Inserted,
     Refused {
         code: Code,
     },
@@ -211,6 +217,18 @@ pub fn decode(op: &Op, text: &str) -> Result<Reply, String> {
                 }
             }
             _ => return Err(format!("an existing record answered to {op}: {text}")),
+        },
+        ReplyRow::Committed => match op {
+            Op::Transfer(_, TransferOp::OnePhase(sent)) => {
+                Reply::Transfer(Arc::new(one_phase_done(sent)))
+            }
+            _ => return Err(format!("a one-phase commit answered to {op}: {text}")),
+        },
+        ReplyRow::Inserted => match op {
+            Op::Transfer(_, TransferOp::Insert(sent) | TransferOp::OnePhase(sent)) => {
+                Reply::Transfer(Arc::clone(sent))
+            }
+            _ => return Err(format!("an insert's answer to {op}: {text}")),
         },
         ReplyRow::Refused { code } => Reply::Refused(code),
         ReplyRow::NotFound => Reply::NotFound,
