@@ -45,7 +45,10 @@ impl MysqlConfig {
 }
 
 /// The migrations, in order; the database's `migrations` table records which have run.
-const MIGRATIONS: &[(i32, &str)] = &[(1, include_str!("schema.sql"))];
+const MIGRATIONS: &[(i32, &str)] = &[
+    (1, include_str!("schema.sql")),
+    (2, include_str!("migration_2.sql")),
+];
 
 /// What every new connection runs first: UTC (so `xfer_now_ms` is exact) and read committed (a
 /// step locks the rows it reads; no gap locks between batches).
@@ -213,9 +216,7 @@ impl MysqlStore {
             return Ok(Vec::new());
         }
         let order = reply_json::lock_order(&ops);
-        let payload =
-            serde_json::Value::Array(order.iter().map(|&i| wire::encode(&ops[i])).collect())
-                .to_string();
+        let payload = wire::batch(&ops, &order).to_string();
         let rows: Vec<String> = self.rows(EXECUTE, (payload,).into()).await?;
         let text = rows
             .first()

@@ -22,6 +22,60 @@ fn bound(lb: LowerBound) -> (bool, Option<i64>) {
     }
 }
 
+/// The legs of a one-phase step as `[account, asset, debit, credit]`, amounts as strings
+/// (`null` for any other op; a record that no longer validates has none, and is only
+/// inserted).
+fn legs(op: &TransferOp) -> Value {
+    match op {
+        TransferOp::OnePhase(r) => r
+            .spec
+            .validate()
+            .unwrap_or_default()
+            .iter()
+            .map(|l| {
+                json!([
+                    l.account,
+                    l.asset,
+                    l.debit.to_string(),
+                    l.credit.to_string()
+                ])
+            })
+            .collect(),
+        _ => Value::Null,
+    }
+}
+
+/// The batch `xfer_execute` runs: `ops` in `order` (`reply_json::lock_order`), and before
+/// them, among the account steps in id order, a `lock` of each account a one-phase step
+/// moves, so that the batch's transaction takes every lock in one global order (a
+/// one-phase step, placed among the transfers, would otherwise lock accounts after
+/// transfers). A `lock` answers nothing.
+pub(crate) fn batch(ops: &[Op], order: &[usize]) -> Value {
+    let mut locked: Vec<&str> = ops
+        .iter()
+        .filter_map(|op| match op {
+            Op::Transfer(_, TransferOp::OnePhase(r)) => Some(r),
+            _ => None,
+        })
+        .flat_map(|r| r.spec.postings.iter())
+        .flat_map(|p| [p.from.as_str(), p.to.as_str()])
+        .collect();
+    locked.sort_unstable();
+    locked.dedup();
+    let mut entries: Vec<((u8, &str), Value)> = locked
+        .into_iter()
+        .map(|id| ((0, id), json!({"on": "account", "k": "lock", "id": id})))
+        .collect();
+    entries.extend(
+        order
+            .iter()
+            .map(|&i| (ops[i].record_key(), encode(&ops[i]))),
+    );
+    // Stable: the ops keep `order`, each lock goes before the steps on its account.
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    Value::Array(entries.into_iter().map(|(_, v)| v).collect())
+}
+
 /// One op as the object `xfer_execute` reads.
 pub(crate) fn encode(op: &Op) -> Value {
     match op {
@@ -64,15 +118,18 @@ pub(crate) fn encode(op: &Op) -> Value {
         Op::Transfer(id, op) => {
             let mut v = match op {
                 // `postings`: what a refund of it must post, compared as text by
-                // `link_refund` (one serializer writes both sides).
-                // No one-phase commit here: always the insert it otherwise is.
+                // `link_refund` (one serializer writes both sides). A one-phase step
+                // carries the insert's fields too (it is that insert where it cannot
+                // commit) and its legs (`batch` locks their accounts).
                 TransferOp::Insert(r) | TransferOp::OnePhase(r) => json!({
-                    "k": "insert", "spec": text(&*r.spec), "state": r.state,
+                    "k": if matches!(op, TransferOp::OnePhase(_)) { "one_phase" } else { "insert" },
+                    "spec": text(&*r.spec), "state": r.state,
                     "created_at": ms(r.created_at), "updated_at": ms(r.updated_at),
                     "deadline": ms(r.deadline), "hold_expires_at": r.hold_expires_at.map(ms),
                     "owner": r.owner, "lease_until": ms(r.lease_until), "epoch": r.epoch,
                     "reason": r.reason.as_ref().map(text), "refund": r.refunded_by,
                     "postings": text(&r.spec.reversed_postings()),
+                    "legs": legs(op),
                 }),
                 TransferOp::Claim {
                     owner,

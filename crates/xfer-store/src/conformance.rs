@@ -51,8 +51,8 @@ pub async fn run_all_opened<S: Store, F: std::future::Future<Output = S>>(
     one_phase_commits_whole_or_inserts(&open_store().await).await;
 }
 
-/// For a store that commits in one phase (the Memory, embedded, PostgreSQL and Redis
-/// stores): the
+/// For a store that commits in one phase (the Memory, embedded, PostgreSQL, MySQL and
+/// Redis stores): the
 /// case of [`run_all`] that checks [`TransferOp::OnePhase`], requiring it to commit where
 /// it can. Others may always answer as the insert.
 pub async fn run_one_phase_committing<S: Store, F: std::future::Future<Output = S>>(

@@ -1,15 +1,19 @@
 //! The contention check every database backend runs: many batches at once on one shard,
 //! all touching one hot account and one issuer in shuffled orders, must neither deadlock
-//! nor lose an update. Each task runs rounds of (a batch of prepares, a batch of posts);
-//! at the end the issuer has paid exactly what the others received and nothing is left
-//! open.
+//! nor lose an update. Each task runs rounds of (a batch of prepares with one-phase
+//! commits among them, a batch of posts); at the end the issuer has paid exactly what the
+//! others received and nothing is left open. A one-phase step locks its accounts from
+//! among the transfers of its batch, which is what a store's lock order must allow for.
 
 use crate::conformance::FUTURE;
-use crate::op::{AccountOp, Op, PostOutcome, PrepareOutcome, Reply};
+use crate::op::{AccountOp, Op, PostOutcome, PrepareOutcome, Reply, TransferOp};
 use crate::store::{Store, StoreError};
 use futures_util::future::join_all;
 use std::sync::Arc;
-use xfer_core::{AccountId, AssetCode, IntentState, LowerBound, Rng, TransferId};
+use xfer_core::{
+    AccountId, Amount, AssetCode, IntentState, LowerBound, OwnerId, Posting, Rng, Timestamp,
+    TransferId, TransferKind, TransferRecord, TransferSpec, TransferState,
+};
 
 const PER_BATCH: u64 = 8;
 const OTHERS: u64 = 20;
@@ -79,9 +83,36 @@ pub async fn hot_account(
         assert!(a.intents.values().all(|i| i.state == IntentState::Posted));
         a.check_sums().expect("the sums hold");
     }
+    // Only the two-phase ones leave intents.
     let transfers = tasks * rounds * PER_BATCH;
     assert_eq!(issuer.intents.len() as u64, transfers);
     Ok(transfers)
+}
+
+/// A one-phase step of `amount` from the issuer to `to`, claimed by its submitter.
+fn one_phase(id: &str, to: AccountId, amount: u64) -> Op {
+    let spec = TransferSpec {
+        id: TransferId::new(id).expect("a valid id"),
+        postings: vec![Posting {
+            from: acct("issuer"),
+            to,
+            asset: usd(),
+            amount: Amount::new(amount, "amount").expect("a valid amount"),
+        }]
+        .into(),
+        metadata: String::new(),
+        kind: TransferKind::Transfer,
+        refund_of: None,
+        timeout_ms: 60_000,
+    };
+    let mut r = TransferRecord::accept_claimed(
+        spec,
+        Timestamp(1),
+        OwnerId::new("mover").expect("a valid owner"),
+        FUTURE,
+    );
+    r.deadline = FUTURE;
+    Op::Transfer(r.id().clone(), TransferOp::OnePhase(Arc::new(r)))
 }
 
 fn shuffle<T>(rng: &mut Rng, v: &mut [T]) {
@@ -128,10 +159,27 @@ async fn mover(store: Arc<dyn Store>, task: u64, rounds: u64) -> Result<u64, Sto
                 ));
             }
         }
+        for k in 0..PER_BATCH / 2 {
+            let to = acct(&format!("a{}", rng.below(OTHERS)));
+            let to = if rng.chance(500_000) { acct("hot") } else { to };
+            let amount = rng.range(1, 100);
+            prepares.push(one_phase(&format!("p{task}-{round}-{k}"), to, amount));
+        }
         shuffle(&mut rng, &mut prepares);
         shuffle(&mut rng, &mut posts);
-        for r in store.execute(prepares).await? {
-            assert_eq!(r, Reply::Prepare(PrepareOutcome::Prepared));
+        let sent = prepares.clone();
+        for (op, r) in sent.iter().zip(store.execute(prepares).await?) {
+            match (op, r) {
+                (Op::Transfer(_, TransferOp::OnePhase(rec)), Reply::Transfer(t)) => {
+                    // Committed, or inserted (a store may answer as the insert).
+                    if t.state == TransferState::Done {
+                        moved += rec.spec.postings[0].amount.units();
+                    } else {
+                        assert_eq!(t.state, TransferState::Pending, "{op}");
+                    }
+                }
+                (op, r) => assert_eq!(r, Reply::Prepare(PrepareOutcome::Prepared), "{op}"),
+            }
         }
         for r in store.execute(posts).await? {
             assert_eq!(r, Reply::Post(PostOutcome::Posted));
