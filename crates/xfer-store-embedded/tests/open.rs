@@ -91,15 +91,15 @@ async fn start(store: &Embedded, id: &str) {
     assert!(matches!(reply, Reply::Transfer(_)), "{reply}");
 }
 
-/// Inserts `id` claimed through the first shard (always the same body) and answers the reply.
-async fn insert(store: &Embedded, id: &str) -> Reply {
+/// Transfer `id` of `amount` from `from` to `to`, accepted now and claimed.
+fn claimed(id: &str, from: &str, to: &str, amount: u64) -> Arc<TransferRecord> {
     let spec = TransferSpec {
         id: TransferId::new(id).unwrap(),
         postings: vec![Posting {
-            from: AccountId::new("a").unwrap(),
-            to: AccountId::new("b").unwrap(),
+            from: AccountId::new(from).unwrap(),
+            to: AccountId::new(to).unwrap(),
             asset: AssetCode::new("USD", "asset").unwrap(),
-            amount: Amount::new(1, "amount").unwrap(),
+            amount: Amount::new(amount, "amount").unwrap(),
         }]
         .into(),
         metadata: String::new(),
@@ -109,10 +109,18 @@ async fn insert(store: &Embedded, id: &str) -> Reply {
     };
     let now = SystemClock.now();
     let owner = OwnerId::new("me").unwrap();
-    let rec = TransferRecord::accept_claimed(spec, now, owner, now.plus_ms(60_000));
-    let op = transfer_op(id, TransferOp::Insert(Arc::new(rec)));
-    let mut reply = store.shards()[0].execute(vec![op]).await.unwrap();
-    reply.remove(0)
+    Arc::new(TransferRecord::accept_claimed(
+        spec,
+        now,
+        owner,
+        now.plus_ms(60_000),
+    ))
+}
+
+/// Inserts `id` claimed through the first shard (always the same body) and answers the reply.
+async fn insert(store: &Embedded, id: &str) -> Reply {
+    let op = transfer_op(id, TransferOp::Insert(claimed(id, "a", "b", 1)));
+    store.shards()[0].execute(vec![op]).await.unwrap().remove(0)
 }
 
 /// Cancels and finishes `id` (epoch 1).
@@ -295,24 +303,7 @@ async fn a_crash_after_the_done_records_and_before_the_checkpoint_batch_changes_
 
 /// One-phase step `id` of `amount` from `from` to `to` through the first shard: its reply.
 async fn one_phase(store: &Embedded, id: &str, from: &str, to: &str, amount: u64) -> Reply {
-    let spec = TransferSpec {
-        id: TransferId::new(id).unwrap(),
-        postings: vec![Posting {
-            from: AccountId::new(from).unwrap(),
-            to: AccountId::new(to).unwrap(),
-            asset: AssetCode::new("USD", "asset").unwrap(),
-            amount: Amount::new(amount, "amount").unwrap(),
-        }]
-        .into(),
-        metadata: String::new(),
-        kind: TransferKind::Transfer,
-        refund_of: None,
-        timeout_ms: 10_000,
-    };
-    let now = SystemClock.now();
-    let owner = OwnerId::new("me").unwrap();
-    let rec = TransferRecord::accept_claimed(spec, now, owner, now.plus_ms(60_000));
-    let op = transfer_op(id, TransferOp::OnePhase(Arc::new(rec)));
+    let op = transfer_op(id, TransferOp::OnePhase(claimed(id, from, to, amount)));
     store.shards()[0].execute(vec![op]).await.unwrap().remove(0)
 }
 
