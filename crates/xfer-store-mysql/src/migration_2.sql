@@ -9,7 +9,7 @@
 -- `committed` (the record is `record::one_phase_done` of the one sent, which the client
 -- holds). Otherwise nothing is written and `v_reply` stays NULL: the caller inserts the
 -- record as the insert does. `v_legs`: [[account, asset, debit, credit], ...] (amounts as
--- strings), one leg per account, each account locked by the caller.
+-- strings) as JSON text, one leg per account, each account locked by the caller.
 CREATE PROCEDURE xfer_one_phase(
     IN v_tid VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin, IN v_spec LONGTEXT,
     IN v_created_at BIGINT, IN v_deadline BIGINT, IN v_hold_expires_at BIGINT,
@@ -92,7 +92,6 @@ BEGIN
     DECLARE v_now BIGINT DEFAULT xfer_now_ms();
     DECLARE v_replies LONGTEXT DEFAULT '';
     DECLARE v_reply LONGTEXT;
-    DECLARE v_n INT;
     DECLARE v_on VARCHAR(8);
     DECLARE v_locked INT;
     DECLARE v_k VARCHAR(16);
@@ -102,12 +101,13 @@ BEGIN
     DECLARE v_deadline, v_horizon, v_lb, v_created_at, v_updated_at, v_hold, v_lease,
             v_epoch, v_at BIGINT;
     DECLARE v_bounded BOOLEAN;
-    DECLARE v_spec, v_reason, v_postings LONGTEXT;
+    DECLARE v_spec, v_reason, v_postings, v_legs LONGTEXT;
     DECLARE v_state VARCHAR(10);
     DECLARE ops CURSOR FOR
-        SELECT j.n, j.on_, j.k, j.id, j.t, j.asset, j.debit, j.credit, j.deadline, j.horizon,
+        SELECT j.on_, j.k, j.id, j.t, j.asset, j.debit, j.credit, j.deadline, j.horizon,
                j.bounded, j.lb, j.spec, j.state, j.created_at, j.updated_at, j.hold,
-               j.owner, j.lease, j.epoch, j.reason, j.refund, j.replacing, j.postings, j.at_ms
+               j.owner, j.lease, j.epoch, j.reason, j.refund, j.replacing, j.postings, j.at_ms,
+               j.legs
         FROM JSON_TABLE(v_ops, '$[*]' COLUMNS (
             n          FOR ORDINALITY,
             on_        VARCHAR(8) PATH '$.on',
@@ -133,7 +133,8 @@ BEGIN
             refund     VARCHAR(64) PATH '$.refund',
             replacing  VARCHAR(64) PATH '$.replacing',
             postings   LONGTEXT PATH '$.postings',
-            at_ms      BIGINT PATH '$.now')) AS j
+            at_ms      BIGINT PATH '$.now',
+            legs       LONGTEXT PATH '$.legs')) AS j
         ORDER BY j.n;
     DECLARE CONTINUE HANDLER FOR NOT FOUND SET v_done = TRUE;
     DECLARE EXIT HANDLER FOR SQLEXCEPTION
@@ -145,10 +146,10 @@ BEGIN
     START TRANSACTION;
     OPEN ops;
     each_op: LOOP
-        FETCH ops INTO v_n, v_on, v_k, v_id, v_t, v_asset, v_debit, v_credit, v_deadline, v_horizon,
+        FETCH ops INTO v_on, v_k, v_id, v_t, v_asset, v_debit, v_credit, v_deadline, v_horizon,
                        v_bounded, v_lb, v_spec, v_state, v_created_at, v_updated_at, v_hold,
                        v_owner, v_lease, v_epoch, v_reason, v_refund, v_replacing, v_postings,
-                       v_at;
+                       v_at, v_legs;
         IF v_done THEN
             LEAVE each_op;
         END IF;
@@ -163,7 +164,7 @@ BEGIN
         ELSEIF v_k = 'one_phase' THEN
             CALL xfer_one_phase(v_id, v_spec, v_created_at, v_deadline, v_hold, v_lease,
                                 v_epoch, v_reason, v_refund, v_postings,
-                                JSON_EXTRACT(v_ops, CONCAT('$[', v_n - 1, '].legs')), v_now,
+                                v_legs, v_now,
                                 v_reply);
             IF v_reply IS NULL THEN
                 -- Not committed: exactly the insert.

@@ -22,25 +22,29 @@ fn bound(lb: LowerBound) -> (bool, Option<i64>) {
     }
 }
 
-/// The legs of a one-phase step as `[account, asset, debit, credit]`, amounts as strings
-/// (`null` for any other op; a record that no longer validates has none, and is only
-/// inserted).
+/// The legs of a one-phase step as JSON text of `[account, asset, debit, credit]`, amounts
+/// as strings (`null` for any other op; a record that no longer validates has none, and is
+/// only inserted). Text, so that `JSON_TABLE` hands it over as a column: a path into the
+/// batch from the procedure would parse the whole batch again for every step.
 fn legs(op: &TransferOp) -> Value {
     match op {
-        TransferOp::OnePhase(r) => r
-            .spec
-            .validate()
-            .unwrap_or_default()
-            .iter()
-            .map(|l| {
-                json!([
-                    l.account,
-                    l.asset,
-                    l.debit.to_string(),
-                    l.credit.to_string()
-                ])
-            })
-            .collect(),
+        TransferOp::OnePhase(r) => {
+            let legs: Vec<Value> = r
+                .spec
+                .validate()
+                .unwrap_or_default()
+                .iter()
+                .map(|l| {
+                    json!([
+                        l.account,
+                        l.asset,
+                        l.debit.to_string(),
+                        l.credit.to_string()
+                    ])
+                })
+                .collect();
+            Value::String(text(&legs))
+        }
         _ => Value::Null,
     }
 }
