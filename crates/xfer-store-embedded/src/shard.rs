@@ -60,10 +60,12 @@ impl<F: Fs> EmbeddedShard<F> {
             .iter()
             .map(|op| shard.mem.apply(op.borrow(), now))
             .collect();
+        // A one-phase step that did not commit is logged as the insert it was.
         let inserts: Vec<Op> = ops
             .iter()
             .zip(&replies)
-            .filter_map(|(op, reply)| logged_as_insert(op.borrow(), reply))
+            .filter(|(op, reply)| fell_back((*op).borrow(), reply))
+            .map(|(op, _)| as_insert(op.borrow()))
             .collect();
         let mut inserts = inserts.iter();
         // Room for them all: collected through the filter, the list would grow by doubling.
@@ -72,9 +74,14 @@ impl<F: Fs> EmbeddedShard<F> {
             ops.iter()
                 .zip(&replies)
                 .filter(|(op, _)| !is_read((*op).borrow()))
-                .map(|(op, reply)| match logged_as_insert(op.borrow(), reply) {
-                    Some(_) => inserts.next().expect("one insert per step that needs it"),
-                    None => op.borrow(),
+                .map(|(op, reply)| {
+                    if fell_back(op.borrow(), reply) {
+                        inserts
+                            .next()
+                            .expect("an insert for each step that fell back")
+                    } else {
+                        op.borrow()
+                    }
                 }),
         );
         if !writes.is_empty() {
@@ -110,21 +117,22 @@ impl<F: Fs> EmbeddedShard<F> {
     }
 }
 
-/// A one-phase step that did not commit, as the log keeps it: the insert it was. The log
-/// keeps a one-phase step only where it committed, so that replay repeats the commit
-/// whatever the tables hold of its record (`open.rs`, `replay`).
-fn logged_as_insert(op: &Op, reply: &Reply) -> Option<Op> {
-    match (op, reply) {
-        (Op::Transfer(_, TransferOp::OnePhase(_)), Reply::Transfer(r))
-            if r.state == TransferState::Done =>
-        {
-            None
+/// Whether `op` is a one-phase step that did not commit (its `reply` is not the record
+/// done). The log keeps a one-phase step only where it committed, and the others as the
+/// insert they were ([`as_insert`]), so that replay repeats each commit whatever the tables
+/// hold of its record (`open.rs`, `replay`).
+fn fell_back(op: &Op, reply: &Reply) -> bool {
+    matches!(op, Op::Transfer(_, TransferOp::OnePhase(_)))
+        && !matches!(reply, Reply::Transfer(r) if r.state == TransferState::Done)
+}
+
+/// The insert a one-phase step `op` otherwise is.
+fn as_insert(op: &Op) -> Op {
+    match op {
+        Op::Transfer(id, TransferOp::OnePhase(rec)) => {
+            Op::Transfer(id.clone(), TransferOp::Insert(Arc::clone(rec)))
         }
-        (Op::Transfer(id, TransferOp::OnePhase(rec)), _) => Some(Op::Transfer(
-            id.clone(),
-            TransferOp::Insert(Arc::clone(rec)),
-        )),
-        _ => None,
+        other => other.clone(),
     }
 }
 
