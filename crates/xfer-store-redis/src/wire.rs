@@ -15,7 +15,7 @@ use xfer_core::{
     Account, AccountId, AccountStatus, AssetCode, CancelReason, Code, Intent, IntentState,
     LowerBound, OwnerId, Timestamp, TransferId, TransferRecord, TransferSpec, TransferState,
 };
-use xfer_store::record::one_phase_done;
+use xfer_store::record::one_phase_reply;
 use xfer_store::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
 
 pub(crate) const ACCOUNT_FN: &str = "xfer_2_account";
@@ -332,16 +332,8 @@ pub(crate) fn decode(op: &Op, v: Value) -> Result<Reply, String> {
             }
         }
         // A one-phase step's answers in a word: the client holds the record it sent.
-        "committed" => match op {
-            Op::Transfer(_, TransferOp::OnePhase(sent)) => {
-                Reply::Transfer(Arc::new(one_phase_done(sent)))
-            }
-            _ => return Err(format!("a one-phase commit answered to {op}")),
-        },
-        "inserted" => match op {
-            Op::Transfer(_, TransferOp::OnePhase(sent)) => Reply::Transfer(Arc::clone(sent)),
-            _ => return Err(format!("a one-phase insert answered to {op}")),
-        },
+        "committed" | "inserted" => one_phase_reply(op, kind == "committed")
+            .ok_or_else(|| format!("a one-phase step's answer {kind:?} to {op}"))?,
         "refused" => Reply::Refused(enum_word(arg(0)?, "code")?),
         "not_found" => Reply::NotFound,
         k => return Err(format!("unknown reply kind {k:?}")),

@@ -160,8 +160,11 @@ async fn mover(store: Arc<dyn Store>, task: u64, rounds: u64) -> Result<u64, Sto
             }
         }
         for k in 0..PER_BATCH / 2 {
-            let to = acct(&format!("a{}", rng.below(OTHERS)));
-            let to = if rng.chance(500_000) { acct("hot") } else { to };
+            let to = if rng.chance(500_000) {
+                acct("hot")
+            } else {
+                acct(&format!("a{}", rng.below(OTHERS)))
+            };
             let amount = rng.range(1, 100);
             prepares.push(one_phase(&format!("p{task}-{round}-{k}"), to, amount));
         }

@@ -1,11 +1,11 @@
-//! The meaning of every [`Op`](crate::Op), as pure functions of one record and the store's
+//! The meaning of every [`Op`], as pure functions of one record and the store's
 //! clock. The Memory store runs these directly; the database backends run the same rules as
 //! one conditional statement or script, and the conformance suite holds them to it.
 //!
 //! Each function changes the record only when it answers success; a refusal or a repeat
 //! leaves it exactly as it was.
 
-use crate::op::{AccountOp, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
+use crate::op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
 use std::sync::Arc;
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{
@@ -328,6 +328,20 @@ pub fn one_phase_done(rec: &TransferRecord) -> TransferRecord {
     done.owner = None;
     done.updated_at = done.created_at;
     done
+}
+
+/// The reply to `op` where a store answered its one-phase step in a word instead of
+/// sending the record back (the client holds the one it sent): `committed`, the record
+/// [`one_phase_done`] of it; otherwise the insert, the record as sent. `None` if `op` is no
+/// one-phase step.
+pub fn one_phase_reply(op: &Op, committed: bool) -> Option<Reply> {
+    match op {
+        Op::Transfer(_, TransferOp::OnePhase(sent)) if committed => {
+            Some(Reply::Transfer(Arc::new(one_phase_done(sent))))
+        }
+        Op::Transfer(_, TransferOp::OnePhase(sent)) => Some(Reply::Transfer(Arc::clone(sent))),
+        _ => None,
+    }
 }
 
 /// SPEC §3 step 5 on one account: only an open intent moves money. Answers the intent as

@@ -6,7 +6,7 @@
 //! transfer's spec, a cancel reason). Timestamps are milliseconds.
 
 use crate::op::{Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
-use crate::record::one_phase_done;
+use crate::record::one_phase_reply;
 use serde::Deserialize;
 use std::sync::Arc;
 use xfer_core::{
@@ -140,10 +140,9 @@ enum ReplyRow {
     Unchanged(TransferRow),
     /// An insert found a record of that id: the client compares the bodies.
     Existing(TransferRow),
-    /// A one-phase step committed: its record is `record::one_phase_done` of the one sent,
-    /// which the client holds (so the server need not send it back).
+    /// A one-phase step committed (`record::one_phase_reply`).
     Committed,
-    /// An insert (or a one-phase step that could not commit) kept the record as sent.
+    /// A one-phase step that could not commit kept the record as sent, as the insert does.
     Inserted,
     Refused {
         code: Code,
@@ -218,18 +217,10 @@ pub fn decode(op: &Op, text: &str) -> Result<Reply, String> {
             }
             _ => return Err(format!("an existing record answered to {op}: {text}")),
         },
-        ReplyRow::Committed => match op {
-            Op::Transfer(_, TransferOp::OnePhase(sent)) => {
-                Reply::Transfer(Arc::new(one_phase_done(sent)))
-            }
-            _ => return Err(format!("a one-phase commit answered to {op}: {text}")),
-        },
-        ReplyRow::Inserted => match op {
-            Op::Transfer(_, TransferOp::Insert(sent) | TransferOp::OnePhase(sent)) => {
-                Reply::Transfer(Arc::clone(sent))
-            }
-            _ => return Err(format!("an insert's answer to {op}: {text}")),
-        },
+        ReplyRow::Committed | ReplyRow::Inserted => {
+            one_phase_reply(op, matches!(row, ReplyRow::Committed))
+                .ok_or_else(|| format!("a one-phase step's answer to {op}: {text}"))?
+        }
         ReplyRow::Refused { code } => Reply::Refused(code),
         ReplyRow::NotFound => Reply::NotFound,
     })

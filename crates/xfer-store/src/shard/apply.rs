@@ -177,7 +177,7 @@ impl MemoryShard {
     /// The one-phase commit of [`TransferOp::OnePhase`] when the record is absent and every
     /// leg's account is here and allows it (`record::one_phase_allows`); `None` leaves the
     /// op to be applied as the insert it otherwise is.
-    fn one_phase(
+    pub(super) fn one_phase(
         &mut self,
         id: &TransferId,
         rec: &Arc<TransferRecord>,

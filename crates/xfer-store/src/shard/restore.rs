@@ -2,7 +2,7 @@
 //! checkpoint): records with their index entries, tombstones, the history counter (none of
 //! it a change); and a logged one-phase commit replayed over it.
 
-use crate::op::{Op, Reply, TransferOp};
+use crate::op::Reply;
 use crate::record::one_phase_done;
 use crate::shard::apply::MemoryShard;
 use crate::shard::id_map::IdMap;
@@ -39,8 +39,9 @@ impl MemoryShard {
         }
     }
 
-    /// Replays a one-phase commit ([`TransferOp::OnePhase`]) that committed when it was
-    /// first applied, as a log that keeps only those replays it; answers whether it
+    /// Replays a one-phase commit
+    /// ([`TransferOp::OnePhase`](crate::op::TransferOp::OnePhase)) that committed when it
+    /// was first applied, as a log that keeps only those replays it; answers whether it
     /// committed again. A record of it found here can only be that commit's own result,
     /// brought back from a table written ahead of the shard's checkpoint (the embedded
     /// store's `done`): dropped first, or the step would find its own result and move
@@ -53,8 +54,7 @@ impl MemoryShard {
     ) -> bool {
         self.transfers
             .remove_if(id, |found, _| **found == one_phase_done(rec));
-        let op = Op::Transfer(id.clone(), TransferOp::OnePhase(Arc::clone(rec)));
-        matches!(self.apply(&op, now), Reply::Transfer(r) if r.state == TransferState::Done)
+        matches!(self.one_phase(id, rec, now), Some(Reply::Transfer(r)) if r.state == TransferState::Done)
     }
 
     /// Restores a transfer saved elsewhere, with its index entry. Not a change.
