@@ -120,6 +120,7 @@ impl Checkpointer {
                 shard: s,
                 meta,
                 history: changes.history,
+                events: changes.events,
                 tombstones: changes.tombstones,
                 ..ShardCut::default()
             };
@@ -201,6 +202,7 @@ impl Checkpointer {
             }
             let mut shard = shared.shard(cut.shard);
             shard.mem.history_saved(&cut.history);
+            shard.mem.events_saved(&cut.events);
             shard.unlock_fair();
         }
         *self

@@ -242,11 +242,12 @@ fn replay(
     shard: &mut ShardState,
     entries: Vec<(u64, u64, Entry)>,
 ) -> Result<(), StoreError> {
-    for (_, _, entry) in entries {
+    for (lsn, _, entry) in entries {
         match entry {
             Entry::Ops { now, ops, .. } => {
                 fetch_finished(tables, s, shard, &ops)?;
-                for op in &ops {
+                for (step, op) in (0..).zip(&ops) {
+                    let made = shard.mem.events_added();
                     if let Op::Transfer(id, TransferOp::OnePhase(rec)) = op {
                         // Logged only where it committed (`shard.rs`): it must again.
                         if !shard.mem.replay_one_phase(id, rec, now) {
@@ -258,6 +259,9 @@ fn replay(
                     } else {
                         shard.mem.apply(op, now);
                     }
+                    // Positioned as when first made (`shard.rs`): from the entry and step.
+                    let end = shard.mem.events_added();
+                    shard.mem.stamp_events(made..end, lsn, step);
                 }
             }
             Entry::Prune { now, limit, .. } => {

@@ -20,7 +20,8 @@ use xfer_core::{
     Account, AccountId, AccountStatus, Timestamp, TransferId, TransferRecord, TransferState,
 };
 use xfer_store::{
-    BoxFuture, HistoryPage, MemoryShard, Op, Reply, SharedLog, Store, StoreError, TransferOp,
+    BoxFuture, Event, EventPage, FeedPosition, HistoryPage, MemoryShard, Op, Reply, SharedLog,
+    Store, StoreError, TransferOp,
 };
 
 /// Tombstones pruned per hold of a shard's lock (and per log entry).
@@ -56,9 +57,17 @@ impl<F: Fs> EmbeddedShard<F> {
         let now = self.inner.shared.clock.now();
         shard.mem.prefetch(ops);
         fetch_finished(&self.inner.shared.tables, self.index, shard, ops)?;
+        // Each step's events, counted as it is applied, are positioned once its log entry's
+        // LSN is known (`xfer_store::shard::feed`).
+        let mut made = Vec::with_capacity(ops.len() + 1);
+        made.push(shard.mem.events_added());
         let replies: Vec<Reply> = ops
             .iter()
-            .map(|op| shard.mem.apply(op.borrow(), now))
+            .map(|op| {
+                let reply = shard.mem.apply(op.borrow(), now);
+                made.push(shard.mem.events_added());
+                reply
+            })
             .collect();
         // A one-phase step that did not commit is logged as the insert it was.
         let inserts: Vec<Op> = ops
@@ -85,11 +94,18 @@ impl<F: Fs> EmbeddedShard<F> {
                 }),
         );
         if !writes.is_empty() {
-            self.inner.shared.append(&EntryRef::Ops {
+            let lsn = self.inner.shared.append(&EntryRef::Ops {
                 shard: self.index,
                 now,
                 ops: writes,
             })?;
+            let mut step = 0;
+            for (op, made) in ops.iter().zip(made.windows(2)) {
+                if made[0] < made[1] {
+                    shard.mem.stamp_events(made[0]..made[1], lsn, step);
+                }
+                step += u64::from(!is_read(op.borrow()));
+            }
         }
         Ok((replies, self.inner.shared.last_lsn()))
     }
@@ -209,6 +225,42 @@ impl<F: Fs> Store for EmbeddedShard<F> {
                 entries.extend(tables.history(index, &account, older, want - entries.len())?);
             }
             Ok(HistoryPage::from_one_extra(&mut entries, limit))
+        })
+    }
+
+    fn events(
+        &self,
+        after: FeedPosition,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<EventPage, StoreError>> {
+        let index = self.index;
+        self.read(move |tables, mem| {
+            // Memory first: a list the checkpointer drops from it meanwhile is saved
+            // before (the shard's lock is held here anyway). The two may hold the same
+            // event (saved, not yet dropped; or made again by a replay): one is kept.
+            let held = mem.events_after(after, limit);
+            let saved = tables.events(index, after, limit)?;
+            let mut events: Vec<Event> = Vec::with_capacity(limit.min(held.len() + saved.len()));
+            let (mut a, mut b) = (held.into_iter().peekable(), saved.into_iter().peekable());
+            while events.len() < limit {
+                let next = match (a.peek(), b.peek()) {
+                    (Some(x), Some(y)) if x.position == y.position => {
+                        b.next();
+                        a.next()
+                    }
+                    (Some(x), Some(y)) if x.position < y.position => a.next(),
+                    (Some(_), None) => a.next(),
+                    _ => b.next(),
+                };
+                match next {
+                    Some(e) => events.push(e),
+                    None => break,
+                }
+            }
+            Ok(EventPage {
+                events,
+                dropped_through: FeedPosition::START,
+            })
         })
     }
 

@@ -72,14 +72,12 @@ impl<F: Fs> Shared<F> {
     }
 
     /// Appends an entry for `shard` (called with its lock held, so the log's order of a
-    /// shard's entries is the order they were applied in).
-    pub(crate) fn append(&self, entry: &EntryRef<'_>) -> Result<(), StoreError> {
-        codec::with_encoded(entry, |bytes| self.log.append(bytes))
-            .map(|_| ())
-            .map_err(|e| {
-                self.fail(e.to_string());
-                StoreError::Indeterminate(format!("embedded log: {e}"))
-            })
+    /// shard's entries is the order they were applied in); answers its LSN.
+    pub(crate) fn append(&self, entry: &EntryRef<'_>) -> Result<u64, StoreError> {
+        codec::with_encoded(entry, |bytes| self.log.append(bytes)).map_err(|e| {
+            self.fail(e.to_string());
+            StoreError::Indeterminate(format!("embedded log: {e}"))
+        })
     }
 
     /// The LSN every reply given now must wait for: the last one appended.

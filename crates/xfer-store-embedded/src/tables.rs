@@ -9,6 +9,7 @@
 //! | `live` | shard ‖ transfer id | a non-terminal transfer (all loaded at start) |
 //! | `done` | shard ‖ transfer id | a terminal transfer (read on demand) |
 //! | `history` | shard ‖ account ‖ 0 ‖ first sequence | up to 256 of the account's entries of one checkpoint: (sequence, transfer id)… (read on demand) |
+//! | `events` | shard ‖ position (major ‖ minor, big-endian) | a change-feed event: transfer, kind, time, refund (read on demand) |
 //! | `meta` | `shards`, `shard` ‖ n | shard count; per shard the checkpoint LSN and history sequence |
 //!
 //! A checkpoint is one atomic fjall batch, synced before it returns: the tables always hold
@@ -28,11 +29,13 @@
 //! - `batch`: a checkpoint on its way in: [`ShardCut`], [`CheckpointBatch`], and the cut's
 //!   transfers read ahead.
 //! - `history`: the `history` table, runs of an account's entries ([`HISTORY_RUN_MAX`]).
+//! - `events`: the `events` table, the change feed, written first by a checkpoint.
 //! - `tombstones`: the `tombstones` table, runs of tombstones written once each
 //!   ([`TOMBSTONE_RUN_MAX`]).
 
 mod batch;
 mod done;
+mod events;
 mod history;
 mod keyspace;
 mod meta;
@@ -47,6 +50,7 @@ pub use tombstones::TOMBSTONE_RUN_MAX;
 
 use crate::codec::{decode, record_key, AccountWithoutTombstones};
 use crate::tables::done::DoneTable;
+use crate::tables::events::EventsTable;
 use crate::tables::history::HistoryTable;
 use crate::tables::keyspace::{corrupted, unavailable};
 use crate::tables::tombstones::TombstoneTable;
@@ -55,7 +59,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use xfer_core::{Account, AccountId, FastSet, TransferId, TransferRecord};
-use xfer_store::{MemoryShard, StoreError};
+use xfer_store::{Event, FeedPosition, MemoryShard, StoreError};
 
 /// fjall's memtables are flushed (and its journal let go) once checkpoints have put this
 /// many bytes into them since the last flush: flushing at every checkpoint would make small
@@ -70,6 +74,7 @@ pub struct Tables {
     live: Keyspace,
     done: DoneTable,
     history: HistoryTable,
+    events: EventsTable,
     tombstones: TombstoneTable,
     meta: Keyspace,
     /// Bytes checkpoints put into fjall's memtables since the last flush.
@@ -109,6 +114,7 @@ impl Tables {
             live: ks("live", KeyspaceCreateOptions::default)?,
             done: DoneTable::open(&db)?,
             history: HistoryTable::open(&db)?,
+            events: EventsTable::open(&db)?,
             tombstones: TombstoneTable::open(&db)?,
             meta: ks("meta", KeyspaceCreateOptions::default)?,
             unflushed: AtomicU64::new(0),
@@ -211,6 +217,16 @@ impl Tables {
         self.history.read(shard, account, before, limit)
     }
 
+    /// At most `limit` of shard `shard`'s saved events after `after`, oldest first.
+    pub fn events(
+        &self,
+        shard: u16,
+        after: FeedPosition,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
+        self.events.read(shard, after, limit)
+    }
+
     /// Encodes one checkpoint into a batch for [`Tables::commit`], nothing written yet. The
     /// cut's accounts are taken out and released as they are encoded: a shard copies an
     /// account it writes while the cut still holds it, and the batch is committed and
@@ -236,6 +252,7 @@ impl Tables {
             done: Vec::with_capacity(xfer_store::shard::room_for(
                 self.done_items.load(Ordering::Relaxed),
             )),
+            events: Vec::with_capacity(usize::from(shards)),
         };
         batch.insert(&self.meta, SHARDS_KEY.to_vec(), &shards);
         batch
@@ -295,6 +312,7 @@ impl Tables {
             }
         }
         self.history.add(batch, s, &cut.history);
+        batch.events.push((s, Arc::clone(&cut.events)));
         self.tombstones.write_runs(batch, cut);
     }
 
@@ -315,6 +333,8 @@ impl Tables {
     pub fn commit(&self, batch: CheckpointBatch) -> Result<(), StoreError> {
         self.batch_items.store(batch.batch.len(), Ordering::Relaxed);
         self.done_items.store(batch.done.len(), Ordering::Relaxed);
+        let events: Vec<(u16, &[Event])> = batch.events.iter().map(|(s, e)| (*s, &e[..])).collect();
+        self.events.write(&self.db, &events)?;
         self.done.ingest(batch.done)?;
         batch.batch.commit().map_err(unavailable("checkpoint"))?;
         let unflushed = self.unflushed.fetch_add(batch.bytes, Ordering::Relaxed) + batch.bytes;
@@ -344,12 +364,13 @@ impl Tables {
         Ok(())
     }
 
-    fn keyspaces(&self) -> [&Keyspace; 6] {
+    fn keyspaces(&self) -> [&Keyspace; 7] {
         [
             &self.accounts,
             &self.live,
             &self.done.keyspace,
             &self.history.keyspace,
+            &self.events.keyspace,
             &self.tombstones.keyspace,
             &self.meta,
         ]

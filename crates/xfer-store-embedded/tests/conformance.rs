@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 use xfer_core::{Account, AccountId, SystemClock, Timestamp, TransferId, TransferRecord};
-use xfer_store::{BoxFuture, HistoryPage, Op, Reply, Store, StoreError};
+use xfer_store::{BoxFuture, EventPage, FeedPosition, HistoryPage, Op, Reply, Store, StoreError};
 use xfer_store_embedded::{Embedded, EmbeddedConfig, EmbeddedShard};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -117,17 +117,26 @@ impl Store for Cycling {
         let after = after.cloned();
         self.call(move |s| Box::pin(async move { s.transfers(after.as_ref(), limit).await }))
     }
+    fn events(
+        &self,
+        after: FeedPosition,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<EventPage, StoreError>> {
+        self.call(move |s| Box::pin(async move { s.events(after, limit).await }))
+    }
 }
 
 #[tokio::test]
 async fn conformance_as_it_runs() {
     xfer_store::conformance::run_all(|| Cycling::new(Mode::Plain)).await;
+    xfer_store::conformance::run_events(|| async { Cycling::new(Mode::Plain) }).await;
     xfer_store::conformance::run_one_phase_committing(|| async { Cycling::new(Mode::Plain) }).await;
 }
 
 #[tokio::test]
 async fn conformance_checkpointing_after_every_call() {
     xfer_store::conformance::run_all(|| Cycling::new(Mode::CheckpointEachCall)).await;
+    xfer_store::conformance::run_events(|| async { Cycling::new(Mode::CheckpointEachCall) }).await;
     xfer_store::conformance::run_one_phase_committing(|| async {
         Cycling::new(Mode::CheckpointEachCall)
     })
@@ -137,6 +146,7 @@ async fn conformance_checkpointing_after_every_call() {
 #[tokio::test]
 async fn conformance_closing_and_reopening_after_every_call() {
     xfer_store::conformance::run_all(|| Cycling::new(Mode::CloseEachCall)).await;
+    xfer_store::conformance::run_events(|| async { Cycling::new(Mode::CloseEachCall) }).await;
     xfer_store::conformance::run_one_phase_committing(|| async {
         Cycling::new(Mode::CloseEachCall)
     })
@@ -146,6 +156,7 @@ async fn conformance_closing_and_reopening_after_every_call() {
 #[tokio::test]
 async fn conformance_crashing_and_recovering_after_every_call() {
     xfer_store::conformance::run_all(|| Cycling::new(Mode::CrashEachCall)).await;
+    xfer_store::conformance::run_events(|| async { Cycling::new(Mode::CrashEachCall) }).await;
     xfer_store::conformance::run_one_phase_committing(|| async {
         Cycling::new(Mode::CrashEachCall)
     })

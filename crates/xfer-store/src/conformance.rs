@@ -5,6 +5,7 @@
 //! The suite never controls the store's clock: "past" deadlines and horizons are
 //! `Timestamp(1)` and "future" ones [`FUTURE`], so it runs against a real server too.
 
+use crate::event::{Event, FeedPosition};
 use crate::op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
 use crate::store::Store;
 use std::sync::Arc;
@@ -73,6 +74,78 @@ fn tid(s: &str) -> TransferId {
 fn usd() -> AssetCode {
     AssetCode::new("USD", "asset").expect("valid asset")
 }
+/// For a store that keeps a change feed (Memory, embedded, PostgreSQL, Redis): the steps of
+/// the cases that move transfers through every state, on one store, make the events the
+/// Memory store makes of them (`event::events_of`), read back oldest first in increasing
+/// positions, the same whole or a page at a time.
+pub async fn run_events<S: Store, F: std::future::Future<Output = S>>(open_store: impl Fn() -> F) {
+    let s = open_store().await;
+    let reference =
+        crate::MemoryStore::new(Arc::new(xfer_core::ManualClock::at(Timestamp(10_000))));
+    for store in [&s as &dyn Store, &reference] {
+        every_state(store).await;
+    }
+    let got = all_events(&s, 1_000).await;
+    let want = all_events(&reference, 1_000).await;
+    let seen = |events: &[Event]| -> Vec<String> {
+        let at = |e: &Event| e.at.as_ms();
+        events
+            .iter()
+            .map(|e| format!("{} at {}", e.id(), at(e)))
+            .collect()
+    };
+    assert_eq!(seen(&got), seen(&want), "the feed's events");
+    assert!(
+        got.windows(2).all(|w| w[0].position < w[1].position),
+        "positions increase: {got:?}"
+    );
+    assert_eq!(all_events(&s, 1).await, got, "paged one at a time");
+    let last = got.last().expect("events").position;
+    let after = s.events(last, 10).await.expect("events after the last");
+    assert_eq!(after.events, [], "nothing after the last");
+    // Steps that change nothing make no event.
+    for id in ["t1", "h2"] {
+        transfer_op(&s, id, TransferOp::Finish { now: at(7_000) }).await;
+    }
+    let o1 = record("o1", 0);
+    let relink = TransferOp::LinkRefund {
+        refund: tid("r2"),
+        replacing: Some(tid("r1")),
+        postings: o1.spec.reversed_postings(),
+    };
+    transfer_op(&s, "o1", relink).await;
+    transfer_op(&s, "o1", TransferOp::Insert(Arc::new(o1))).await;
+    assert_eq!(all_events(&s, 1_000).await, got, "repeats make no event");
+}
+
+async fn every_state(s: &dyn Store) {
+    claims_and_decisions_compare_and_set(s).await;
+    holds_capture_void_and_expire(s).await;
+    for id in ["h2", "h3"] {
+        let finish = TransferOp::Finish { now: at(6_000) };
+        assert_eq!(
+            state_of(&transfer_op(s, id, finish).await).0,
+            TransferState::Canceled
+        );
+    }
+    refunds_link_once(s).await;
+    one_phase_commits_whole_or_inserts(s).await;
+}
+
+/// Every event of `s`, read `page` at a time.
+async fn all_events(s: &dyn Store, page: usize) -> Vec<Event> {
+    let mut all: Vec<Event> = Vec::new();
+    loop {
+        let after = all.last().map_or(FeedPosition::START, |e| e.position);
+        let got = s.events(after, page).await.expect("events").events;
+        assert!(got.len() <= page, "at most the limit");
+        if got.is_empty() {
+            return all;
+        }
+        all.extend(got);
+    }
+}
+
 fn owner(s: &str) -> OwnerId {
     OwnerId::new(s).expect("valid id")
 }
@@ -1005,5 +1078,6 @@ mod tests {
         let new = || MemoryStore::new(Arc::new(ManualClock::at(Timestamp(10_000))));
         run_all(new).await;
         run_one_phase_committing(|| std::future::ready(new())).await;
+        run_events(|| std::future::ready(new())).await;
     }
 }

@@ -18,12 +18,14 @@ pub enum StoreError {
     Indeterminate(String),
     /// A record failed its checks (bad checksum, impossible value). Needs a human.
     Corrupted(String),
+    /// This store does not offer the call (a read some backends lack); retrying cannot help.
+    Unsupported(String),
 }
 
 impl StoreError {
     /// True when retrying the same ops later may succeed.
     pub fn is_retryable(&self) -> bool {
-        !matches!(self, StoreError::Corrupted(_))
+        !matches!(self, StoreError::Corrupted(_) | StoreError::Unsupported(_))
     }
 }
 
@@ -33,6 +35,7 @@ impl fmt::Display for StoreError {
             StoreError::Unavailable(m) => write!(f, "store unavailable: {m}"),
             StoreError::Indeterminate(m) => write!(f, "store outcome unknown: {m}"),
             StoreError::Corrupted(m) => write!(f, "store corrupted: {m}"),
+            StoreError::Unsupported(m) => write!(f, "not offered by this store: {m}"),
         }
     }
 }

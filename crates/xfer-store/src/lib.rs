@@ -6,6 +6,7 @@
 //!
 //! - [`op`]: the operations ([`Op`]) and their answers ([`Reply`]).
 //! - [`record`]: what each operation means, as pure functions of one record.
+//! - [`event`]: the change feed's [`Event`]s, which a step makes ([`event::events_of`]).
 //! - [`error`]: [`StoreError`], why a call failed, and [`BoxFuture`], how calls answer.
 //! - [`log`]: [`SharedLog`], the one log several shards append to ahead of its sync.
 //! - [`store`]: the async, batchable [`Store`] trait.
@@ -29,6 +30,7 @@ pub mod contention;
 pub mod database;
 pub mod differential;
 pub mod error;
+pub mod event;
 pub mod faulty;
 pub mod intercept;
 pub mod log;
@@ -40,6 +42,7 @@ pub mod shard;
 pub mod store;
 
 pub use coalesce::Coalesce;
+pub use event::{Event, EventKind, EventPage, FeedPosition};
 pub use faulty::{FaultPlan, Faulty};
 pub use intercept::{AheadHook, ExecuteHook, Intercept};
 pub use log::{same_log, SharedLog};

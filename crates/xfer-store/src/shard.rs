@@ -20,6 +20,8 @@
 //!   ([`prune_at`], [`sort_bucket`]).
 //! - [`history`]: the history entries held in memory ([`HistoryEntry`]): by account, or as
 //!   lists in sequence order until saved.
+//! - `feed`: the change feed's events held in memory: all of them, or until saved
+//!   ([`EVENTS_PER_STEP`]).
 //! - [`changes`]: [`Changes`], what a tracked shard changed since it was last taken.
 //! - [`apply`]: [`MemoryShard`], the records and indexes, [`MemoryShard::apply`], and the
 //!   reads and scans.
@@ -36,6 +38,7 @@
 pub mod apply;
 pub mod changes;
 pub mod cut;
+mod feed;
 pub mod history;
 mod id_map;
 pub mod list_room;
@@ -51,6 +54,7 @@ pub mod wake_index;
 pub use apply::MemoryShard;
 pub use changes::Changes;
 pub use cut::{Cut, Room, RoomSizes};
+pub use feed::EVENTS_PER_STEP;
 pub use history::HistoryEntry;
 pub use list_room::{push_made, room_for, room_like};
 pub use memory_store::MemoryStore;

@@ -40,6 +40,7 @@
 //! each account's first write for a transfer (intent or released mark); [`Store::prune`] drops tombstones whose horizon the store's clock has passed.
 
 pub use crate::error::{BoxFuture, StoreError};
+use crate::event::{EventPage, FeedPosition};
 use crate::log::SharedLog;
 use crate::op::{Op, Reply};
 use std::sync::Arc;
@@ -140,6 +141,19 @@ pub trait Store: Send + Sync {
         after: Option<&'a TransferId>,
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>>;
+
+    /// The shard's change feed (`event.rs`): at most `limit` events strictly after `after`,
+    /// oldest first, each durable (a crash never takes back an event once read), and none
+    /// that a later read could place before one already answered. The default:
+    /// `Unsupported`, for a store that keeps no feed.
+    fn events(
+        &self,
+        after: FeedPosition,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<EventPage, StoreError>> {
+        let _ = (after, limit);
+        Box::pin(async { Err(StoreError::Unsupported("a change feed".into())) })
+    }
 }
 
 /// Writes the named [`Store`] methods of a wrapper as calls to the same method of its
@@ -158,6 +172,15 @@ macro_rules! forward_to_inner {
             ops: &'a [&'a crate::op::Op],
         ) -> crate::store::BoxFuture<'a, Result<(Vec<crate::op::Reply>, u64), crate::store::StoreError>> {
             self.$inner.execute_ahead(ops)
+        }
+    };
+    (@ $inner:ident events) => {
+        fn events(
+            &self,
+            after: crate::event::FeedPosition,
+            limit: usize,
+        ) -> crate::store::BoxFuture<'_, Result<crate::event::EventPage, crate::store::StoreError>> {
+            self.$inner.events(after, limit)
         }
     };
     (@ $inner:ident scan_due) => {
@@ -257,5 +280,13 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<TransferRecord>, StoreError>> {
         (**self).transfers(after, limit)
+    }
+
+    fn events(
+        &self,
+        after: FeedPosition,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<EventPage, StoreError>> {
+        (**self).events(after, limit)
     }
 }

@@ -9,6 +9,7 @@ use serde::Serialize;
 use std::sync::Arc;
 use xfer_core::{Account, AccountId, TransferRecord};
 use xfer_store::shard::HistoryEntry;
+use xfer_store::Event;
 
 /// One shard's part of a checkpoint: what changed since the previous one.
 #[derive(Debug, Default)]
@@ -27,6 +28,8 @@ pub struct ShardCut {
     pub history: Arc<Vec<HistoryEntry>>,
     /// Tombstones made, in the order they were made.
     pub tombstones: Vec<Tombstone>,
+    /// Change-feed events made, in position order, shared with the shard until saved.
+    pub events: Arc<Vec<Event>>,
 }
 
 /// A checkpoint's writes, not yet committed, and their size.
@@ -36,6 +39,8 @@ pub struct CheckpointBatch {
     pub(super) bytes: u64,
     /// Finished transfers for `done`, key and value: ingested, sorted, before the batch.
     pub(super) done: Vec<(Vec<u8>, fjall::Slice)>,
+    /// Each shard's change-feed events: written and synced before `done`.
+    pub(super) events: Vec<(u16, Arc<Vec<Event>>)>,
 }
 
 impl CheckpointBatch {

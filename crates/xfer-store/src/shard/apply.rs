@@ -6,12 +6,14 @@
 //! the sweeper's and pruner's indexes are ordered sets; the history index is only looked
 //! up by account, never iterated, or (a tracked shard's) a list in sequence order.
 
+use crate::event::{events_of, Event, FeedPosition};
 use crate::op::{AccountOp, Op, Reply, TransferOp};
 use crate::record::{
     apply_account_absent, apply_account_to, apply_transfer_absent, apply_transfer_to,
     get_account_shared, one_phase_allows, one_phase_done, one_phase_move, IndexEffect,
 };
 use crate::shard::changes::Changes;
+use crate::shard::feed::Feed;
 use crate::shard::history::History;
 use crate::shard::id_map::IdMap;
 use crate::shard::list_room::push_made;
@@ -42,6 +44,8 @@ pub struct MemoryShard {
     /// The history index.
     pub(super) history: History,
     pub(super) sequence: u64,
+    /// The change feed's events (`feed.rs`).
+    pub(super) feed: Feed,
     /// What changed since the last [`MemoryShard::take_changes`], when tracked.
     pub(super) changes: Option<Changes>,
 }
@@ -77,6 +81,16 @@ impl MemoryShard {
         if let Some(c) = &mut self.changes {
             push_made(&mut c.transfers, || id.clone());
         }
+    }
+
+    /// Adds the events of a record written new.
+    fn add_events(&mut self, new: &TransferRecord) {
+        let tracked = self.changes.is_some();
+        let mut nth = 0;
+        events_of(None, new, |e| {
+            self.feed.add(tracked, e, nth);
+            nth += 1;
+        });
     }
 
     /// Applies one op with the store's clock at `now`.
@@ -143,8 +157,15 @@ impl MemoryShard {
                 Some((shared, first)) => {
                     let r = Arc::make_mut(shared);
                     let before = r.wake_at();
+                    let (state, refunded_by) = (r.state, r.refunded_by.clone());
                     let step = apply_transfer_to(r, op, now);
                     let after = r.wake_at();
+                    let tracked = self.changes.is_some();
+                    let mut nth = 0;
+                    events_of(Some((state, refunded_by.as_ref())), r, |e| {
+                        self.feed.add(tracked, e, nth);
+                        nth += 1;
+                    });
                     let reply = step.reply(shared);
                     if before != after {
                         if let Some(w) = before {
@@ -165,6 +186,7 @@ impl MemoryShard {
                         if let Some(w) = r.wake_at() {
                             self.wake.insert(w, id);
                         }
+                        self.add_events(&r);
                         self.transfers.insert_marking(id.clone(), r);
                         self.note_transfer(id);
                     }
@@ -212,6 +234,7 @@ impl MemoryShard {
             return Some(Reply::Unchanged(existing));
         }
         let done = Arc::new(one_phase_done(rec));
+        self.add_events(&done);
         self.transfers.insert_marking(id.clone(), Arc::clone(&done));
         self.note_transfer(id);
         Some(Reply::Transfer(done))
@@ -230,6 +253,29 @@ impl MemoryShard {
                 )
             })
             .collect()
+    }
+
+    /// At most `limit` of the events this shard holds in memory after `after`, oldest first
+    /// (a tracked shard: those not yet saved elsewhere).
+    pub fn events_after(&self, after: FeedPosition, limit: usize) -> Vec<Event> {
+        self.feed.after(after, limit)
+    }
+
+    /// The last position an untracked shard no longer keeps (`START`: none).
+    pub fn events_dropped_through(&self) -> FeedPosition {
+        self.feed.dropped_through()
+    }
+
+    /// How many events a tracked shard made since its last take: marks around a step, to
+    /// pass to [`MemoryShard::stamp_events`].
+    pub fn events_added(&self) -> usize {
+        self.feed.added()
+    }
+
+    /// Positions the events a tracked shard made between two marks (see
+    /// [`MemoryShard::events_added`]): made by the step at `step` of log entry `lsn`.
+    pub fn stamp_events(&mut self, made: std::ops::Range<usize>, lsn: u64, step: u64) {
+        self.feed.stamp(made, lsn, step);
     }
 
     /// See [`Store::history`](crate::Store::history).

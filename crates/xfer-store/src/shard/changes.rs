@@ -1,6 +1,7 @@
 //! [`Changes`]: the records and history entries a tracked shard changed since they were
 //! last taken.
 
+use crate::event::Event;
 use crate::shard::history::HistoryEntry;
 use std::sync::Arc;
 use xfer_core::{AccountId, Intent, TransferId};
@@ -17,6 +18,9 @@ pub struct Changes {
     /// History entries added, in sequence order. The shard still answers them until told
     /// they are saved ([`MemoryShard::history_saved`](crate::MemoryShard::history_saved)).
     pub history: Arc<Vec<HistoryEntry>>,
+    /// The change feed's events made, in position order. The shard still answers them
+    /// until told they are saved ([`MemoryShard::events_saved`](crate::MemoryShard::events_saved)).
+    pub events: Arc<Vec<Event>>,
     /// Tombstones written, each as it was written (it never changes after: a tombstone is
     /// only ever dropped, past its horizon). An account listed as changed is still the
     /// whole record, tombstones included; a store that writes tombstones apart from their

@@ -4,6 +4,7 @@
 //! [`RoomSizes`]), and what was saved let go ([`MemoryShard::evict_transfer`],
 //! [`MemoryShard::history_saved`]).
 
+use crate::event::Event;
 use crate::shard::apply::MemoryShard;
 use crate::shard::changes::Changes;
 use crate::shard::history::{History, HistoryEntry};
@@ -172,11 +173,13 @@ impl MemoryShard {
             accounts: room_or_like(accounts, &c.accounts),
             transfers: room_or_like(transfers, &c.transfers),
             history: Arc::default(),
+            events: Arc::default(),
             tombstones: room_or_like(tombstones, &c.tombstones),
             dropped_account: false,
         };
         let mut taken = std::mem::replace(c, next);
         taken.history = self.history.take(history);
+        taken.events = self.feed.take();
         if cut {
             self.accounts.start_cut();
             self.transfers.start_cut();
@@ -254,6 +257,11 @@ impl MemoryShard {
                 !(tracked && marked) && r.state.is_terminal()
             })
             .is_some()
+    }
+
+    /// Drops from memory the events of `list`, handed out by a cut and now saved elsewhere.
+    pub fn events_saved(&mut self, list: &Arc<Vec<Event>>) {
+        self.feed.saved(list);
     }
 
     /// Drops from memory the history entries of `list`, handed out as

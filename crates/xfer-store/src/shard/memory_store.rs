@@ -92,4 +92,17 @@ impl Store for MemoryStore {
             .collect();
         Box::pin(std::future::ready(Ok(out)))
     }
+
+    fn events(
+        &self,
+        after: crate::event::FeedPosition,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<crate::event::EventPage, StoreError>> {
+        let shard = self.shard();
+        let page = crate::event::EventPage {
+            events: shard.events_after(after, limit),
+            dropped_through: shard.events_dropped_through(),
+        };
+        Box::pin(std::future::ready(Ok(page)))
+    }
 }
