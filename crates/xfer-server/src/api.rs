@@ -7,12 +7,13 @@
 use crate::answer::Answer;
 use crate::auth::{Scope, Tokens};
 use crate::error::{decode, ApiCode, ApiError};
+use crate::feed::{Cursor, FeedRead};
 use crate::metrics::Stopwatch;
 pub use crate::routes::{Route, ROUTES};
 use crate::service::{Action, Service};
 use crate::wire::{
-    self, AccountCreate, AccountOut, BatchIn, BatchItemOut, LowerBoundChange, RefundIn, TransferIn,
-    TransferOut, BATCH_MAX,
+    self, AccountCreate, AccountOut, BatchIn, BatchItemOut, EventOut, LowerBoundChange, RefundIn,
+    TransferIn, TransferOut, BATCH_MAX,
 };
 use axum::body::Body;
 use axum::extract::{FromRequestParts, MatchedPath, Path, RawQuery, Request, State};
@@ -83,6 +84,7 @@ fn handler(method: &str, path: &str) -> axum::routing::MethodRouter<Arc<App>> {
         ("POST", "/v1/transfers/{id}/void") => post(void),
         ("POST", "/v1/transfers/{id}/refund") => post(refund),
         ("POST", "/v1/transfers/{id}/redrive") => post(redrive),
+        ("GET", "/v1/events") => get(events),
         ("GET", "/v1/admin/stuck") => get(stuck),
         ("GET", "/v1/admin/canceled") => get(canceled),
         ("GET", "/v1/audit") => get(audit),
@@ -385,6 +387,39 @@ async fn account_transfers(
     let page = app.svc.history(&id, q.before, limit, q.state).await?;
     let transfers: Vec<TransferOut> = page.items.iter().map(TransferOut::from).collect();
     Ok(Json(json!({"transfers": transfers, "next_before": page.next})).into_response())
+}
+
+/// A page of the change feed after the cursor `after` (absent: from the start).
+async fn events(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
+    let q: PageQuery = query(q)?;
+    let limit = q.limit()?;
+    let shards = app.svc.cluster().shards().len();
+    let after = match &q.after {
+        None => Cursor::start(shards),
+        Some(s) => Cursor::parse(s, shards)
+            .map_err(|why| ApiError::api(ApiCode::InvalidQuery, Some("after"), why))?,
+    };
+    match app.svc.events(&after, limit).await? {
+        FeedRead::Page { events, next } => {
+            let events: Vec<EventOut> = events
+                .iter()
+                .map(|(e, r)| EventOut::new(e, r.as_ref()))
+                .collect();
+            Ok(Json(json!({"events": events, "next": next.to_string()})).into_response())
+        }
+        FeedRead::Behind {
+            shard,
+            dropped_through,
+        } => Err(ApiError::api(
+            ApiCode::CursorExpired,
+            Some("after"),
+            format!(
+                "shard {shard} no longer keeps its events through {dropped_through}: \
+                 start again without `after`"
+            ),
+        )),
+        FeedRead::Unsupported(why) => Err(ApiError::api(ApiCode::NotSupported, None, why)),
+    }
 }
 
 async fn submit(State(app): Shared, RawQuery(q): RawQuery, headers: HeaderMap, b: Body) -> Handled {

@@ -62,6 +62,10 @@ pub enum ApiCode {
     Overloaded,
     /// Start-up recovery has not finished yet.
     NotReady,
+    /// A change-feed cursor older than what the stores keep: events were missed.
+    CursorExpired,
+    /// A store of this deployment does not offer what was asked.
+    NotSupported,
 }
 
 impl ApiCode {
@@ -89,6 +93,8 @@ impl ApiCode {
             ApiCode::Unroutable => "unroutable",
             ApiCode::ShuttingDown => "shutting_down",
             ApiCode::Overloaded => "overloaded",
+            ApiCode::CursorExpired => "cursor_expired",
+            ApiCode::NotSupported => "not_supported",
             ApiCode::NotReady => "not_ready",
         }
     }
@@ -114,6 +120,8 @@ impl ApiCode {
             | ApiCode::ShuttingDown
             | ApiCode::Overloaded
             | ApiCode::NotReady => StatusCode::SERVICE_UNAVAILABLE,
+            ApiCode::CursorExpired => StatusCode::GONE,
+            ApiCode::NotSupported => StatusCode::NOT_IMPLEMENTED,
             ApiCode::StoreCorrupted | ApiCode::ProtocolViolation | ApiCode::Unroutable => {
                 StatusCode::INTERNAL_SERVER_ERROR
             }

@@ -13,6 +13,7 @@
 //! | `routes` | every endpoint and the scope it needs |
 //! | `connections` | the listener's bound on open connections |
 //! | `listings` | accounts, history, canceled transfers and the audit, as the service's |
+//! | `feed` | the change feed, every shard's merged after a cursor, as the service's |
 //! | `service` | what handlers call: submit, settle, reads, sweeps; results and `ExecError`, no status |
 //! | `answer` | how one transfer request was answered |
 //! | `stores` | opening the configured shards (embedded, PostgreSQL, MySQL, MongoDB, Redis, mixed); dropping a run's own databases |
@@ -28,6 +29,7 @@ pub mod auth;
 pub mod config;
 pub mod connections;
 pub mod error;
+pub mod feed;
 pub mod listings;
 pub mod metrics;
 pub mod openapi;

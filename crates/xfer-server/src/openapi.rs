@@ -207,6 +207,22 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
             None,
             transfer(),
         ),
+        ("GET", "/v1/events") => (
+            "The change feed: every transfer's observable changes, oldest first per shard",
+            page_params(
+                "after",
+                json!({"type": "string", "pattern": "^[0-9.]+(_[0-9.]+)*$",
+                       "description": "one position per shard, `_` between; 410 \
+                        `cursor_expired` once a shard no longer keeps its events"}),
+            ),
+            None,
+            ok(
+                "A page",
+                json!({"type": "object", "properties": {
+                "events": {"type": "array", "items": schema_ref("Event")},
+                "next": {"type": "string", "description": "pass as `after` for the next page"}}}),
+            ),
+        ),
         ("GET", "/v1/admin/stuck") => (
             "Unfinished transfers whose owner lapsed long ago, with why",
             vec![limit_param()],
@@ -275,6 +291,14 @@ fn schemas() -> Value {
             "properties": {"transfers": {"type": "array", "maxItems": 8192, "items": schema_ref("TransferIn")}}},
         "BatchItem": {"type": "object", "properties": {
             "status": {"type": "integer"}, "transfer": schema_ref("Transfer"), "error": schema_ref("Error")}},
+        "Event": {"type": "object", "properties": {
+            "id": {"type": "string", "description": "stable: transfer/type(/refund); drop duplicates by it"},
+            "type": {"enum": ["accepted", "held", "captured", "voided", "expired", "done", "canceled", "refunded"]},
+            "state": {"enum": ["pending", "applied", "held", "canceling", "done", "canceled"]},
+            "transfer_id": {"type": "string"},
+            "at_ms": {"type": "integer"},
+            "refund_id": {"type": ["string", "null"]},
+            "transfer": {"oneOf": [schema_ref("Transfer"), {"type": "null"}]}}},
         "Refund": {"type": "object", "required": ["id"], "additionalProperties": false,
             "properties": {"id": id, "metadata": {"type": "string"}}},
         "Transfer": {"type": "object", "properties": {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use xfer_core::amount::AMOUNT_MAX;
 use xfer_core::{
     Account, AccountId, AccountStatus, Amount, AssetCode, CancelReason, Code, LowerBound, Posting,
-    Postings, Rejection, TransferId, TransferKind, TransferRecord, TransferSpec,
+    Postings, Rejection, TransferId, TransferKind, TransferRecord, TransferSpec, TransferState,
 };
 
 /// How long prepares may take when a request does not say.
@@ -296,6 +296,52 @@ pub struct TransferOut {
     pub deadline_ms: u64,
     /// For a hold: when it expires uncaptured.
     pub hold_expires_at_ms: Option<u64>,
+}
+
+/// One change-feed event as the API writes it.
+#[derive(Debug, Serialize)]
+pub struct EventOut {
+    /// Stable: the transfer, the type, and for a refund the refund (`t1/done`,
+    /// `t1/refunded/r1`); a receiver drops duplicates by it.
+    pub id: String,
+    /// `accepted`, `held`, `captured`, `voided`, `expired`, `done`, `canceled`, `refunded`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The state the change moved the transfer to (`accepted`: `pending`; `refunded`: it
+    /// stays `done`).
+    pub state: &'static str,
+    /// The transfer.
+    pub transfer_id: String,
+    /// When the change was made (the writer's clock).
+    pub at_ms: u64,
+    /// For `refunded`: the refund.
+    pub refund_id: Option<String>,
+    /// The transfer as it is now: its postings, metadata and, if canceled, why.
+    pub transfer: Option<TransferOut>,
+}
+
+impl EventOut {
+    /// `e` with its transfer's record, if the store still has it.
+    pub fn new(e: &xfer_store::Event, record: Option<&TransferRecord>) -> EventOut {
+        use xfer_store::EventKind as K;
+        let state = match e.kind {
+            K::Accepted => TransferState::Pending,
+            K::Held => TransferState::Held,
+            K::Captured => TransferState::Applied,
+            K::Voided | K::Expired => TransferState::Canceling,
+            K::Done | K::Refunded => TransferState::Done,
+            K::Canceled => TransferState::Canceled,
+        };
+        EventOut {
+            id: e.id(),
+            kind: e.kind.word(),
+            state: state.as_str(),
+            transfer_id: e.transfer.to_string(),
+            at_ms: e.at.as_ms(),
+            refund_id: e.refund.as_ref().map(|r| r.to_string()),
+            transfer: record.map(TransferOut::from),
+        }
+    }
 }
 
 impl From<&TransferRecord> for TransferOut {

@@ -46,7 +46,7 @@ struct TestServer {
 }
 
 /// Where a test server keeps its shards.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Backend {
     Embedded,
     /// A fresh database on the test server (`XFER_TEST_POSTGRES_BASE`, by default the local
@@ -966,6 +966,58 @@ async fn history_pages(ts: &TestServer, first: &str) -> Vec<Vec<String>> {
     pages
 }
 
+/// Every event of the feed, read `limit` at a time; the last cursor.
+async fn event_pages(ts: &TestServer, limit: usize) -> (Vec<Value>, String) {
+    let mut all = Vec::new();
+    let mut path = format!("/v1/events?limit={limit}");
+    loop {
+        let page = ts.get(&path).await;
+        assert_eq!(page.status, 200, "{}", page.text);
+        let events = page.body["events"].as_array().expect("events").clone();
+        let next = page.body["next"].as_str().expect("a cursor").to_string();
+        assert!(events.len() <= limit, "{}", page.text);
+        if events.is_empty() {
+            return (all, next);
+        }
+        all.extend(events);
+        path = format!("/v1/events?limit={limit}&after={next}");
+    }
+}
+
+/// The change feed: each transfer's changes in order, the same whole or paged, with its
+/// record; bad cursors refused by field. `feed`: the store keeps one (else 501).
+async fn events(ts: &TestServer, feed: bool) {
+    if !feed {
+        let page = ts.get("/v1/events").await;
+        expect_error(&page, 501, "not_supported", None, "a store without a feed");
+        return;
+    }
+    let (all, last) = event_pages(ts, 1_000).await;
+    let (paged, _) = event_pages(ts, 3).await;
+    assert_eq!(all, paged, "the same whole or three at a time");
+    let of = |t: &str| -> Vec<String> {
+        all.iter()
+            .filter(|e| e["transfer_id"] == t)
+            .map(|e| e["type"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(of("h-1"), ["accepted", "held", "captured", "done", "refunded"]);
+    let mut seen = BTreeSet::new();
+    for e in &all {
+        let id = e["id"].as_str().expect("an id");
+        assert!(seen.insert(id.to_string()), "{id} twice");
+        assert_eq!(e["transfer"]["id"], e["transfer_id"], "{e}");
+        assert!(e["at_ms"].as_u64().is_some(), "{e}");
+    }
+    let after = ts.get(&format!("/v1/events?after={last}")).await;
+    assert_eq!(after.body["events"], json!([]), "{}", after.text);
+    assert_eq!(after.body["next"], json!(last), "{}", after.text);
+    for bad in ["x", "1__2", "1.2.3", "0_0_0_0_0_0_0_0_0_0_0_0_0_0_0_0_0"] {
+        let a = ts.get(&format!("/v1/events?after={bad}")).await;
+        expect_error(&a, 400, "invalid_query", Some("after"), bad);
+    }
+}
+
 async fn history(ts: &TestServer) {
     ts.create_account("hist", "USD", json!(0)).await;
     for i in 1..=5 {
@@ -1152,6 +1204,7 @@ async fn every_route(backend: Backend) {
     transfers(&ts).await;
     holds_and_refunds(&ts).await;
     history(&ts).await;
+    events(&ts, backend == Backend::Embedded).await;
     admin(&ts).await;
     metrics(&ts).await;
     // Twice: a request is counted once answered, so the second shows the first.

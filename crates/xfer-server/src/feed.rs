@@ -1,0 +1,146 @@
+//! The change feed as the service's ([`Service::events`]): every shard's events after a
+//! cursor, merged, with the records they name, and the cursor of the next page.
+
+use crate::service::Service;
+use std::collections::HashMap;
+use xfer_core::{TransferId, TransferRecord};
+use xfer_engine::ExecError;
+use xfer_store::{Event, FeedPosition, StoreError};
+
+/// Where a reader is in every shard's feed: one position per shard, in shard order,
+/// written `p0_p1_…` (each as [`FeedPosition`] writes itself).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Cursor(pub Vec<FeedPosition>);
+
+impl Cursor {
+    /// Before every event of `shards` shards.
+    pub fn start(shards: usize) -> Cursor {
+        Cursor(vec![FeedPosition::START; shards])
+    }
+
+    /// Reads a cursor of `shards` shards; the error says why it is not one.
+    pub fn parse(s: &str, shards: usize) -> Result<Cursor, String> {
+        let positions = s
+            .split('_')
+            .map(str::parse)
+            .collect::<Result<Vec<FeedPosition>, String>>()?;
+        if positions.len() != shards {
+            return Err(format!(
+                "a cursor names a position in each of the {shards} shards, this one {}",
+                positions.len()
+            ));
+        }
+        Ok(Cursor(positions))
+    }
+}
+
+impl std::fmt::Display for Cursor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, p) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("_")?;
+            }
+            write!(f, "{p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What a read of the feed found.
+pub enum FeedRead {
+    /// Events, oldest first within each shard, each with its transfer's record (`None`
+    /// only if the store no longer has it), and the cursor after them.
+    Page {
+        /// The events and their records.
+        events: Vec<(Event, Option<TransferRecord>)>,
+        /// Pass back as `after` for the next page.
+        next: Cursor,
+    },
+    /// The cursor is before what shard `shard` still keeps: events were missed.
+    Behind {
+        /// The shard.
+        shard: usize,
+        /// The last position it dropped.
+        dropped_through: FeedPosition,
+    },
+    /// A shard's store keeps no change feed.
+    Unsupported(String),
+}
+
+impl Service {
+    /// At most `limit` events after `after`, from every shard: each shard's in its order,
+    /// the shards' merged by time.
+    pub async fn events(&self, after: &Cursor, limit: usize) -> Result<FeedRead, ExecError> {
+        let shards = self.cluster().shards();
+        let mut pages = Vec::with_capacity(shards.len());
+        for (shard, (store, from)) in shards.iter().zip(&after.0).enumerate() {
+            let page = match store.events(*from, limit).await {
+                Ok(page) => page,
+                Err(StoreError::Unsupported(what)) => {
+                    return Ok(FeedRead::Unsupported(format!(
+                        "shard {shard}'s store does not offer {what}"
+                    )))
+                }
+                Err(e) => return Err(ExecError::Unavailable(e.to_string())),
+            };
+            if *from < page.dropped_through {
+                return Ok(FeedRead::Behind {
+                    shard,
+                    dropped_through: page.dropped_through,
+                });
+            }
+            pages.push(page.events.into_iter().peekable());
+        }
+        // Each shard's events stay in their order: the next one taken is the earliest of
+        // the shards' first ones (ties by shard).
+        let mut next = after.clone();
+        let mut taken = Vec::with_capacity(limit);
+        while taken.len() < limit {
+            let earliest = pages
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(s, p)| p.peek().map(|e| (e.at, s)))
+                .min();
+            let Some((_, s)) = earliest else { break };
+            let e = pages[s].next().expect("peeked");
+            next.0[s] = e.position;
+            taken.push(e);
+        }
+        let mut ids: Vec<TransferId> = taken.iter().map(|e| e.transfer.clone()).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let records: HashMap<TransferId, TransferRecord> = self
+            .get_transfers(&ids)
+            .await?
+            .into_iter()
+            .map(|r| (r.spec.id.clone(), r))
+            .collect();
+        let events = taken
+            .into_iter()
+            .map(|e| {
+                let r = records.get(&e.transfer).cloned();
+                (e, r)
+            })
+            .collect();
+        Ok(FeedRead::Page { events, next })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cursor_names_one_position_per_shard_and_reads_back() {
+        let c = Cursor(vec![
+            FeedPosition::seq(3),
+            FeedPosition { major: 9, minor: 1 },
+        ]);
+        assert_eq!(c.to_string(), "3_9.1");
+        assert_eq!(Cursor::parse("3_9.1", 2), Ok(c));
+        assert_eq!(Cursor::start(3).to_string(), "0_0_0");
+        assert!(Cursor::parse("3_9.1", 3).is_err());
+        assert!(Cursor::parse("3__1", 3).is_err());
+        assert!(Cursor::parse("x", 1).is_err());
+    }
+}
