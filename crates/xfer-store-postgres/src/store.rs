@@ -6,7 +6,10 @@ use std::time::Duration;
 use tokio_postgres::NoTls;
 use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
 use xfer_store::database::{plain_name, OpenError};
-use xfer_store::{reply_json, BoxFuture, HistoryPage, Op, Reply, Store, StoreError};
+use xfer_store::{
+    reply_json, BoxFuture, Event, EventKind, EventPage, FeedPosition, HistoryPage, Op, Reply,
+    Store, StoreError,
+};
 
 /// The backend's name in errors.
 const STORE: &str = "postgres";
@@ -50,6 +53,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (2, include_str!("migration_2.sql")),
     (3, include_str!("migration_3.sql")),
     (4, include_str!("migration_4.sql")),
+    (5, include_str!("migration_5.sql")),
 ];
 
 const EXECUTE: &str = "SELECT r::text FROM execute($1::text::jsonb) AS r";
@@ -58,6 +62,12 @@ const SCAN_DUE: &str = "SELECT to_jsonb(t)::text FROM transfers t \
 const HISTORY: &str = "SELECT seq, transfer FROM history \
      WHERE account = $1 AND seq < $2 ORDER BY seq DESC LIMIT $3";
 const PRUNE: &str = "SELECT prune($1)";
+/// Events after a position, of transactions older than every one still running
+/// (`migration_5.sql`).
+const EVENTS: &str = "SELECT xid::text, seq, transfer, kind, at, refund FROM events \
+     WHERE (xid, seq) > ($1::text::xid8, $2) \
+       AND xid < pg_snapshot_xmin(pg_current_snapshot()) \
+     ORDER BY xid, seq LIMIT $3";
 const ACCOUNTS: &str = "SELECT account_json(id)::text FROM accounts \
      WHERE status <> 'unopened' AND id > $1 ORDER BY id LIMIT $2";
 const TRANSFERS: &str = "SELECT to_jsonb(t)::text FROM transfers t \
@@ -299,6 +309,44 @@ impl Store for PostgresStore {
                 entries.push((seq as u64, transfer));
             }
             Ok(HistoryPage::from_one_extra(&mut entries, limit_))
+        })
+    }
+
+    fn events(
+        &self,
+        after: FeedPosition,
+        limit_: usize,
+    ) -> BoxFuture<'_, Result<EventPage, StoreError>> {
+        Box::pin(async move {
+            let seq = i64::try_from(after.minor).unwrap_or(i64::MAX);
+            let rows = self
+                .rows(EVENTS, &[&after.major.to_string(), &seq, &limit(limit_)])
+                .await?;
+            let mut events = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let xid: &str = r.get(0);
+                let seq: i64 = r.get(1);
+                let (transfer, kind): (&str, &str) = (r.get(2), r.get(3));
+                let at: i64 = r.get(4);
+                let refund: Option<&str> = r.get(5);
+                let bad = |what: String| self.corrupted(format!("events: {what}"));
+                let id = |s: &str| TransferId::new(s).map_err(|e| bad(e.message));
+                events.push(Event {
+                    position: FeedPosition {
+                        major: xid.parse().map_err(|_| bad(format!("xid {xid:?}")))?,
+                        minor: u64::try_from(seq).map_err(|_| bad(format!("seq {seq}")))?,
+                    },
+                    transfer: id(transfer)?,
+                    kind: EventKind::from_word(kind)
+                        .ok_or_else(|| bad(format!("kind {kind:?}")))?,
+                    at: Timestamp(u64::try_from(at).map_err(|_| bad(format!("at {at}")))?),
+                    refund: refund.map(id).transpose()?,
+                });
+            }
+            Ok(EventPage {
+                events,
+                dropped_through: FeedPosition::START,
+            })
         })
     }
 

@@ -22,6 +22,9 @@
 --   {p}:due           sorted set: non-terminal transfers scored by their wake time
 --   {p}:tombs         sorted set: "<account> <transfer>" of every tombstone, by horizon
 --   {p}:seq           the history counter
+--   {p}:events        stream: the change feed (event.rs), one entry per event,
+--                     t (transfer), k (kind), at (ms), r (refund, for 'refunded'); its entry
+--                     ids are the events' positions, trimmed to about FEED_KEPT entries
 
 local NEVER = '9223372036854775807'
 
@@ -473,6 +476,50 @@ local function transfer_reply(kind, key)
   return flat
 end
 
+-- ---------------------------------------------------------------------------------------
+-- The change feed (event.rs `events_of`): each event appended to the shard's stream by the
+-- step that makes its change.
+local FEED_KEPT = '1000000'
+
+local function emit(events, tid, kind, at, refund)
+  if refund then
+    redis.call('XADD', events, 'MAXLEN', '~', FEED_KEPT, '*', 't', tid, 'k', kind, 'at', at,
+      'r', refund)
+  else
+    redis.call('XADD', events, 'MAXLEN', '~', FEED_KEPT, '*', 't', tid, 'k', kind, 'at', at)
+  end
+end
+
+-- The events of record `key`'s move from state `before` (nil: written new) and refund link
+-- `refunded_before`, read from the record as the step left it.
+local function feed(events, key, tid, before, refunded_before)
+  local f = redis.call('HMGET', key, 'state', 'reason', 'created', 'updated', 'refunded_by')
+  local state, reason, created, updated, refunded = f[1], f[2], f[3], f[4], f[5]
+  if not before then
+    emit(events, tid, 'accepted', created)
+  end
+  if before ~= state then
+    local kind
+    if state == 'held' then
+      kind = 'held'
+    elseif before == 'held' and state == 'applied' then
+      kind = 'captured'
+    elseif before == 'held' and state == 'canceling' then
+      kind = (reason == '"voided"') and 'voided' or 'expired'
+    elseif state == 'done' then
+      kind = 'done'
+    elseif state == 'canceled' then
+      kind = 'canceled'
+    end
+    if kind then
+      emit(events, tid, kind, updated)
+    end
+  end
+  if before and refunded and refunded ~= refunded_before then
+    emit(events, tid, 'refunded', updated, refunded)
+  end
+end
+
 -- Keeps the due index in step with the record: TransferRecord::wake_at.
 local function index_wake(key, due, tid)
   local f = redis.call('HMGET', key, 'state', 'lease', 'hold')
@@ -491,7 +538,7 @@ local function index_wake(key, due, tid)
 end
 
 local function transfer(keys, args)
-  local key, index, due = keys[1], keys[2], keys[3]
+  local key, index, due, events = keys[1], keys[2], keys[3], keys[4]
   local k, tid = args[1], args[2]
 
   if k == 'insert' then
@@ -499,6 +546,7 @@ local function transfer(keys, args)
       redis.call('HSET', key, unpack(args, 3))
       redis.call('ZADD', index, 0, tid)
       index_wake(key, due, tid)
+      feed(events, key, tid, nil, nil)
       return transfer_reply('transfer', key)
     end
     -- Same id: the client compares the bodies (nothing changes either way).
@@ -599,6 +647,7 @@ local function transfer(keys, args)
   end
   if changed then
     index_wake(key, due, tid)
+    feed(events, key, tid, state, refunded_by)
     return transfer_reply('transfer', key)
   end
   return transfer_reply('unchanged', key)
@@ -609,7 +658,7 @@ end
 -- ---------------------------------------------------------------------------------------
 -- The one-phase commit (TransferOp::OnePhase, docs/protocol.md). KEYS: the transfer, the
 -- transfer index, the due index, the history counter, then each leg's account and its
--- history. ARGV: 'one_phase', the transfer id, its deadline, the number of legs, each leg's
+-- history, then the change feed. ARGV: 'one_phase', the transfer id, its deadline, the number of legs, each leg's
 -- account id, asset, debit and credit, then the record's fields as an insert sends them.
 -- If the record is absent and every leg's prepare would succeed, the record is kept done
 -- and each leg's amounts move into its balance, with no intent: answers 'committed' (the
@@ -618,6 +667,7 @@ end
 local function one_phase(keys, args)
   local key, index, due, seq = keys[1], keys[2], keys[3], keys[4]
   local tid, deadline, n = args[2], args[3], tonumber(args[4])
+  local events = keys[5 + 2 * n]
   if redis.call('EXISTS', key) == 1 then
     -- Same id: the client compares the bodies (nothing changes either way).
     return transfer_reply('unchanged', key)
@@ -641,10 +691,11 @@ local function one_phase(keys, args)
   if not ok then
     redis.call('HSET', key, unpack(args, 5 + 4 * n))
     index_wake(key, due, tid)
+    feed(events, key, tid, nil, nil)
     return { 'inserted' }
   end
   -- The record as `record::one_phase_done` keeps it: done, no owner, updated when created.
-  local fields = {}
+  local fields, created = {}, nil
   for j = 5 + 4 * n, #args, 2 do
     local f, v = args[j], args[j + 1]
     if f == 'state' then
@@ -657,9 +708,12 @@ local function one_phase(keys, args)
     if f == 'created' then
       table.insert(fields, 'updated')
       table.insert(fields, v)
+      created = v
     end
   end
   redis.call('HSET', key, unpack(fields))
+  emit(events, tid, 'accepted', created)
+  emit(events, tid, 'done', created)
   local last = redis.call('INCRBY', seq, n)
   for i = 0, n - 1 do
     local debit, credit = args[7 + 4 * i], args[8 + 4 * i]
@@ -674,8 +728,25 @@ local function tombs_due(keys, args)
   return redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms(), 'LIMIT', 0, tonumber(args[1]))
 end
 
+-- The change feed after position ARGV[1] ('<ms>-<seq>'), at most ARGV[2] entries: the last
+-- id the stream dropped (trimmed) and the entries. KEYS: the change feed.
+local function events_after(keys, args)
+  if redis.call('EXISTS', keys[1]) == 0 then
+    return { '0-0', {} }
+  end
+  local info, dropped = redis.call('XINFO', 'STREAM', keys[1]), '0-0'
+  for i = 1, #info, 2 do
+    if info[i] == 'max-deleted-entry-id' then
+      dropped = info[i + 1]
+    end
+  end
+  return { dropped, redis.call('XRANGE', keys[1], '(' .. args[1], '+', 'COUNT', args[2]) }
+end
+
 redis.register_function('xfer_2_account', account)
 redis.register_function('xfer_2_transfer', transfer)
 redis.register_function('xfer_2_one_phase', one_phase)
 redis.register_function { function_name = 'xfer_2_tombs_due', callback = tombs_due,
+  flags = { 'no-writes' } }
+redis.register_function { function_name = 'xfer_2_events', callback = events_after,
   flags = { 'no-writes' } }

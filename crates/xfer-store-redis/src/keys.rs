@@ -47,6 +47,10 @@ impl Keys {
     pub(crate) fn seq(&self) -> String {
         format!("{}:seq", self.tag)
     }
+
+    pub(crate) fn events(&self) -> String {
+        format!("{}:events", self.tag)
+    }
 }
 
 #[cfg(test)]
@@ -67,6 +71,7 @@ mod tests {
             k.due(),
             k.tombs(),
             k.seq(),
+            k.events(),
         ] {
             assert!(key.starts_with("{xfer_shard_3}:"), "{key}");
         }

@@ -10,7 +10,7 @@ use std::fmt;
 use std::time::Duration;
 use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
 use xfer_store::database::OpenError;
-use xfer_store::{BoxFuture, HistoryPage, Op, Reply, Store, StoreError};
+use xfer_store::{BoxFuture, EventPage, FeedPosition, HistoryPage, Op, Reply, Store, StoreError};
 
 /// The backend's name in errors.
 const STORE: &str = "redis";
@@ -534,6 +534,23 @@ impl Store for RedisStore {
                 entries.push(e);
             }
             Ok(HistoryPage::from_one_extra(&mut entries, limit))
+        })
+    }
+
+    fn events(
+        &self,
+        after: FeedPosition,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<EventPage, StoreError>> {
+        Box::pin(async move {
+            let mut cmd = redis::cmd("FCALL_RO");
+            cmd.arg(wire::EVENTS_FN)
+                .arg(1)
+                .arg(self.keys.events())
+                .arg(format!("{}-{}", after.major, after.minor))
+                .arg(limit);
+            let v: Value = self.call(&cmd).await?;
+            wire::event_page(v).map_err(|e| StoreError::Corrupted(format!("change feed: {e}")))
         })
     }
 

@@ -16,12 +16,16 @@ use xfer_core::{
     LowerBound, OwnerId, Timestamp, TransferId, TransferRecord, TransferSpec, TransferState,
 };
 use xfer_store::record::one_phase_reply;
-use xfer_store::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
+use xfer_store::{
+    AccountOp, Event, EventKind, EventPage, FeedPosition, Op, PostOutcome, PrepareOutcome,
+    ReleaseOutcome, Reply, TransferOp,
+};
 
 pub(crate) const ACCOUNT_FN: &str = "xfer_2_account";
 pub(crate) const TRANSFER_FN: &str = "xfer_2_transfer";
 pub(crate) const ONE_PHASE_FN: &str = "xfer_2_one_phase";
 pub(crate) const TOMBS_DUE_FN: &str = "xfer_2_tombs_due";
+pub(crate) const EVENTS_FN: &str = "xfer_2_events";
 
 /// A timestamp as the functions store it: milliseconds, a saturated "never" as `i64::MAX`.
 pub(crate) fn ms(t: Timestamp) -> String {
@@ -199,14 +203,14 @@ fn account_keys(keys: &Keys, id: &AccountId) -> [String; 5] {
     ]
 }
 
-/// The `FCALL` of a one-phase commit: the transfer's keys, the history counter and each
-/// leg's account and history; the deadline, the legs and the record's fields (a record that
+/// The `FCALL` of a one-phase commit: the transfer's keys, the history counter, each leg's
+/// account and history, and the change feed; the deadline, the legs and the record's fields (a record that
 /// no longer validates has no legs, and is only inserted).
 fn one_phase(keys: &Keys, rec: &TransferRecord) -> Cmd {
     let id = rec.id();
     let legs = rec.spec.validate().unwrap_or_default();
-    let mut k = transfer_keys(keys, id).to_vec();
-    k.push(keys.seq());
+    let [record, transfers, due, events] = transfer_keys(keys, id);
+    let mut k = vec![record, transfers, due, keys.seq()];
     let mut args = vec![
         "one_phase".to_string(),
         id.to_string(),
@@ -222,12 +226,18 @@ fn one_phase(keys: &Keys, rec: &TransferRecord) -> Cmd {
             leg.credit.to_string(),
         ]);
     }
+    k.push(events);
     args.extend(record_fields(rec));
     fcall(ONE_PHASE_FN, &k, args)
 }
 
-fn transfer_keys(keys: &Keys, id: &TransferId) -> [String; 3] {
-    [keys.transfer(id), keys.transfers(), keys.due()]
+fn transfer_keys(keys: &Keys, id: &TransferId) -> [String; 4] {
+    [
+        keys.transfer(id),
+        keys.transfers(),
+        keys.due(),
+        keys.events(),
+    ]
 }
 
 /// A new transfer record as the hash's field/value pairs (absent fields: none).
@@ -257,6 +267,66 @@ fn record_fields(r: &TransferRecord) -> Vec<String> {
         }
     }
     f
+}
+
+/// A stream entry id `<ms>-<seq>` as the position it is.
+pub(crate) fn position(id: &str) -> Result<FeedPosition, String> {
+    let bad = || format!("stream entry id {id:?}");
+    let (ms, seq) = id.split_once('-').ok_or_else(bad)?;
+    Ok(FeedPosition {
+        major: ms.parse().map_err(|_| bad())?,
+        minor: seq.parse().map_err(|_| bad())?,
+    })
+}
+
+/// The answer of `xfer_2_events`: the last id the stream dropped, and its entries.
+pub(crate) fn event_page(v: Value) -> Result<EventPage, String> {
+    let Value::Array(mut parts) = v else {
+        return Err(format!("expected an array, got {v:?}"));
+    };
+    let entries = match parts.pop() {
+        Some(Value::Array(entries)) => entries,
+        other => return Err(format!("expected the entries, got {other:?}")),
+    };
+    let dropped = strings(Value::Array(parts))?;
+    let [dropped] = &dropped[..] else {
+        return Err(format!("expected the last id dropped, got {dropped:?}"));
+    };
+    let mut events = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let Value::Array(mut entry) = entry else {
+            return Err(format!("expected an entry, got {entry:?}"));
+        };
+        let fields = strings(entry.pop().unwrap_or(Value::Nil))?;
+        let id = strings(Value::Array(entry))?;
+        let [id] = &id[..] else {
+            return Err(format!("expected an entry id, got {id:?}"));
+        };
+        let field = |name: &str| {
+            fields
+                .chunks(2)
+                .find(|kv| kv[0] == name)
+                .and_then(|kv| kv.get(1))
+                .map(String::as_str)
+        };
+        let need = |name: &str| field(name).ok_or_else(|| format!("event {id} without {name}"));
+        let transfer = TransferId::new(need("t")?).map_err(|e| format!("event {id}: {e}"))?;
+        let kind = need("k")?;
+        events.push(Event {
+            position: position(id)?,
+            transfer,
+            kind: EventKind::from_word(kind).ok_or_else(|| format!("event kind {kind:?}"))?,
+            at: Timestamp(num(need("at")?, "event time")?),
+            refund: field("r")
+                .map(TransferId::new)
+                .transpose()
+                .map_err(|e| format!("event {id}: {e}"))?,
+        });
+    }
+    Ok(EventPage {
+        events,
+        dropped_through: position(dropped)?,
+    })
 }
 
 /// A reply as strings; `Err` says what was wrong with it.

@@ -10,6 +10,7 @@ async fn conformance_on_a_single_server() {
     let shards = Shards::new(Server::Single, "conf");
     xfer_store::conformance::run_all_opened(|| shards.open()).await;
     xfer_store::conformance::run_one_phase_committing(|| shards.open()).await;
+    xfer_store::conformance::run_events(|| shards.open()).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -17,4 +18,5 @@ async fn conformance_on_a_cluster() {
     let shards = Shards::new(Server::Cluster, "conf");
     xfer_store::conformance::run_all_opened(|| shards.open()).await;
     xfer_store::conformance::run_one_phase_committing(|| shards.open()).await;
+    xfer_store::conformance::run_events(|| shards.open()).await;
 }
