@@ -40,11 +40,13 @@ pub enum Mutant {
     ReportUndurableDecision,
     /// A one-phase commit of a transfer whose record exists moves the amounts again.
     OnePhaseIgnoresRecord,
+    /// A record written done (a one-phase commit) makes only its `accepted` event.
+    OnePhaseSkipsDoneEvent,
 }
 
 impl Mutant {
     /// Every mutant, in a stable order.
-    pub const ALL: [Mutant; 17] = [
+    pub const ALL: [Mutant; 18] = [
         Mutant::CreditAtPrepare,
         Mutant::DebitWithoutBalanceCheck,
         Mutant::DoublePost,
@@ -62,6 +64,7 @@ impl Mutant {
         Mutant::AckBeforeSync,
         Mutant::ReportUndurableDecision,
         Mutant::OnePhaseIgnoresRecord,
+        Mutant::OnePhaseSkipsDoneEvent,
     ];
 
     /// Its command-line name.
@@ -84,6 +87,7 @@ impl Mutant {
             Mutant::AckBeforeSync => "ack-before-sync",
             Mutant::ReportUndurableDecision => "report-undurable-decision",
             Mutant::OnePhaseIgnoresRecord => "one-phase-ignores-record",
+            Mutant::OnePhaseSkipsDoneEvent => "one-phase-skips-done-event",
         }
     }
 
@@ -108,6 +112,7 @@ impl Mutant {
             Mutant::AckBeforeSync => "outcomes told before the log is durable",
             Mutant::ReportUndurableDecision => "a decision reported before it is durable",
             Mutant::OnePhaseIgnoresRecord => "a repeated one-phase commit moves the amounts again",
+            Mutant::OnePhaseSkipsDoneEvent => "a one-phase commit makes no `done` event",
             Mutant::DuplicateAnswersStaleState => {
                 "a duplicate submission is told the stored state as final"
             }

@@ -13,7 +13,7 @@ use xfer_engine::Router;
 use xfer_store::MemoryShard;
 
 /// Every guarantee a checker judges, by the name violations carry.
-pub const GUARANTEES: [&str; 10] = [
+pub const GUARANTEES: [&str; 11] = [
     "conservation",
     "no_overdraft",
     "atomicity",
@@ -24,6 +24,7 @@ pub const GUARANTEES: [&str; 10] = [
     "history",
     "acknowledged",
     "durable",
+    "events",
 ];
 
 /// A broken guarantee.
@@ -386,6 +387,91 @@ impl Checker {
                     a.status
                 );
                 self.record("no_leaks", at_ms, detail);
+            }
+        }
+    }
+
+    /// The change feed, at rest: each transfer's events are the changes its record shows
+    /// it went through, in order, each once (`accepted` first; `held` before a hold is
+    /// settled; its end, `done` or `canceled`, once it is terminal; a `refunded` naming
+    /// its refund when linked), and no event names a transfer no shard holds.
+    pub fn events(&mut self, shards: &[MemoryShard], at_ms: u64) {
+        let feeds = shards
+            .iter()
+            .map(|s| s.events_after(xfer_store::FeedPosition::START, usize::MAX))
+            .collect();
+        self.feed(shards.iter().flat_map(|s| s.transfers()), feeds, at_ms);
+    }
+
+    /// [`Checker::events`] over `transfers` and each shard's feed, read whole.
+    pub fn feed<'a>(
+        &mut self,
+        transfers: impl Iterator<Item = &'a TransferRecord>,
+        feeds: Vec<Vec<xfer_store::Event>>,
+        at_ms: u64,
+    ) {
+        use xfer_store::EventKind as K;
+        let transfers: BTreeMap<&TransferId, &TransferRecord> =
+            transfers.map(|r| (r.id(), r)).collect();
+        let mut made: BTreeMap<TransferId, Vec<xfer_store::Event>> = BTreeMap::new();
+        for (shard, feed) in feeds.into_iter().enumerate() {
+            if feed.windows(2).any(|w| w[0].position >= w[1].position) {
+                self.record(
+                    "events",
+                    at_ms,
+                    format!("shard {shard}: positions not increasing"),
+                );
+            }
+            for e in feed {
+                made.entry(e.transfer.clone()).or_default().push(e);
+            }
+        }
+        // (Their times are the writers' clocks, skewed: their order is the feed's.)
+        for t in made.keys() {
+            if !transfers.contains_key(t) {
+                self.record("events", at_ms, format!("{t}: events without a record"));
+            }
+        }
+        for (t, r) in &transfers {
+            let kinds: Vec<K> = made
+                .get(*t)
+                .map_or_else(Vec::new, |e| e.iter().map(|e| e.kind).collect());
+            let reason = r.reason.as_ref();
+            let mut want = vec![K::Accepted];
+            let held = kinds.contains(&K::Held);
+            if held {
+                want.push(K::Held);
+                match r.state {
+                    TransferState::Applied | TransferState::Done => want.push(K::Captured),
+                    TransferState::Canceling | TransferState::Canceled => {
+                        want.push(if reason == Some(&xfer_core::CancelReason::Voided) {
+                            K::Voided
+                        } else {
+                            K::Expired
+                        })
+                    }
+                    _ => {}
+                }
+            }
+            match r.state {
+                TransferState::Done => want.push(K::Done),
+                TransferState::Canceled => want.push(K::Canceled),
+                _ => {}
+            }
+            let refunds: Vec<&TransferId> = made
+                .get(*t)
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.refund.as_ref())
+                .collect();
+            want.extend(refunds.iter().map(|_| K::Refunded));
+            let linked = refunds.last().copied() == r.refunded_by.as_ref();
+            if kinds != want || !linked {
+                let detail = format!(
+                    "{t} ({:?}, refunded by {:?}): events {kinds:?}, changes {want:?}",
+                    r.state, r.refunded_by
+                );
+                self.record("events", at_ms, detail);
             }
         }
     }

@@ -409,7 +409,15 @@ fn finish_and_check(
             TokioSleeper.sleep(100).await;
             state = read_all(&shards).await?;
         }
-        check(&state, &router, acked, report);
+        let mut feeds = Vec::with_capacity(shards.len());
+        for s in &shards {
+            let page = s
+                .events(xfer_store::FeedPosition::START, usize::MAX)
+                .await
+                .map_err(|e| format!("events: {e}"))?;
+            feeds.push(page.events);
+        }
+        check(&state, feeds, &router, acked, report);
         drop(sweeper);
         drop(shards);
         store.close().map_err(|e| format!("close: {e}"))
@@ -441,6 +449,7 @@ async fn read_all(
 
 fn check(
     shards: &[MemoryShard],
+    feeds: Vec<Vec<xfer_store::Event>>,
     router: &Router,
     acked: &BTreeMap<String, (String, String)>,
     report: &mut CrashReport,
@@ -448,6 +457,7 @@ fn check(
     let mut checker = Checker::default();
     let refs: Vec<&MemoryShard> = shards.iter().collect();
     checker.at_rest_state(&refs, router, 0);
+    checker.feed(shards.iter().flat_map(|s| s.transfers()), feeds, 0);
     let accounts: Vec<&Account> = shards.iter().flat_map(|s| s.accounts()).collect();
     for a in &accounts {
         checker.after_account_write(Some(a), 0);

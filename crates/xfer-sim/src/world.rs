@@ -406,6 +406,7 @@ impl World {
         let stores: Vec<MemoryShard> = self.shards.drain(..).map(|s| s.store).collect();
         self.checker.no_leaks(&stores, self.now);
         self.checker.history_index(&stores, self.now);
+        self.checker.events(&stores, self.now);
         if std::env::var_os("XFER_SIM_REASONS").is_some() {
             let mut reasons: BTreeMap<String, u64> = BTreeMap::new();
             for r in stores.iter().flat_map(|s| s.transfers()) {

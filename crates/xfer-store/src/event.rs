@@ -9,6 +9,7 @@
 //! ([`FeedPosition`]); a reader pages through a shard with [`Store::events`](crate::Store::events).
 
 use std::fmt;
+use xfer_core::mutant::{self, Mutant};
 use xfer_core::{Timestamp, TransferId, TransferRecord, TransferState};
 
 /// What happened to a transfer. Each happens at most once per transfer, but `Refunded`,
@@ -180,6 +181,9 @@ pub fn events_of(before: Option<Before<'_>>, after: &TransferRecord, mut emit: i
     };
     let Some((state, refunded_by)) = before else {
         emit(event(EventKind::Accepted, after.created_at));
+        if mutant::is(Mutant::OnePhaseSkipsDoneEvent) {
+            return;
+        }
         // A one-phase commit writes its record done.
         if let Some(k) = state_event(None, after) {
             emit(event(k, after.updated_at));
