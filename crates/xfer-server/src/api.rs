@@ -7,7 +7,7 @@
 use crate::answer::Answer;
 use crate::auth::{Scope, Tokens};
 use crate::error::{decode, ApiCode, ApiError};
-use crate::feed::{Cursor, FeedRead};
+use crate::feed::{Cursor, FeedEvent, FeedRead};
 use crate::metrics::Stopwatch;
 pub use crate::routes::{Route, ROUTES};
 use crate::service::{Action, Service};
@@ -19,6 +19,7 @@ use axum::body::Body;
 use axum::extract::{FromRequestParts, MatchedPath, Path, RawQuery, Request, State};
 use axum::http::{header, request::Parts, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use axum::{Json, Router};
@@ -26,6 +27,7 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use std::sync::Arc;
 use xfer_core::{AssetCode, LowerBound, TransferState};
+use xfer_engine::{Sleeper, TokioSleeper};
 
 /// What every handler shares.
 pub struct App {
@@ -35,6 +37,8 @@ pub struct App {
     pub tokens: Tokens,
     /// The largest body read.
     pub body_limit: usize,
+    /// Turns true when the server stops: long answers (the event stream) end.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 type Shared = State<Arc<App>>;
@@ -85,6 +89,7 @@ fn handler(method: &str, path: &str) -> axum::routing::MethodRouter<Arc<App>> {
         ("POST", "/v1/transfers/{id}/refund") => post(refund),
         ("POST", "/v1/transfers/{id}/redrive") => post(redrive),
         ("GET", "/v1/events") => get(events),
+        ("GET", "/v1/events/stream") => get(events_stream),
         ("GET", "/v1/admin/stuck") => get(stuck),
         ("GET", "/v1/admin/canceled") => get(canceled),
         ("GET", "/v1/audit") => get(audit),
@@ -389,37 +394,134 @@ async fn account_transfers(
     Ok(Json(json!({"transfers": transfers, "next_before": page.next})).into_response())
 }
 
-/// A page of the change feed after the cursor `after` (absent: from the start).
-async fn events(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
-    let q: PageQuery = query(q)?;
-    let limit = q.limit()?;
+/// The cursor `s` names for this server's shards (absent: the start); a bad one is an
+/// error on `field`.
+fn cursor(app: &App, s: Option<&str>, field: &str) -> Result<Cursor, ApiError> {
     let shards = app.svc.cluster().shards().len();
-    let after = match &q.after {
-        None => Cursor::start(shards),
+    match s {
+        None => Ok(Cursor::start(shards)),
         Some(s) => Cursor::parse(s, shards)
-            .map_err(|why| ApiError::api(ApiCode::InvalidQuery, Some("after"), why))?,
-    };
-    match app.svc.events(&after, limit).await? {
-        FeedRead::Page { events, next } => {
-            let events: Vec<EventOut> = events
-                .iter()
-                .map(|(e, r)| EventOut::new(e, r.as_ref()))
-                .collect();
-            Ok(Json(json!({"events": events, "next": next.to_string()})).into_response())
-        }
+            .map_err(|why| ApiError::api(ApiCode::InvalidQuery, Some(field), why)),
+    }
+}
+
+/// A page of the feed, or the error a read that found none answers, on `field`.
+async fn feed_page(
+    app: &App,
+    after: &Cursor,
+    limit: usize,
+    field: &str,
+) -> Result<Vec<FeedEvent>, ApiError> {
+    match app.svc.events(after, limit).await? {
+        FeedRead::Page(events) => Ok(events),
         FeedRead::Behind {
             shard,
             dropped_through,
         } => Err(ApiError::api(
             ApiCode::CursorExpired,
-            Some("after"),
+            Some(field),
             format!(
                 "shard {shard} no longer keeps its events through {dropped_through}: \
-                 start again without `after`"
+                 start again from the beginning"
             ),
         )),
         FeedRead::Unsupported(why) => Err(ApiError::api(ApiCode::NotSupported, None, why)),
     }
+}
+
+/// A page of the change feed after the cursor `after` (absent: from the start).
+async fn events(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
+    let q: PageQuery = query(q)?;
+    let limit = q.limit()?;
+    let mut next = cursor(&app, q.after.as_deref(), "after")?;
+    let page = feed_page(&app, &next, limit, "after").await?;
+    let events: Vec<EventOut> = page
+        .iter()
+        .map(|e| {
+            next.0[e.shard] = e.event.position;
+            EventOut::new(&e.event, e.record.as_ref())
+        })
+        .collect();
+    Ok(Json(json!({"events": events, "next": next.to_string()})).into_response())
+}
+
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StreamQuery {
+    after: Option<String>,
+}
+
+/// Events read per page while streaming, and the wait before looking again when none
+/// were new.
+const STREAM_PAGE: usize = 256;
+const STREAM_IDLE_MS: u64 = 200;
+
+/// The change feed as Server-Sent Events: each event's `id` is the cursor after it, so
+/// a client that reconnects with `Last-Event-ID` (or `?after=`) resumes behind it. The
+/// stream ends with an `error` event when a read fails, and when the server stops.
+async fn events_stream(State(app): Shared, RawQuery(q): RawQuery, headers: HeaderMap) -> Handled {
+    let q: StreamQuery = query(q)?;
+    let last = match headers.get("last-event-id") {
+        Some(v) => Some(v.to_str().map_err(|_| {
+            ApiError::api(
+                ApiCode::InvalidQuery,
+                Some("Last-Event-ID"),
+                "Last-Event-ID is not text",
+            )
+        })?),
+        None => None,
+    };
+    let (start, field) = match (last, q.after.as_deref()) {
+        (Some(id), _) => (Some(id), "Last-Event-ID"),
+        (None, after) => (after, "after"),
+    };
+    let from = cursor(&app, start, field)?;
+    // The first page read here: a cursor past retention is an error answer, not a stream.
+    let first = feed_page(&app, &from, STREAM_PAGE, field).await?;
+    let stream = futures_util::stream::unfold(
+        (app, from, std::collections::VecDeque::from(first), false),
+        |(app, mut at, mut queued, ended)| async move {
+            if ended {
+                return None;
+            }
+            loop {
+                if let Some(e) = queued.pop_front() {
+                    at.0[e.shard] = e.event.position;
+                    let out = EventOut::new(&e.event, e.record.as_ref());
+                    let sse = SseEvent::default()
+                        .id(at.to_string())
+                        .event(out.kind)
+                        .json_data(&out)
+                        .unwrap_or_else(|e| SseEvent::default().event("error").data(e.to_string()));
+                    return Some((
+                        Ok::<_, std::convert::Infallible>(sse),
+                        (app, at, queued, false),
+                    ));
+                }
+                if *app.stopping.borrow() {
+                    return None;
+                }
+                match feed_page(&app, &at, STREAM_PAGE, "Last-Event-ID").await {
+                    Ok(page) if page.is_empty() => {
+                        let mut stopping = app.stopping.clone();
+                        tokio::select! {
+                            () = TokioSleeper.sleep(STREAM_IDLE_MS) => {}
+                            _ = stopping.wait_for(|s| *s) => return None,
+                        }
+                    }
+                    Ok(page) => queued.extend(page),
+                    Err(e) => {
+                        let body = serde_json::to_string(&e).unwrap_or_default();
+                        let sse = SseEvent::default().event("error").data(body);
+                        return Some((Ok(sse), (app, at, queued, true)));
+                    }
+                }
+            }
+        },
+    );
+    Ok(Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response())
 }
 
 async fn submit(State(app): Shared, RawQuery(q): RawQuery, headers: HeaderMap, b: Body) -> Handled {

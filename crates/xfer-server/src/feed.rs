@@ -46,16 +46,21 @@ impl std::fmt::Display for Cursor {
     }
 }
 
+/// One event read, with its shard and its transfer's record (`None` only if the store no
+/// longer has it).
+pub struct FeedEvent {
+    /// The shard whose feed holds it: the cursor after it moves that shard's position.
+    pub shard: usize,
+    /// The event.
+    pub event: Event,
+    /// Its transfer, as it is now.
+    pub record: Option<TransferRecord>,
+}
+
 /// What a read of the feed found.
 pub enum FeedRead {
-    /// Events, oldest first within each shard, each with its transfer's record (`None`
-    /// only if the store no longer has it), and the cursor after them.
-    Page {
-        /// The events and their records.
-        events: Vec<(Event, Option<TransferRecord>)>,
-        /// Pass back as `after` for the next page.
-        next: Cursor,
-    },
+    /// Events, oldest first within each shard.
+    Page(Vec<FeedEvent>),
     /// The cursor is before what shard `shard` still keeps: events were missed.
     Behind {
         /// The shard.
@@ -93,7 +98,6 @@ impl Service {
         }
         // Each shard's events stay in their order: the next one taken is the earliest of
         // the shards' first ones (ties by shard).
-        let mut next = after.clone();
         let mut taken = Vec::with_capacity(limit);
         while taken.len() < limit {
             let earliest = pages
@@ -102,11 +106,9 @@ impl Service {
                 .filter_map(|(s, p)| p.peek().map(|e| (e.at, s)))
                 .min();
             let Some((_, s)) = earliest else { break };
-            let e = pages[s].next().expect("peeked");
-            next.0[s] = e.position;
-            taken.push(e);
+            taken.push((s, pages[s].next().expect("peeked")));
         }
-        let mut ids: Vec<TransferId> = taken.iter().map(|e| e.transfer.clone()).collect();
+        let mut ids: Vec<TransferId> = taken.iter().map(|(_, e)| e.transfer.clone()).collect();
         ids.sort_unstable();
         ids.dedup();
         let records: HashMap<TransferId, TransferRecord> = self
@@ -117,12 +119,13 @@ impl Service {
             .collect();
         let events = taken
             .into_iter()
-            .map(|e| {
-                let r = records.get(&e.transfer).cloned();
-                (e, r)
+            .map(|(shard, event)| FeedEvent {
+                shard,
+                record: records.get(&event.transfer).cloned(),
+                event,
             })
             .collect();
-        Ok(FeedRead::Page { events, next })
+        Ok(FeedRead::Page(events))
     }
 }
 

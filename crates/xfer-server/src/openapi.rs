@@ -223,6 +223,21 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
                 "next": {"type": "string", "description": "pass as `after` for the next page"}}}),
             ),
         ),
+        ("GET", "/v1/events/stream") => (
+            "The change feed as Server-Sent Events, resumed from `Last-Event-ID` (or `after`)",
+            vec![param(
+                "after",
+                "query",
+                json!({"type": "string"}),
+                "a cursor to start after (`Last-Event-ID` wins when both are sent)",
+            )],
+            None,
+            ok(
+                "`text/event-stream`: each event's `id` is the cursor after it, `event` its \
+                 type, `data` the Event; an `error` event ends the stream",
+                json!({"type": "string"}),
+            ),
+        ),
         ("GET", "/v1/admin/stuck") => (
             "Unfinished transfers whose owner lapsed long ago, with why",
             vec![limit_param()],

@@ -46,6 +46,7 @@ pub const ROUTES: &[Route] = &[
     route("POST", "/v1/transfers/{id}/refund", WRITE),
     route("POST", "/v1/transfers/{id}/redrive", ADMIN),
     route("GET", "/v1/events", READ),
+    route("GET", "/v1/events/stream", READ),
     route("GET", "/v1/admin/stuck", ADMIN),
     route("GET", "/v1/admin/canceled", ADMIN),
     route("GET", "/v1/audit", ADMIN),

@@ -47,17 +47,18 @@ impl Server {
 
         let metrics = Arc::new(Metrics::new());
         let svc = assemble(&cfg, &store, metrics, clock, "serve")?;
+        let (stop, stopped) = watch::channel(false);
         let app = Arc::new(App {
             svc,
             tokens: cfg.tokens.clone(),
             body_limit: cfg.body_limit_bytes,
+            stopping: stopped.clone(),
         });
 
         let listener = tokio::net::TcpListener::bind(cfg.listen)
             .await
             .map_err(|e| format!("listen on {}: {e}", cfg.listen))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
-        let (stop, stopped) = watch::channel(false);
         let sweeps = tokio::spawn(sweep_loop(
             app.clone(),
             stopped.clone(),

@@ -205,6 +205,51 @@ impl TestServer {
         self.send(Method::POST, path, None).await
     }
 
+    /// `GET path` over HTTP/1.0 with `headers`, read until `events` server-sent events came
+    /// (at most 10 s): the status and each event's `(id, event, data)`.
+    async fn sse(
+        &self,
+        path: &str,
+        headers: &str,
+        events: usize,
+    ) -> (u16, Vec<(String, String, String)>) {
+        self.sent
+            .lock()
+            .unwrap()
+            .push(("GET".to_string(), path.to_string()));
+        let addr = self.server.as_ref().expect("running").addr();
+        let request = format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n{headers}\r\n");
+        tokio::task::spawn_blocking(move || {
+            use std::io::{Read, Write};
+            let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+            conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .expect("a timeout");
+            conn.write_all(request.as_bytes()).expect("send");
+            let mut got = Vec::new();
+            let mut buf = [0u8; 8192];
+            loop {
+                let text = String::from_utf8_lossy(&got).to_string();
+                if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                    let status: u16 = head[9..12].parse().expect("a status");
+                    let parsed = parse_sse(body);
+                    if status != 200 || parsed.len() >= events {
+                        return (status, parsed);
+                    }
+                }
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => {
+                        let text = String::from_utf8_lossy(&got).to_string();
+                        let (head, body) = text.split_once("\r\n\r\n").expect("a response");
+                        return (head[9..12].parse().expect("a status"), parse_sse(body));
+                    }
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+        })
+        .await
+        .expect("the reader")
+    }
+
     async fn put(&self, path: &str, body: &Value) -> Response {
         self.send(Method::PUT, path, Some(body)).await
     }
@@ -966,6 +1011,34 @@ async fn history_pages(ts: &TestServer, first: &str) -> Vec<Vec<String>> {
     pages
 }
 
+/// The complete events of a Server-Sent Events body: `(id, event, data)`; comments (keep
+/// alive) skipped. A body that is not an event stream (an error's JSON) is one event with
+/// only its data.
+fn parse_sse(body: &str) -> Vec<(String, String, String)> {
+    if body.starts_with('{') {
+        return vec![(String::new(), String::new(), body.to_string())];
+    }
+    let mut out = Vec::new();
+    let mut blocks: Vec<&str> = body.split("\n\n").collect();
+    blocks.pop(); // unfinished
+    for block in blocks {
+        let (mut id, mut event, mut data) = (String::new(), String::new(), String::new());
+        for line in block.lines() {
+            if let Some(v) = line.strip_prefix("id: ").or(line.strip_prefix("id:")) {
+                id = v.to_string();
+            } else if let Some(v) = line.strip_prefix("event: ").or(line.strip_prefix("event:")) {
+                event = v.to_string();
+            } else if let Some(v) = line.strip_prefix("data: ").or(line.strip_prefix("data:")) {
+                data.push_str(v);
+            }
+        }
+        if !data.is_empty() {
+            out.push((id, event, data));
+        }
+    }
+    out
+}
+
 /// Every event of the feed, read `limit` at a time; the last cursor.
 async fn event_pages(ts: &TestServer, limit: usize) -> (Vec<Value>, String) {
     let mut all = Vec::new();
@@ -990,6 +1063,12 @@ async fn events(ts: &TestServer, feed: bool) {
     if !feed {
         let page = ts.get("/v1/events").await;
         expect_error(&page, 501, "not_supported", None, "a store without a feed");
+        let (status, answer) = ts.sse("/v1/events/stream", "", 1).await;
+        let error: Value = serde_json::from_str(&answer[0].2).expect("an error");
+        assert_eq!(
+            (status, error["code"].clone()),
+            (501, json!("not_supported"))
+        );
         return;
     }
     // PostgreSQL shows an event once older transactions on the server have ended.
@@ -1028,6 +1107,42 @@ async fn events(ts: &TestServer, feed: bool) {
         let a = ts.get(&format!("/v1/events?after={bad}")).await;
         expect_error(&a, 400, "invalid_query", Some("after"), bad);
     }
+
+    // The stream: from the start, every event, each with the cursor after it as its id;
+    // resumed from one of those ids, the events after it.
+    let (status, streamed) = ts.sse("/v1/events/stream", "", all.len()).await;
+    assert_eq!(status, 200);
+    let data_ids = |s: &[(String, String, String)]| -> Vec<Value> {
+        s.iter()
+            .map(|(_, _, d)| serde_json::from_str::<Value>(d).expect("JSON")["id"].clone())
+            .collect()
+    };
+    let ids: Vec<Value> = all.iter().map(|e| e["id"].clone()).collect();
+    assert_eq!(data_ids(&streamed[..all.len()]), ids, "streamed");
+    for (e, (_, kind, _)) in all.iter().zip(&streamed) {
+        assert_eq!(e["type"], json!(kind));
+    }
+    assert_eq!(
+        streamed[all.len() - 1].0,
+        last,
+        "the last id is the last cursor"
+    );
+    let from = &streamed[2].0;
+    let (status, resumed) = ts
+        .sse(
+            "/v1/events/stream",
+            &format!("Last-Event-ID: {from}\r\n"),
+            all.len() - 3,
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(data_ids(&resumed[..all.len() - 3]), ids[3..], "resumed");
+    let (status, bad) = ts.sse("/v1/events/stream", "Last-Event-ID: x\r\n", 1).await;
+    let error: Value = serde_json::from_str(&bad[0].2).expect("an error");
+    assert_eq!(
+        (status, error["code"].clone(), error["field"].clone()),
+        (400, json!("invalid_query"), json!("Last-Event-ID"))
+    );
 }
 
 async fn history(ts: &TestServer) {
@@ -1244,6 +1359,49 @@ async fn every_route(backend: Backend) {
 // ---------------------------------------------------------------------------------------
 // Idempotency.
 // ---------------------------------------------------------------------------------------
+
+/// An open event stream shows a transfer made after it opened, and ends when the server
+/// stops, which it does not hold up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_event_stream_follows_new_transfers_and_ends_when_the_server_stops() {
+    let mut ts = TestServer::start(Backend::Embedded).await;
+    let addr = ts.server.as_ref().expect("running").addr();
+    let reader = tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+        conn.set_read_timeout(Some(std::time::Duration::from_secs(20)))
+            .expect("a timeout");
+        let request = format!("GET /v1/events/stream HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+        conn.write_all(request.as_bytes()).expect("send");
+        let mut got = Vec::new();
+        // Until the server closes the stream (or the timeout fails the read).
+        conn.read_to_end(&mut got)
+            .map(|_| String::from_utf8_lossy(&got).to_string())
+    });
+    ts.create_account("sse-a", "USD", json!("unbounded")).await;
+    ts.create_account("sse-b", "USD", json!(0)).await;
+    let a = ts
+        .post(
+            "/v1/transfers",
+            &transfer("sse-1", "sse-a", "sse-b", "USD", json!(5)),
+        )
+        .await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    // Give the stream a look at the new events before stopping.
+    TokioSleeper.sleep(600).await;
+    let server = ts.server.take().expect("running");
+    let stopped = tokio::time::timeout(std::time::Duration::from_secs(10), server.shutdown());
+    stopped
+        .await
+        .expect("the server stops with a stream open")
+        .expect("a clean shutdown");
+    let body = reader.await.expect("the reader").expect("the stream ends");
+    let ids: Vec<String> = parse_sse(body.split_once("\r\n\r\n").expect("a response").1)
+        .iter()
+        .map(|(_, _, d)| serde_json::from_str::<Value>(d).expect("JSON")["id"].to_string())
+        .collect();
+    assert_eq!(ids, ["\"sse-1/accepted\"", "\"sse-1/done\""], "{body}");
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn resubmitting_an_id_is_idempotent_and_a_changed_body_conflicts() {
