@@ -39,6 +39,8 @@ pub const SWEEP_INTERVAL_MS_DEFAULT: u64 = 1_000;
 pub const SCAN_LIMIT_DEFAULT: usize = 256;
 /// Default for [`SweepConfig::prune_limit`].
 pub const PRUNE_LIMIT_DEFAULT: usize = 1_024;
+/// The change feed keeps an event a week unless told otherwise.
+pub const EVENTS_RETENTION_MS_DEFAULT: u64 = 7 * 24 * 3_600_000;
 
 /// How a sweeper paces itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,8 +50,10 @@ pub struct SweepConfig {
     /// The most due transfers taken from one shard in one pass.
     pub scan_limit: usize,
     /// The most tombstones one `prune` call drops on one shard; a pass calls it until
-    /// everything due is dropped.
+    /// everything due is dropped. The same bounds a call trimming the change feed.
     pub prune_limit: usize,
+    /// How long the change feed keeps an event (`Store::trim_events`), in ms.
+    pub events_retention_ms: u64,
 }
 
 impl Default for SweepConfig {
@@ -58,6 +62,7 @@ impl Default for SweepConfig {
             interval_ms: SWEEP_INTERVAL_MS_DEFAULT,
             scan_limit: SCAN_LIMIT_DEFAULT,
             prune_limit: PRUNE_LIMIT_DEFAULT,
+            events_retention_ms: EVENTS_RETENTION_MS_DEFAULT,
         }
     }
 }
@@ -77,6 +82,8 @@ pub struct PassReport {
     pub failed: Vec<(TransferId, ExecError)>,
     /// Tombstones dropped.
     pub pruned: usize,
+    /// Change-feed events dropped by retention.
+    pub events_trimmed: usize,
     /// Shards that could not be scanned or pruned, by index.
     pub shard_errors: Vec<(usize, StoreError)>,
 }
@@ -122,6 +129,7 @@ impl Sweeper {
             }
         }
         self.prune(&mut report).await;
+        self.trim_events(&mut report).await;
         report
     }
 
@@ -157,6 +165,34 @@ impl Sweeper {
             }
         }
         ids
+    }
+
+    /// Retention: each shard's change feed trimmed of the events older than it keeps.
+    async fn trim_events(&self, report: &mut PassReport) {
+        let shards = self.executor.cluster().shards();
+        let limit = self.cfg.prune_limit.max(1);
+        let before = self
+            .executor
+            .clock()
+            .now()
+            .minus_ms(self.cfg.events_retention_ms);
+        let trims = join_all(shards.iter().map(|s| async move {
+            let mut total = 0;
+            loop {
+                let n = s.trim_events(before, limit).await?;
+                total += n;
+                if n < limit {
+                    return Ok::<_, StoreError>(total);
+                }
+            }
+        }))
+        .await;
+        for (shard, trimmed) in trims.into_iter().enumerate() {
+            match trimmed {
+                Ok(n) => report.events_trimmed += n,
+                Err(e) => report.shard_errors.push((shard, e)),
+            }
+        }
     }
 
     async fn prune(&self, report: &mut PassReport) {

@@ -114,6 +114,10 @@ pub struct ServeArgs {
     /// A transfer whose owner lapsed this long ago counts as stuck, in ms. [default: 10000]
     #[arg(long, env = "XFER_STUCK_AFTER_MS")]
     pub stuck_after_ms: Option<u64>,
+    /// How long the change feed keeps an event, in hours; readers further behind get 410
+    /// `cursor_expired`. [default: 168]
+    #[arg(long, env = "XFER_EVENTS_RETENTION_HOURS")]
+    pub events_retention_hours: Option<u64>,
     /// The largest request body, in bytes. [default: 4194304]
     #[arg(long, env = "XFER_BODY_LIMIT_BYTES")]
     pub body_limit_bytes: Option<usize>,
@@ -282,6 +286,7 @@ pub struct FileConfig {
     skew_ms: Option<u64>,
     sweep_interval_ms: Option<u64>,
     stuck_after_ms: Option<u64>,
+    events_retention_hours: Option<u64>,
     body_limit_bytes: Option<usize>,
     store_calls_per_shard: Option<usize>,
     max_connections: Option<usize>,
@@ -336,6 +341,8 @@ pub struct ServeConfig {
     pub sweep_interval_ms: u64,
     /// When an unfinished transfer counts as stuck.
     pub stuck_after_ms: u64,
+    /// How long the change feed keeps an event.
+    pub events_retention_hours: u64,
     /// Largest body.
     pub body_limit_bytes: usize,
     /// Store calls in flight per shard.
@@ -367,6 +374,7 @@ impl Default for ServeConfig {
             skew_ms: 500,
             sweep_interval_ms: 1_000,
             stuck_after_ms: 10_000,
+            events_retention_hours: 168,
             body_limit_bytes: 4 << 20,
             store_calls_per_shard: 4,
             max_connections: 1_024,
@@ -511,6 +519,10 @@ impl ServeConfig {
                 .stuck_after_ms
                 .or(file.stuck_after_ms)
                 .unwrap_or(d.stuck_after_ms),
+            events_retention_hours: args
+                .events_retention_hours
+                .or(file.events_retention_hours)
+                .unwrap_or(d.events_retention_hours),
             body_limit_bytes: args
                 .body_limit_bytes
                 .or(file.body_limit_bytes)
@@ -544,6 +556,7 @@ impl ServeConfig {
             ("shards", self.shards as u64),
             ("lease_ms", self.lease_ms),
             ("sweep_interval_ms", self.sweep_interval_ms),
+            ("events_retention_hours", self.events_retention_hours),
             ("body_limit_bytes", self.body_limit_bytes as u64),
             ("store_calls_per_shard", self.store_calls_per_shard as u64),
             ("max_connections", self.max_connections as u64),

@@ -238,6 +238,10 @@ impl<F: Fs> Store for EmbeddedShard<F> {
             // Memory first: a list the checkpointer drops from it meanwhile is saved
             // before (the shard's lock is held here anyway). The two may hold the same
             // event (saved, not yet dropped; or made again by a replay): one is kept.
+            // Nothing at or before what retention dropped (a replay may have saved one
+            // again).
+            let dropped_through = tables.events_dropped(index)?;
+            let after = after.max(dropped_through);
             let held = mem.events_after(after, limit);
             let saved = tables.events(index, after, limit)?;
             let mut events: Vec<Event> = Vec::with_capacity(limit.min(held.len() + saved.len()));
@@ -259,9 +263,23 @@ impl<F: Fs> Store for EmbeddedShard<F> {
             }
             Ok(EventPage {
                 events,
-                dropped_through: FeedPosition::START,
+                dropped_through,
             })
         })
+    }
+
+    fn trim_events(
+        &self,
+        before: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        let trimmed = self.inner.shared.check_open().and_then(|()| {
+            self.inner
+                .shared
+                .tables
+                .trim_events(self.index, before, limit)
+        });
+        Box::pin(std::future::ready(trimmed))
     }
 
     fn prune(&self, limit: usize) -> BoxFuture<'_, Result<usize, StoreError>> {

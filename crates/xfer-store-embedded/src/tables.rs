@@ -10,7 +10,7 @@
 //! | `done` | shard ‖ transfer id | a terminal transfer (read on demand) |
 //! | `history` | shard ‖ account ‖ 0 ‖ first sequence | up to 256 of the account's entries of one checkpoint: (sequence, transfer id)… (read on demand) |
 //! | `events` | shard ‖ position (major ‖ minor, big-endian) | a change-feed event: transfer, kind, time, refund (read on demand) |
-//! | `meta` | `shards`, `shard` ‖ n | shard count; per shard the checkpoint LSN and history sequence |
+//! | `meta` | `shards`, `shard` ‖ n, `events_dropped` ‖ n | shard count; per shard the checkpoint LSN and history sequence, and the last event position retention dropped |
 //!
 //! A checkpoint is one atomic fjall batch, synced before it returns: the tables always hold
 //! every shard's state exactly as of that shard's checkpoint LSN, never a mix. Its finished
@@ -88,6 +88,12 @@ pub struct Tables {
 }
 
 const SHARDS_KEY: &[u8] = b"shards";
+
+fn events_dropped_key(shard: u16) -> Vec<u8> {
+    let mut k = b"events_dropped".to_vec();
+    k.extend_from_slice(&shard.to_be_bytes());
+    k
+}
 
 fn meta_key(shard: u16) -> Vec<u8> {
     let mut k = b"shard".to_vec();
@@ -215,6 +221,35 @@ impl Tables {
         limit: usize,
     ) -> Result<Vec<(u64, TransferId)>, StoreError> {
         self.history.read(shard, account, before, limit)
+    }
+
+    /// Retention: drops at most `limit` of shard `shard`'s oldest saved events, while made
+    /// before `before`; answers how many.
+    pub fn trim_events(
+        &self,
+        shard: u16,
+        before: xfer_core::Timestamp,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        self.events.trim(
+            &self.db,
+            &self.meta,
+            events_dropped_key(shard),
+            shard,
+            before,
+            limit,
+        )
+    }
+
+    /// The last position of shard `shard`'s feed dropped by retention (`START`: none).
+    pub fn events_dropped(&self, shard: u16) -> Result<FeedPosition, StoreError> {
+        let key = events_dropped_key(shard);
+        match self.meta.get(&key).map_err(unavailable("meta"))? {
+            None => Ok(FeedPosition::START),
+            Some(v) => decode::<(u64, u64)>(&v)
+                .map(|(major, minor)| FeedPosition { major, minor })
+                .map_err(|e| corrupted("meta", &key, e)),
+        }
     }
 
     /// At most `limit` of shard `shard`'s saved events after `after`, oldest first.

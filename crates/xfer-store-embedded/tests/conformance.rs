@@ -124,6 +124,13 @@ impl Store for Cycling {
     ) -> BoxFuture<'_, Result<EventPage, StoreError>> {
         self.call(move |s| Box::pin(async move { s.events(after, limit).await }))
     }
+    fn trim_events(
+        &self,
+        before: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        self.call(move |s| Box::pin(async move { s.trim_events(before, limit).await }))
+    }
 }
 
 #[tokio::test]

@@ -73,3 +73,38 @@ CREATE TRIGGER transfer_changed_events AFTER UPDATE ON transfers
     FOR EACH ROW
     WHEN (OLD.state IS DISTINCT FROM NEW.state OR OLD.refunded_by IS DISTINCT FROM NEW.refunded_by)
     EXECUTE FUNCTION transfer_changed_events();
+
+-- Retention: the last position dropped (one row; none yet: nothing dropped).
+CREATE TABLE events_dropped (
+    one boolean PRIMARY KEY DEFAULT true CHECK (one),
+    xid xid8 NOT NULL,
+    seq bigint NOT NULL
+);
+
+-- Drops at most `n` of the oldest events, a prefix by position, while made before
+-- `before_ms`, and notes the last one dropped; answers how many.
+CREATE FUNCTION trim_events(before_ms bigint, n int) RETURNS int LANGUAGE plpgsql AS $$
+DECLARE
+    e        record;
+    last_xid xid8;
+    last_seq bigint;
+    k        int := 0;
+BEGIN
+    FOR e IN SELECT x.xid, x.seq, x.at FROM events x
+             WHERE x.xid < pg_snapshot_xmin(pg_current_snapshot())
+             ORDER BY x.xid, x.seq LIMIT n LOOP
+        EXIT WHEN e.at >= before_ms;
+        last_xid := e.xid;
+        last_seq := e.seq;
+        k := k + 1;
+    END LOOP;
+    IF k = 0 THEN
+        RETURN 0;
+    END IF;
+    DELETE FROM events x WHERE (x.xid, x.seq) <= (last_xid, last_seq);
+    INSERT INTO events_dropped AS d (one, xid, seq) VALUES (true, last_xid, last_seq)
+        ON CONFLICT (one) DO UPDATE SET xid = excluded.xid, seq = excluded.seq
+        WHERE (d.xid, d.seq) < (excluded.xid, excluded.seq);
+    RETURN k;
+END
+$$;

@@ -68,6 +68,8 @@ const EVENTS: &str = "SELECT xid::text, seq, transfer, kind, at, refund FROM eve
      WHERE (xid, seq) > ($1::text::xid8, $2) \
        AND xid < pg_snapshot_xmin(pg_current_snapshot()) \
      ORDER BY xid, seq LIMIT $3";
+const EVENTS_DROPPED: &str = "SELECT xid::text, seq FROM events_dropped";
+const TRIM_EVENTS: &str = "SELECT trim_events($1, $2)";
 const ACCOUNTS: &str = "SELECT account_json(id)::text FROM accounts \
      WHERE status <> 'unopened' AND id > $1 ORDER BY id LIMIT $2";
 const TRANSFERS: &str = "SELECT to_jsonb(t)::text FROM transfers t \
@@ -343,10 +345,36 @@ impl Store for PostgresStore {
                     refund: refund.map(id).transpose()?,
                 });
             }
+            let dropped = self.rows(EVENTS_DROPPED, &[]).await?;
+            let dropped_through = match dropped.first() {
+                None => FeedPosition::START,
+                Some(r) => {
+                    let (xid, seq): (&str, i64) = (r.get(0), r.get(1));
+                    let bad = || self.corrupted(format!("events_dropped: {xid}.{seq}"));
+                    FeedPosition {
+                        major: xid.parse().map_err(|_| bad())?,
+                        minor: u64::try_from(seq).map_err(|_| bad())?,
+                    }
+                }
+            };
             Ok(EventPage {
                 events,
-                dropped_through: FeedPosition::START,
+                dropped_through,
             })
+        })
+    }
+
+    fn trim_events(
+        &self,
+        before: Timestamp,
+        limit_: usize,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        Box::pin(async move {
+            let before = i64::try_from(before.as_ms()).unwrap_or(i64::MAX);
+            let n = i32::try_from(limit_).unwrap_or(i32::MAX);
+            let rows = self.rows(TRIM_EVENTS, &[&before, &n]).await?;
+            let trimmed: i32 = rows.first().map_or(0, |r| r.get(0));
+            Ok(trimmed.max(0) as usize)
         })
     }
 

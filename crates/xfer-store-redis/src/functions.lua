@@ -24,7 +24,9 @@
 --   {p}:seq           the history counter
 --   {p}:events        stream: the change feed (event.rs), one entry per event,
 --                     t (transfer), k (kind), at (ms), r (refund, for 'refunded'); its entry
---                     ids are the events' positions, trimmed to about FEED_KEPT entries
+--                     ids are the events' positions; retention (`trim_events`) drops the
+--                     oldest
+--   {p}:events_dropped the id of the last event retention dropped (absent: none)
 
 local NEVER = '9223372036854775807'
 
@@ -479,14 +481,11 @@ end
 -- ---------------------------------------------------------------------------------------
 -- The change feed (event.rs `events_of`): each event appended to the shard's stream by the
 -- step that makes its change.
-local FEED_KEPT = '1000000'
-
 local function emit(events, tid, kind, at, refund)
   if refund then
-    redis.call('XADD', events, 'MAXLEN', '~', FEED_KEPT, '*', 't', tid, 'k', kind, 'at', at,
-      'r', refund)
+    redis.call('XADD', events, '*', 't', tid, 'k', kind, 'at', at, 'r', refund)
   else
-    redis.call('XADD', events, 'MAXLEN', '~', FEED_KEPT, '*', 't', tid, 'k', kind, 'at', at)
+    redis.call('XADD', events, '*', 't', tid, 'k', kind, 'at', at)
   end
 end
 
@@ -729,18 +728,27 @@ local function tombs_due(keys, args)
 end
 
 -- The change feed after position ARGV[1] ('<ms>-<seq>'), at most ARGV[2] entries: the last
--- id the stream dropped (trimmed) and the entries. KEYS: the change feed.
+-- id retention dropped and the entries. KEYS: the change feed, its last dropped id.
 local function events_after(keys, args)
-  if redis.call('EXISTS', keys[1]) == 0 then
-    return { '0-0', {} }
-  end
-  local info, dropped = redis.call('XINFO', 'STREAM', keys[1]), '0-0'
-  for i = 1, #info, 2 do
-    if info[i] == 'max-deleted-entry-id' then
-      dropped = info[i + 1]
-    end
-  end
+  local dropped = redis.call('GET', keys[2]) or '0-0'
   return { dropped, redis.call('XRANGE', keys[1], '(' .. args[1], '+', 'COUNT', args[2]) }
+end
+
+-- Retention: drops at most ARGV[2] of the oldest entries written before the millisecond
+-- ARGV[1] (stream ids are the server's clock), noting the last one dropped. KEYS: as
+-- `events_after`'s. (The stream's own `max-deleted-entry-id` ignores trims in Redis 7.0.)
+local function trim_events(keys, args)
+  local old = redis.call('XRANGE', keys[1], '-', '(' .. args[1] .. '-0', 'COUNT', args[2])
+  if #old == 0 then
+    return 0
+  end
+  local ids = {}
+  for i, e in ipairs(old) do
+    ids[i] = e[1]
+  end
+  redis.call('XDEL', keys[1], unpack(ids))
+  redis.call('SET', keys[2], ids[#ids])
+  return #ids
 end
 
 redis.register_function('xfer_2_account', account)
@@ -750,3 +758,4 @@ redis.register_function { function_name = 'xfer_2_tombs_due', callback = tombs_d
   flags = { 'no-writes' } }
 redis.register_function { function_name = 'xfer_2_events', callback = events_after,
   flags = { 'no-writes' } }
+redis.register_function('xfer_2_trim_events', trim_events)

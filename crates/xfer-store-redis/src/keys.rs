@@ -51,6 +51,10 @@ impl Keys {
     pub(crate) fn events(&self) -> String {
         format!("{}:events", self.tag)
     }
+
+    pub(crate) fn events_dropped(&self) -> String {
+        format!("{}:events_dropped", self.tag)
+    }
 }
 
 #[cfg(test)]
@@ -72,6 +76,7 @@ mod tests {
             k.tombs(),
             k.seq(),
             k.events(),
+            k.events_dropped(),
         ] {
             assert!(key.starts_with("{xfer_shard_3}:"), "{key}");
         }

@@ -545,12 +545,33 @@ impl Store for RedisStore {
         Box::pin(async move {
             let mut cmd = redis::cmd("FCALL_RO");
             cmd.arg(wire::EVENTS_FN)
-                .arg(1)
+                .arg(2)
                 .arg(self.keys.events())
+                .arg(self.keys.events_dropped())
                 .arg(format!("{}-{}", after.major, after.minor))
                 .arg(limit);
             let v: Value = self.call(&cmd).await?;
             wire::event_page(v).map_err(|e| StoreError::Corrupted(format!("change feed: {e}")))
+        })
+    }
+
+    /// Stream ids are the server's clock at each write: entries written before `before`
+    /// go, oldest first.
+    fn trim_events(
+        &self,
+        before: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        Box::pin(async move {
+            let mut cmd = redis::cmd("FCALL");
+            cmd.arg(wire::TRIM_EVENTS_FN)
+                .arg(2)
+                .arg(self.keys.events())
+                .arg(self.keys.events_dropped())
+                .arg(before.as_ms())
+                .arg(limit);
+            let n: usize = self.call(&cmd).await?;
+            Ok(n)
         })
     }
 

@@ -26,6 +26,7 @@ pub(crate) const TRANSFER_FN: &str = "xfer_2_transfer";
 pub(crate) const ONE_PHASE_FN: &str = "xfer_2_one_phase";
 pub(crate) const TOMBS_DUE_FN: &str = "xfer_2_tombs_due";
 pub(crate) const EVENTS_FN: &str = "xfer_2_events";
+pub(crate) const TRIM_EVENTS_FN: &str = "xfer_2_trim_events";
 
 /// A timestamp as the functions store it: milliseconds, a saturated "never" as `i64::MAX`.
 pub(crate) fn ms(t: Timestamp) -> String {

@@ -125,6 +125,21 @@ pub async fn run_events<S: Store, F: std::future::Future<Output = S>>(open_store
     transfer_op(&s, "o1", relink).await;
     transfer_op(&s, "o1", TransferOp::Insert(Arc::new(o1))).await;
     assert_eq!(all_events(&s, 1_000).await, got, "repeats make no event");
+    // Retention drops a prefix, and readers are told where it ends. (A store may drop
+    // only what it has saved: the embedded store, what a checkpoint wrote.)
+    let n = s.trim_events(FUTURE, 1_000).await.expect("trim");
+    let kept = s.events(FeedPosition::START, 1_000).await.expect("events");
+    assert!(n <= got.len(), "dropped {n} of {}", got.len());
+    assert_eq!(kept.events, got[n..], "the events after those dropped");
+    if n == 0 {
+        assert_eq!(kept.dropped_through, FeedPosition::START);
+    } else {
+        assert_eq!(
+            kept.dropped_through,
+            got[n - 1].position,
+            "the last dropped"
+        );
+    }
 }
 
 async fn every_state(s: &dyn Store) {

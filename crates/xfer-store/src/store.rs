@@ -154,6 +154,19 @@ pub trait Store: Send + Sync {
         let _ = (after, limit);
         Box::pin(async { Err(StoreError::Unsupported("a change feed".into())) })
     }
+
+    /// Retention: drops at most `limit` of the feed's oldest events, a prefix by position,
+    /// each made before `before` (by its time, or the store's clock at its write); answers
+    /// how many. Readers from a position before the last one dropped are told
+    /// ([`EventPage::dropped_through`]). The default (no feed) drops nothing.
+    fn trim_events(
+        &self,
+        before: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        let _ = (before, limit);
+        Box::pin(async { Ok(0) })
+    }
 }
 
 /// Writes the named [`Store`] methods of a wrapper as calls to the same method of its
@@ -181,6 +194,13 @@ macro_rules! forward_to_inner {
             limit: usize,
         ) -> crate::store::BoxFuture<'_, Result<crate::event::EventPage, crate::store::StoreError>> {
             self.$inner.events(after, limit)
+        }
+        fn trim_events(
+            &self,
+            before: xfer_core::Timestamp,
+            limit: usize,
+        ) -> crate::store::BoxFuture<'_, Result<usize, crate::store::StoreError>> {
+            self.$inner.trim_events(before, limit)
         }
     };
     (@ $inner:ident scan_due) => {
@@ -288,5 +308,13 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         limit: usize,
     ) -> BoxFuture<'_, Result<EventPage, StoreError>> {
         (**self).events(after, limit)
+    }
+
+    fn trim_events(
+        &self,
+        before: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        (**self).trim_events(before, limit)
     }
 }

@@ -1143,6 +1143,27 @@ async fn events(ts: &TestServer, feed: bool) {
         (status, error["code"].clone(), error["field"].clone()),
         (400, json!("invalid_query"), json!("Last-Event-ID"))
     );
+
+    // Retention (as the sweeper runs it, here with every event old enough): a reader from
+    // before what was dropped is told, on the field it sent; one at the end reads on. (The
+    // embedded store drops only what a checkpoint saved.)
+    let service = ts.server.as_ref().expect("running").service();
+    let mut dropped = 0;
+    for shard in service.cluster().shards() {
+        dropped += shard
+            .trim_events(xfer_core::Timestamp(u64::MAX / 2), 100_000)
+            .await
+            .expect("trim");
+    }
+    if dropped > 0 {
+        let a = ts.get("/v1/events").await;
+        expect_error(&a, 410, "cursor_expired", Some("after"), "from the start");
+        let (status, answer) = ts.sse("/v1/events/stream", "", 1).await;
+        let error: Value = serde_json::from_str(&answer[0].2).expect("an error");
+        assert_eq!((status, error["code"].clone()), (410, json!("cursor_expired")));
+        let a = ts.get(&format!("/v1/events?after={last}")).await;
+        assert_eq!((a.status, a.body["events"].clone()), (200, json!([])), "{}", a.text);
+    }
 }
 
 async fn history(ts: &TestServer) {

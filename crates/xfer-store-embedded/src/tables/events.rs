@@ -79,6 +79,52 @@ impl EventsTable {
         batch.commit().map_err(unavailable("events"))
     }
 
+    /// Retention: removes at most `limit` of `shard`'s oldest events, while made before
+    /// `before`, and notes the last one removed under `dropped_key` in `meta`, in one
+    /// batch; answers how many.
+    pub(super) fn trim(
+        &self,
+        db: &Database,
+        meta: &Keyspace,
+        dropped_key: Vec<u8>,
+        shard: u16,
+        before: Timestamp,
+        limit: usize,
+    ) -> Result<usize, StoreError> {
+        let start = key(shard, FeedPosition::START);
+        let end = key(
+            shard,
+            FeedPosition {
+                major: u64::MAX,
+                minor: u64::MAX,
+            },
+        );
+        let mut old = Vec::new();
+        let mut last = None;
+        for item in self.keyspace.range(start..=end) {
+            if old.len() == limit {
+                break;
+            }
+            let (k, v) = item.into_inner().map_err(unavailable("events"))?;
+            let e = event_of(&k, &v).map_err(|why| corrupted("events", &k, why))?;
+            if e.at >= before {
+                break;
+            }
+            last = Some(e.position);
+            old.push(k);
+        }
+        let Some(last) = last else { return Ok(0) };
+        let mut batch = OwnedWriteBatch::with_capacity(db.clone(), old.len() + 1)
+            .durability(Some(PersistMode::SyncAll));
+        batch.insert(meta, dropped_key, codec::encode(&(last.major, last.minor)));
+        let n = old.len();
+        for k in old {
+            batch.remove(&self.keyspace, k);
+        }
+        batch.commit().map_err(unavailable("events"))?;
+        Ok(n)
+    }
+
     /// At most `limit` events of `shard` after `after`, oldest first.
     pub(super) fn read(
         &self,

@@ -261,6 +261,12 @@ impl MemoryShard {
         self.feed.after(after, limit)
     }
 
+    /// Retention on an untracked shard (see [`Store::trim_events`](crate::Store::trim_events));
+    /// a tracked one keeps what it has not handed out, its owner trims the rest.
+    pub fn trim_events(&mut self, before: Timestamp, limit: usize) -> usize {
+        self.feed.trim(self.changes.is_some(), before, limit)
+    }
+
     /// The last position an untracked shard no longer keeps (`START`: none).
     pub fn events_dropped_through(&self) -> FeedPosition {
         self.feed.dropped_through()

@@ -46,6 +46,30 @@ impl Feed {
         self.since.push(event);
     }
 
+    /// Retention of an untracked shard: drops at most `limit` of its oldest events, while
+    /// made before `before`; answers how many. (A tracked shard's owner trims what it saved.)
+    pub(super) fn trim(
+        &mut self,
+        tracked: bool,
+        before: xfer_core::Timestamp,
+        limit: usize,
+    ) -> usize {
+        if tracked {
+            return 0;
+        }
+        let n = self
+            .since
+            .iter()
+            .take(limit)
+            .take_while(|e| e.at < before)
+            .count();
+        if n > 0 {
+            self.dropped = self.since[n - 1].position;
+            self.since.drain(..n);
+        }
+        n
+    }
+
     /// The last position dropped by retention (`START`: none).
     pub(super) fn dropped_through(&self) -> FeedPosition {
         self.dropped

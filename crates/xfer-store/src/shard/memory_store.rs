@@ -105,4 +105,14 @@ impl Store for MemoryStore {
         };
         Box::pin(std::future::ready(Ok(page)))
     }
+
+    fn trim_events(
+        &self,
+        before: Timestamp,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<usize, StoreError>> {
+        Box::pin(std::future::ready(Ok(self
+            .shard()
+            .trim_events(before, limit))))
+    }
 }
