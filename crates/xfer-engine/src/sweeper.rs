@@ -30,8 +30,9 @@ use crate::machine::{Machine, Outcome};
 use futures_util::future::{join_all, select, Either};
 use futures_util::FutureExt;
 use std::future::Future;
+use std::sync::Arc;
 use xfer_core::TransferId;
-use xfer_store::StoreError;
+use xfer_store::{BoxFuture, Store, StoreError};
 
 /// Default for [`SweepConfig::interval_ms`].
 pub const SWEEP_INTERVAL_MS_DEFAULT: u64 = 1_000;
@@ -169,24 +170,13 @@ impl Sweeper {
 
     /// Retention: each shard's change feed trimmed of the events older than it keeps.
     async fn trim_events(&self, report: &mut PassReport) {
-        let shards = self.executor.cluster().shards();
-        let limit = self.cfg.prune_limit.max(1);
         let before = self
             .executor
             .clock()
             .now()
             .minus_ms(self.cfg.events_retention_ms);
-        let trims = join_all(shards.iter().map(|s| async move {
-            let mut total = 0;
-            loop {
-                let n = s.trim_events(before, limit).await?;
-                total += n;
-                if n < limit {
-                    return Ok::<_, StoreError>(total);
-                }
-            }
-        }))
-        .await;
+        let limit = self.cfg.prune_limit.max(1);
+        let trims = self.until_short(|s| s.trim_events(before, limit)).await;
         for (shard, trimmed) in trims.into_iter().enumerate() {
             match trimmed {
                 Ok(n) => report.events_trimmed += n,
@@ -196,24 +186,34 @@ impl Sweeper {
     }
 
     async fn prune(&self, report: &mut PassReport) {
-        let shards = self.executor.cluster().shards();
         let limit = self.cfg.prune_limit.max(1);
-        let prunes = join_all(shards.iter().map(|s| async move {
-            let mut total = 0;
-            loop {
-                let n = s.prune(limit).await?;
-                total += n;
-                if n < limit {
-                    return Ok::<_, StoreError>(total);
-                }
-            }
-        }))
-        .await;
+        let prunes = self.until_short(|s| s.prune(limit)).await;
         for (shard, pruned) in prunes.into_iter().enumerate() {
             match pruned {
                 Ok(n) => report.pruned += n,
                 Err(e) => report.shard_errors.push((shard, e)),
             }
         }
+    }
+
+    /// Runs `call` on every shard, the shards at once, again on a shard until it answers
+    /// fewer than the prune limit: each shard's total.
+    async fn until_short<'a>(
+        &'a self,
+        call: impl Fn(&'a Arc<dyn Store>) -> BoxFuture<'a, Result<usize, StoreError>> + Copy,
+    ) -> Vec<Result<usize, StoreError>> {
+        let limit = self.cfg.prune_limit.max(1);
+        let shards = self.executor.cluster().shards();
+        join_all(shards.iter().map(|s| async move {
+            let mut total = 0;
+            loop {
+                let n = call(s).await?;
+                total += n;
+                if n < limit {
+                    return Ok::<_, StoreError>(total);
+                }
+            }
+        }))
+        .await
     }
 }

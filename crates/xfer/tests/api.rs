@@ -1160,9 +1160,17 @@ async fn events(ts: &TestServer, feed: bool) {
         expect_error(&a, 410, "cursor_expired", Some("after"), "from the start");
         let (status, answer) = ts.sse("/v1/events/stream", "", 1).await;
         let error: Value = serde_json::from_str(&answer[0].2).expect("an error");
-        assert_eq!((status, error["code"].clone()), (410, json!("cursor_expired")));
+        assert_eq!(
+            (status, error["code"].clone()),
+            (410, json!("cursor_expired"))
+        );
         let a = ts.get(&format!("/v1/events?after={last}")).await;
-        assert_eq!((a.status, a.body["events"].clone()), (200, json!([])), "{}", a.text);
+        assert_eq!(
+            (a.status, a.body["events"].clone()),
+            (200, json!([])),
+            "{}",
+            a.text
+        );
     }
 }
 
