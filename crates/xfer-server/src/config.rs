@@ -118,6 +118,18 @@ pub struct ServeArgs {
     /// `cursor_expired`. [default: 168]
     #[arg(long, env = "XFER_EVENTS_RETENTION_HOURS")]
     pub events_retention_hours: Option<u64>,
+    /// Publish the change feed to this NATS server's JetStream, e.g. nats://127.0.0.1:4222
+    /// (at least once, each message's Nats-Msg-Id the event's id; the sink's cursor is kept
+    /// in the data directory's `sinks/`).
+    #[arg(long, env = "XFER_SINK_NATS")]
+    pub sink_nats: Option<String>,
+    /// With --sink-nats: the stream, created if missing. [default: XFER_EVENTS]
+    #[arg(long, env = "XFER_SINK_NATS_STREAM")]
+    pub sink_nats_stream: Option<String>,
+    /// With --sink-nats: the subjects' prefix; an event goes to PREFIX.TYPE.
+    /// [default: xfer.events]
+    #[arg(long, env = "XFER_SINK_NATS_SUBJECT")]
+    pub sink_nats_subject: Option<String>,
     /// The largest request body, in bytes. [default: 4194304]
     #[arg(long, env = "XFER_BODY_LIMIT_BYTES")]
     pub body_limit_bytes: Option<usize>,
@@ -287,6 +299,9 @@ pub struct FileConfig {
     sweep_interval_ms: Option<u64>,
     stuck_after_ms: Option<u64>,
     events_retention_hours: Option<u64>,
+    sink_nats: Option<String>,
+    sink_nats_stream: Option<String>,
+    sink_nats_subject: Option<String>,
     body_limit_bytes: Option<usize>,
     store_calls_per_shard: Option<usize>,
     max_connections: Option<usize>,
@@ -343,6 +358,8 @@ pub struct ServeConfig {
     pub stuck_after_ms: u64,
     /// How long the change feed keeps an event.
     pub events_retention_hours: u64,
+    /// The change feed's NATS JetStream sink, if any.
+    pub sink_nats: Option<crate::sink::nats::NatsConfig>,
     /// Largest body.
     pub body_limit_bytes: usize,
     /// Store calls in flight per shard.
@@ -375,6 +392,7 @@ impl Default for ServeConfig {
             sweep_interval_ms: 1_000,
             stuck_after_ms: 10_000,
             events_retention_hours: 168,
+            sink_nats: None,
             body_limit_bytes: 4 << 20,
             store_calls_per_shard: 4,
             max_connections: 1_024,
@@ -523,6 +541,21 @@ impl ServeConfig {
                 .events_retention_hours
                 .or(file.events_retention_hours)
                 .unwrap_or(d.events_retention_hours),
+            sink_nats: args.sink_nats.clone().or(file.sink_nats).map(|url| {
+                crate::sink::nats::NatsConfig {
+                    url,
+                    stream: args
+                        .sink_nats_stream
+                        .clone()
+                        .or(file.sink_nats_stream.clone())
+                        .unwrap_or_else(|| "XFER_EVENTS".into()),
+                    subject: args
+                        .sink_nats_subject
+                        .clone()
+                        .or(file.sink_nats_subject.clone())
+                        .unwrap_or_else(|| "xfer.events".into()),
+                }
+            }),
             body_limit_bytes: args
                 .body_limit_bytes
                 .or(file.body_limit_bytes)

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | `server` | start, serve and stop gracefully; what every process runs over the shards |
 //! | `worker` | `xfer worker`: sweeps without an API |
+//! | `sink` | the change feed published at least once (NATS JetStream), its cursor in a file |
 //! | `api` | the router built from `routes`, the scope guard, the handlers |
 //! | `openapi` | the OpenAPI document |
 //! | `routes` | every endpoint and the scope it needs |
@@ -36,6 +37,7 @@ pub mod openapi;
 pub mod routes;
 pub mod server;
 pub mod service;
+pub mod sink;
 pub mod stores;
 pub mod wire;
 pub mod worker;

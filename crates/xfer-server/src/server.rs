@@ -64,6 +64,10 @@ impl Server {
             stopped.clone(),
             cfg.sweep_interval_ms,
         ));
+        let sinks = cfg.sink_nats.clone().map(|nats| {
+            let file = crate::sink::CursorFile::new(&cfg.data_dir.join("sinks"), "nats");
+            tokio::spawn(nats_sink(app.clone(), nats, file, stopped.clone()))
+        });
         let grace = cfg.shutdown_grace_ms;
         let max_connections = cfg.max_connections;
         let served_app = app.clone();
@@ -85,6 +89,9 @@ impl Server {
                 );
             }
             let _ = sweeps.await;
+            if let Some(sink) = sinks {
+                let _ = sink.await;
+            }
             drop(app);
             tokio::task::spawn_blocking(move || store.close())
                 .await
@@ -218,6 +225,29 @@ fn meter_ahead<S: Store>(metrics: Arc<Metrics>, index: usize) -> xfer_store::Ahe
             result
         })
     })
+}
+
+/// The NATS JetStream sink: connects (again every few seconds until it can), then publishes
+/// until the server stops.
+async fn nats_sink(
+    app: Arc<App>,
+    cfg: crate::sink::nats::NatsConfig,
+    file: crate::sink::CursorFile,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let sink = loop {
+        match crate::sink::nats::NatsSink::connect(&cfg).await {
+            Ok(sink) => break sink,
+            Err(e) => {
+                tracing::warn!(error = %e, "the NATS sink cannot connect yet");
+                tokio::select! {
+                    () = TokioSleeper.sleep(2_000) => {}
+                    _ = stopped.wait_for(|s| *s) => return,
+                }
+            }
+        }
+    };
+    crate::sink::run(&app.svc, &sink, &file, stopped).await;
 }
 
 async fn sweep_loop(app: Arc<App>, mut stopped: watch::Receiver<bool>, interval_ms: u64) {

@@ -316,7 +316,8 @@ pub struct EventOut {
     pub at_ms: u64,
     /// For `refunded`: the refund.
     pub refund_id: Option<String>,
-    /// The transfer as it is now: its postings, metadata and, if canceled, why.
+    /// The transfer as it was when the event was read: its postings, metadata and, if
+    /// canceled, why (its state may be later than the event's).
     pub transfer: Option<TransferOut>,
 }
 

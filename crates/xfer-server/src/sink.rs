@@ -1,0 +1,177 @@
+//! Sinks: the change feed published to something outside, at least once. A [`Publisher`]
+//! sends a page of events and answers once the other side has them (a broker's acks);
+//! [`run`] reads the feed after its cursor, publishes, and only then moves the cursor,
+//! kept in a file ([`CursorFile`]) so that a restart resumes behind the last page the other
+//! side confirmed. A crash between the two publishes that page again: every message carries
+//! the event's id, by which the broker (or the receiver) drops the repeat.
+//!
+//! - [`nats`]: NATS JetStream (`Nats-Msg-Id`, publish acks).
+
+pub mod nats;
+
+use crate::feed::{Cursor, FeedRead};
+use crate::service::Service;
+use crate::wire::EventOut;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use tokio::sync::watch;
+use xfer_engine::{Sleeper, TokioSleeper};
+use xfer_store::BoxFuture;
+
+/// Events read and published per page.
+const PAGE: usize = 512;
+/// The wait before reading again when the feed had nothing new.
+const IDLE_MS: u64 = 200;
+/// The wait before trying a page again after a failure.
+const RETRY_MS: u64 = 1_000;
+
+/// One event as it leaves: its id (the broker's de-duplication key), its type and its JSON
+/// (the API's `Event`).
+pub struct Outgoing {
+    /// [`xfer_store::Event::id`].
+    pub id: String,
+    /// The event's type (`done`, …).
+    pub kind: &'static str,
+    /// The JSON body.
+    pub body: Vec<u8>,
+}
+
+/// Where events go.
+pub trait Publisher: Send + Sync {
+    /// Its name, in logs and metrics.
+    fn name(&self) -> &str;
+    /// Sends `events`, in order, and answers once the other side has every one of them
+    /// durably; an error leaves any of them sent or not (the page is sent again).
+    fn publish<'a>(&'a self, events: &'a [Outgoing]) -> BoxFuture<'a, Result<(), String>>;
+}
+
+/// A sink's cursor in a file of its own, replaced whole (written aside, synced, renamed,
+/// the directory synced) so that a crash leaves the old cursor or the new one.
+pub struct CursorFile {
+    path: PathBuf,
+}
+
+impl CursorFile {
+    /// The cursor of sink `name` in `dir`.
+    pub fn new(dir: &Path, name: &str) -> CursorFile {
+        CursorFile {
+            path: dir.join(format!("{name}.cursor")),
+        }
+    }
+
+    /// The cursor kept (none yet: the start of the feed) for `shards` shards.
+    pub fn read(&self, shards: usize) -> Result<Cursor, String> {
+        match std::fs::read_to_string(&self.path) {
+            Ok(text) => Cursor::parse(text.trim(), shards)
+                .map_err(|e| format!("{}: {e}", self.path.display())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Cursor::start(shards)),
+            Err(e) => Err(format!("{}: {e}", self.path.display())),
+        }
+    }
+
+    /// Keeps `cursor`, durably.
+    pub fn write(&self, cursor: &Cursor) -> Result<(), String> {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        let fail = |e: std::io::Error| format!("{}: {e}", self.path.display());
+        std::fs::create_dir_all(dir).map_err(fail)?;
+        let aside = self.path.with_extension("cursor.next");
+        let mut f = std::fs::File::create(&aside).map_err(fail)?;
+        writeln!(f, "{cursor}").map_err(fail)?;
+        f.sync_all().map_err(fail)?;
+        std::fs::rename(&aside, &self.path).map_err(fail)?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(fail)
+    }
+}
+
+/// Publishes the feed through `publisher` from the cursor in `file` until `stopped` turns
+/// true: a page at a time, the cursor kept after each page is confirmed. A failed read or
+/// publish is tried again; a cursor behind the feed's retention stops publishing (events
+/// were lost to this sink: an operator decides), and so does a store without a feed.
+pub async fn run(
+    svc: &Service,
+    publisher: &dyn Publisher,
+    file: &CursorFile,
+    mut stopped: watch::Receiver<bool>,
+) {
+    let name = publisher.name().to_string();
+    let shards = svc.cluster().shards().len();
+    let mut at = match file.read(shards) {
+        Ok(at) => at,
+        Err(e) => {
+            tracing::error!(sink = %name, error = %e, "the sink's cursor cannot be read: not publishing");
+            return;
+        }
+    };
+    let pause = |ms: u64, stopped: &mut watch::Receiver<bool>| {
+        let mut stopped = stopped.clone();
+        async move {
+            tokio::select! {
+                () = TokioSleeper.sleep(ms) => false,
+                _ = stopped.wait_for(|s| *s) => true,
+            }
+        }
+    };
+    loop {
+        if *stopped.borrow() {
+            return;
+        }
+        let page = match svc.events(&at, PAGE).await {
+            Ok(FeedRead::Page(page)) => page,
+            Ok(FeedRead::Behind {
+                shard,
+                dropped_through,
+            }) => {
+                tracing::error!(
+                    sink = %name, shard, %dropped_through, cursor = %at,
+                    "the sink's cursor is behind the feed's retention: events were lost to it; \
+                     not publishing (remove its cursor file to start again from the oldest kept)"
+                );
+                return;
+            }
+            Ok(FeedRead::Unsupported(why)) => {
+                tracing::error!(sink = %name, why = %why, "no change feed to publish");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(sink = %name, error = %e, "reading the feed failed; trying again");
+                if pause(RETRY_MS, &mut stopped).await {
+                    return;
+                }
+                continue;
+            }
+        };
+        if page.is_empty() {
+            if pause(IDLE_MS, &mut stopped).await {
+                return;
+            }
+            continue;
+        }
+        let out: Vec<Outgoing> = page
+            .iter()
+            .map(|e| {
+                let json = EventOut::new(&e.event, e.record.as_ref());
+                Outgoing {
+                    id: json.id.clone(),
+                    kind: json.kind,
+                    body: serde_json::to_vec(&json).unwrap_or_default(),
+                }
+            })
+            .collect();
+        if let Err(e) = publisher.publish(&out).await {
+            tracing::warn!(sink = %name, error = %e, "publishing failed; sending the page again");
+            if pause(RETRY_MS, &mut stopped).await {
+                return;
+            }
+            continue;
+        }
+        for e in &page {
+            at.0[e.shard] = e.event.position;
+        }
+        if let Err(e) = file.write(&at) {
+            // The page is confirmed: go on; a restart publishes it again, dropped by id.
+            tracing::warn!(sink = %name, error = %e, "keeping the sink's cursor failed");
+        }
+    }
+}
