@@ -130,6 +130,18 @@ pub struct ServeArgs {
     /// [default: xfer.events]
     #[arg(long, env = "XFER_SINK_NATS_SUBJECT")]
     pub sink_nats_subject: Option<String>,
+    /// Publish the change feed to this RabbitMQ broker, e.g.
+    /// amqp://guest:guest@127.0.0.1:5672/%2f (persistent messages, publisher confirms, each
+    /// message_id the event's id; the sink's cursor is kept in the data directory's `sinks/`).
+    #[arg(long, env = "XFER_SINK_AMQP")]
+    pub sink_amqp: Option<String>,
+    /// With --sink-amqp: the durable topic exchange; the routing key is the event's type.
+    /// [default: xfer.events]
+    #[arg(long, env = "XFER_SINK_AMQP_EXCHANGE")]
+    pub sink_amqp_exchange: Option<String>,
+    /// With --sink-amqp: the durable queue bound to every type. [default: xfer.events]
+    #[arg(long, env = "XFER_SINK_AMQP_QUEUE")]
+    pub sink_amqp_queue: Option<String>,
     /// The largest request body, in bytes. [default: 4194304]
     #[arg(long, env = "XFER_BODY_LIMIT_BYTES")]
     pub body_limit_bytes: Option<usize>,
@@ -302,6 +314,9 @@ pub struct FileConfig {
     sink_nats: Option<String>,
     sink_nats_stream: Option<String>,
     sink_nats_subject: Option<String>,
+    sink_amqp: Option<String>,
+    sink_amqp_exchange: Option<String>,
+    sink_amqp_queue: Option<String>,
     body_limit_bytes: Option<usize>,
     store_calls_per_shard: Option<usize>,
     max_connections: Option<usize>,
@@ -360,6 +375,8 @@ pub struct ServeConfig {
     pub events_retention_hours: u64,
     /// The change feed's NATS JetStream sink, if any.
     pub sink_nats: Option<crate::sink::nats::NatsConfig>,
+    /// The change feed's RabbitMQ sink, if any.
+    pub sink_amqp: Option<crate::sink::amqp::AmqpConfig>,
     /// Largest body.
     pub body_limit_bytes: usize,
     /// Store calls in flight per shard.
@@ -393,6 +410,7 @@ impl Default for ServeConfig {
             stuck_after_ms: 10_000,
             events_retention_hours: 168,
             sink_nats: None,
+            sink_amqp: None,
             body_limit_bytes: 4 << 20,
             store_calls_per_shard: 4,
             max_connections: 1_024,
@@ -553,6 +571,21 @@ impl ServeConfig {
                         .sink_nats_subject
                         .clone()
                         .or(file.sink_nats_subject.clone())
+                        .unwrap_or_else(|| "xfer.events".into()),
+                }
+            }),
+            sink_amqp: args.sink_amqp.clone().or(file.sink_amqp).map(|url| {
+                crate::sink::amqp::AmqpConfig {
+                    url,
+                    exchange: args
+                        .sink_amqp_exchange
+                        .clone()
+                        .or(file.sink_amqp_exchange.clone())
+                        .unwrap_or_else(|| "xfer.events".into()),
+                    queue: args
+                        .sink_amqp_queue
+                        .clone()
+                        .or(file.sink_amqp_queue.clone())
                         .unwrap_or_else(|| "xfer.events".into()),
                 }
             }),

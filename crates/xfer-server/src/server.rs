@@ -64,10 +64,34 @@ impl Server {
             stopped.clone(),
             cfg.sweep_interval_ms,
         ));
-        let sinks = cfg.sink_nats.clone().map(|nats| {
-            let file = crate::sink::CursorFile::new(&cfg.data_dir.join("sinks"), "nats");
-            tokio::spawn(nats_sink(app.clone(), nats, file, stopped.clone()))
-        });
+        let dir = cfg.data_dir.join("sinks");
+        let mut sinks = Vec::new();
+        if let Some(nats) = cfg.sink_nats.clone() {
+            let connect = move || {
+                let nats = nats.clone();
+                async move { crate::sink::nats::NatsSink::connect(&nats).await }
+            };
+            let file = crate::sink::CursorFile::new(&dir, "nats");
+            sinks.push(tokio::spawn(sink(
+                app.clone(),
+                connect,
+                file,
+                stopped.clone(),
+            )));
+        }
+        if let Some(amqp) = cfg.sink_amqp.clone() {
+            let connect = move || {
+                let amqp = amqp.clone();
+                async move { crate::sink::amqp::AmqpSink::connect(&amqp).await }
+            };
+            let file = crate::sink::CursorFile::new(&dir, "amqp");
+            sinks.push(tokio::spawn(sink(
+                app.clone(),
+                connect,
+                file,
+                stopped.clone(),
+            )));
+        }
         let grace = cfg.shutdown_grace_ms;
         let max_connections = cfg.max_connections;
         let served_app = app.clone();
@@ -89,7 +113,7 @@ impl Server {
                 );
             }
             let _ = sweeps.await;
-            if let Some(sink) = sinks {
+            for sink in sinks {
                 let _ = sink.await;
             }
             drop(app);
@@ -227,19 +251,23 @@ fn meter_ahead<S: Store>(metrics: Arc<Metrics>, index: usize) -> xfer_store::Ahe
     })
 }
 
-/// The NATS JetStream sink: connects (again every few seconds until it can), then publishes
-/// until the server stops.
-async fn nats_sink(
+/// A sink of the change feed: connects (again every few seconds until it can), then
+/// publishes until the server stops (`sink::run`).
+async fn sink<P, C, F>(
     app: Arc<App>,
-    cfg: crate::sink::nats::NatsConfig,
+    connect: C,
     file: crate::sink::CursorFile,
     mut stopped: watch::Receiver<bool>,
-) {
-    let sink = loop {
-        match crate::sink::nats::NatsSink::connect(&cfg).await {
-            Ok(sink) => break sink,
+) where
+    P: crate::sink::Publisher,
+    C: Fn() -> F,
+    F: std::future::Future<Output = Result<P, String>>,
+{
+    let publisher = loop {
+        match connect().await {
+            Ok(p) => break p,
             Err(e) => {
-                tracing::warn!(error = %e, "the NATS sink cannot connect yet");
+                tracing::warn!(error = %e, "a sink cannot connect yet");
                 tokio::select! {
                     () = TokioSleeper.sleep(2_000) => {}
                     _ = stopped.wait_for(|s| *s) => return,
@@ -247,7 +275,7 @@ async fn nats_sink(
             }
         }
     };
-    crate::sink::run(&app.svc, &sink, &file, stopped).await;
+    crate::sink::run(&app.svc, &publisher, &file, stopped).await;
 }
 
 async fn sweep_loop(app: Arc<App>, mut stopped: watch::Receiver<bool>, interval_ms: u64) {

@@ -6,7 +6,9 @@
 //! the event's id, by which the broker (or the receiver) drops the repeat.
 //!
 //! - [`nats`]: NATS JetStream (`Nats-Msg-Id`, publish acks).
+//! - [`amqp`]: RabbitMQ (persistent messages, `message_id`, publisher confirms).
 
+pub mod amqp;
 pub mod nats;
 
 use crate::feed::{Cursor, FeedRead};
