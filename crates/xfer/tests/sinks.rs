@@ -1,6 +1,10 @@
 //! The change feed's sinks against real brokers (the servers `scripts/services` starts):
 //! every event published with its id, in each transfer's order; a restart resumes behind
-//! the last confirmed page, and a page published again is dropped by the broker by id.
+//! the last confirmed page, and a page published again is dropped by the broker by id; and
+//! the real `xfer serve` killed with SIGKILL under load while publishing to both brokers,
+//! one of them restarted meanwhile.
+
+mod common;
 
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
@@ -347,5 +351,214 @@ async fn every_event_reaches_rabbitmq_persistent_and_repeats_carry_their_id() {
         .values()
         .all(|types| types.windows(2).all(|w| w[0] == w[1])));
     server.shutdown().await.expect("a clean shutdown");
+    delete_amqp(&amqp).await;
+}
+
+/// A NATS server of this test's own (JetStream in `dir`), to restart at will.
+struct PrivateNats {
+    child: std::process::Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl PrivateNats {
+    fn start(dir: &std::path::Path, port: u16) -> PrivateNats {
+        let child = std::process::Command::new("nats-server")
+            .args(["-a", "127.0.0.1", "-p", &port.to_string(), "-js", "-sd"])
+            .arg(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("nats-server starts (scripts/services installs it)");
+        for _ in 0..100 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        PrivateNats {
+            child,
+            port,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    fn restart(mut self) -> PrivateNats {
+        common::sigkill(&mut self.child);
+        PrivateNats::start(&self.dir, self.port)
+    }
+}
+
+impl Drop for PrivateNats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// Each transfer's event types, in the order received, after dropping repeats by id; and
+/// the ids that were not in `feed`.
+fn per_transfer(
+    received: &[(String, Value)],
+    feed: &[Value],
+) -> (BTreeMap<String, Vec<String>>, Vec<String>) {
+    let known: std::collections::BTreeSet<&str> =
+        feed.iter().map(|e| e["id"].as_str().unwrap()).collect();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut by_transfer: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut invented = Vec::new();
+    for (id, body) in received {
+        if !seen.insert(id.clone()) {
+            continue;
+        }
+        if !known.contains(id.as_str()) {
+            invented.push(id.clone());
+        }
+        by_transfer
+            .entry(body["transfer_id"].as_str().unwrap().to_string())
+            .or_default()
+            .push(body["type"].as_str().unwrap().to_string());
+    }
+    (by_transfer, invented)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sinks_deliver_every_change_through_sigkills_and_a_broker_restart() {
+    use common::*;
+    use std::sync::Arc;
+    let tmp = tempfile::tempdir().expect("a directory");
+    let data = tmp.path().join("data");
+    let port = free_port();
+    let mut broker = PrivateNats::start(&tmp.path().join("nats"), port);
+    let tag = format!("{}_{}", std::process::id(), line!());
+    let nats = NatsConfig {
+        url: format!("nats://127.0.0.1:{port}"),
+        stream: format!("XFER_KILL_{tag}"),
+        subject: format!("xfer_kill_{tag}"),
+    };
+    let amqp = AmqpConfig {
+        url: amqp_url(),
+        exchange: format!("xfer_kill_{tag}"),
+        queue: format!("xfer_kill_{tag}"),
+    };
+    delete_amqp(&amqp).await;
+    let data_arg = data.display().to_string();
+    let args = [
+        "--data-dir",
+        &data_arg,
+        "--sink-nats",
+        &nats.url,
+        "--sink-nats-stream",
+        &nats.stream,
+        "--sink-nats-subject",
+        &nats.subject,
+        "--sink-amqp",
+        &amqp.url,
+        "--sink-amqp-exchange",
+        &amqp.exchange,
+        "--sink-amqp-queue",
+        &amqp.queue,
+    ];
+    let ledger = Arc::new(Ledger::default());
+    let mut serve = Serve::start_with(&args, tmp.path(), "serve-0");
+    serve.ready().await;
+    setup(&serve.client(), &ledger).await;
+    let mut from_amqp = Vec::new();
+    for cycle in 1..=3u64 {
+        load(&[serve.client()], &ledger, cycle, 800, move || serve.kill()).await;
+        if cycle == 2 {
+            // The broker goes down and comes back while no server runs, and again while
+            // the next one publishes.
+            broker = broker.restart();
+        }
+        serve = Serve::start_with(&args, tmp.path(), &format!("serve-{cycle}"));
+        serve.ready().await;
+        if cycle == 2 {
+            TokioSleeper.sleep(200).await;
+            broker = broker.restart();
+        }
+        let c = serve.client();
+        check_acknowledged(&c, &ledger).await;
+        retry_unknown(&c, &ledger).await;
+        quiet(&c, &ledger, tmp.path()).await;
+        from_amqp.extend(
+            drain(&amqp.queue)
+                .await
+                .into_iter()
+                .map(|(id, _, body)| (id, body)),
+        );
+    }
+    let c = serve.client();
+    let feed = feed(&c).await;
+    let want = per_transfer(
+        &feed
+            .iter()
+            .map(|e| (e["id"].as_str().unwrap().to_string(), e.clone()))
+            .collect::<Vec<_>>(),
+        &feed,
+    )
+    .0;
+    // Wait until both sinks have published the whole feed (they resume from their
+    // cursors; the broker restart made them retry).
+    let mut got_nats = (BTreeMap::new(), Vec::new());
+    let mut got_amqp = (BTreeMap::new(), Vec::new());
+    for _ in 0..200 {
+        let nats_msgs: Vec<(String, Value)> = stream_messages(&nats)
+            .await
+            .into_iter()
+            .map(|(id, _, body)| (id, body))
+            .collect();
+        from_amqp.extend(
+            drain(&amqp.queue)
+                .await
+                .into_iter()
+                .map(|(id, _, body)| (id, body)),
+        );
+        got_nats = per_transfer(&nats_msgs, &feed);
+        got_amqp = per_transfer(&from_amqp, &feed);
+        if got_nats.0 == want && got_amqp.0 == want {
+            break;
+        }
+        TokioSleeper.sleep(100).await;
+    }
+    let terminal = feed
+        .iter()
+        .filter(|e| e["type"] == "done" || e["type"] == "canceled")
+        .count();
+    assert!(terminal > 100, "a real load: {terminal} transfers ended");
+    assert_eq!(
+        got_nats.1,
+        Vec::<String>::new(),
+        "JetStream: nothing invented"
+    );
+    assert_eq!(
+        got_amqp.1,
+        Vec::<String>::new(),
+        "RabbitMQ: nothing invented"
+    );
+    assert!(
+        got_nats.0 == want,
+        "JetStream: each transfer's changes, in order"
+    );
+    assert!(
+        got_amqp.0 == want,
+        "RabbitMQ: each transfer's changes, in order"
+    );
+    println!(
+        "sinks after 3 SIGKILLs and a broker restarted twice: {} events of {} transfers \
+         ({terminal} ended) on JetStream and RabbitMQ ({} messages with repeats)",
+        feed.len(),
+        want.len(),
+        from_amqp.len()
+    );
+    let status = serve.terminate();
+    assert!(status.success(), "exit after SIGTERM: {status}");
     delete_amqp(&amqp).await;
 }
