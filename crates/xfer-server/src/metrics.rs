@@ -11,6 +11,8 @@
 //! | `xfer_retries_total` | store calls retried after a failure |
 //! | `xfer_store_round_trips_total{shard}`, `xfer_store_ops_total{shard}`, `xfer_store_errors_total{shard}`, `xfer_store_round_trip_seconds{shard}` | calls to each shard, the ops they carried, failures, latency (of calls that wait for durability; the embedded store's protocol steps answer ahead of the sync and are only counted) |
 //! | `xfer_sweeper_recovered_total`, `xfer_sweeper_pruned_total` | transfers finished by the sweeper, tombstones dropped |
+//! | `xfer_sink_published_total{sink}`, `xfer_sink_failures_total{sink}` | events a sink's broker confirmed; failed reads or publishes (each retried) |
+//! | `xfer_sink_lag_seconds{sink}`, `xfer_sink_pending_events{sink}` | how old the oldest event not yet confirmed is (0: caught up); events read and not yet confirmed (at most a page: a full page means more wait) |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -44,6 +46,13 @@ struct ShardLabels {
     shard: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SinkLabels {
+    sink: String,
+}
+
+type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn latency() -> Histogram {
@@ -67,6 +76,10 @@ pub struct Metrics {
     round_trip_seconds: HistogramFamily<ShardLabels>,
     recovered: Counter,
     pruned: Counter,
+    sink_published: Family<SinkLabels, Counter>,
+    sink_failures: Family<SinkLabels, Counter>,
+    sink_lag_seconds: Family<SinkLabels, FloatGauge>,
+    sink_pending: Family<SinkLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -93,6 +106,10 @@ impl Metrics {
             round_trip_seconds: Family::new_with_constructor(latency),
             recovered: Counter::default(),
             pruned: Counter::default(),
+            sink_published: Family::default(),
+            sink_failures: Family::default(),
+            sink_lag_seconds: Family::default(),
+            sink_pending: Family::default(),
         };
         let r = &mut m.registry;
         r.register(
@@ -160,6 +177,26 @@ impl Metrics {
             "Tombstones dropped past their horizon",
             m.pruned.clone(),
         );
+        r.register(
+            "xfer_sink_published",
+            "Change-feed events a sink's broker confirmed",
+            m.sink_published.clone(),
+        );
+        r.register(
+            "xfer_sink_failures",
+            "A sink's failed reads of the feed or publishes (each retried)",
+            m.sink_failures.clone(),
+        );
+        r.register(
+            "xfer_sink_lag_seconds",
+            "Age of the oldest change-feed event a sink has not had confirmed (0: caught up)",
+            m.sink_lag_seconds.clone(),
+        );
+        r.register(
+            "xfer_sink_pending_events",
+            "Events a sink read and has not had confirmed (a full page: more wait)",
+            m.sink_pending.clone(),
+        );
         m
     }
 
@@ -223,6 +260,31 @@ impl Metrics {
         if let Some(s) = seconds {
             self.round_trip_seconds.get_or_create(&l).observe(s);
         }
+    }
+
+    /// A sink read `pending` events not yet confirmed, the oldest `lag_seconds` old.
+    pub fn sink_behind(&self, sink: &str, pending: usize, lag_seconds: f64) {
+        let l = SinkLabels {
+            sink: sink.to_string(),
+        };
+        self.sink_pending.get_or_create(&l).set(pending as i64);
+        self.sink_lag_seconds.get_or_create(&l).set(lag_seconds);
+    }
+
+    /// A sink's broker confirmed `n` events.
+    pub fn sink_published(&self, sink: &str, n: usize) {
+        let l = SinkLabels {
+            sink: sink.to_string(),
+        };
+        self.sink_published.get_or_create(&l).inc_by(n as u64);
+    }
+
+    /// A sink's read or publish failed.
+    pub fn sink_failed(&self, sink: &str) {
+        let l = SinkLabels {
+            sink: sink.to_string(),
+        };
+        self.sink_failures.get_or_create(&l).inc();
     }
 
     /// What a sweep did.

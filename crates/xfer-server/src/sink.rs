@@ -137,6 +137,7 @@ pub async fn run(
                 return;
             }
             Err(e) => {
+                svc.metrics().sink_failed(&name);
                 tracing::warn!(sink = %name, error = %e, "reading the feed failed; trying again");
                 if pause(RETRY_MS, &mut stopped).await {
                     return;
@@ -144,6 +145,10 @@ pub async fn run(
                 continue;
             }
         };
+        let oldest = page.iter().map(|e| e.event.at).min();
+        let lag_ms = oldest.map_or(0, |at| svc.now().as_ms().saturating_sub(at.as_ms()));
+        svc.metrics()
+            .sink_behind(&name, page.len(), lag_ms as f64 / 1_000.0);
         if page.is_empty() {
             if pause(IDLE_MS, &mut stopped).await {
                 return;
@@ -162,6 +167,7 @@ pub async fn run(
             })
             .collect();
         if let Err(e) = publisher.publish(&out).await {
+            svc.metrics().sink_failed(&name);
             tracing::warn!(sink = %name, error = %e, "publishing failed; sending the page again");
             if pause(RETRY_MS, &mut stopped).await {
                 return;
@@ -171,6 +177,7 @@ pub async fn run(
         for e in &page {
             at.0[e.shard] = e.event.position;
         }
+        svc.metrics().sink_published(&name, page.len());
         if let Err(e) = file.write(&at) {
             // The page is confirmed: go on; a restart publishes it again, dropped by id.
             tracing::warn!(sink = %name, error = %e, "keeping the sink's cursor failed");

@@ -156,6 +156,27 @@ async fn every_event_reaches_jetstream_once_by_id_across_restarts() {
             .collect()
     };
     assert_eq!(kinds("h1"), ["accepted", "held", "captured", "done"]);
+    // Its metrics: everything confirmed, nothing pending, no lag.
+    let metric = |text: &str, name: &str| -> Option<f64> {
+        let line = format!("{name}{{sink=\"nats\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let mut text = String::new();
+    for _ in 0..50 {
+        text = client.get("/metrics").await.expect("metrics").text;
+        if metric(&text, "xfer_sink_pending_events") == Some(0.0) {
+            break;
+        }
+        TokioSleeper.sleep(100).await;
+    }
+    assert_eq!(
+        metric(&text, "xfer_sink_published_total"),
+        Some(ids.len() as f64),
+        "{text}"
+    );
+    assert_eq!(metric(&text, "xfer_sink_lag_seconds"), Some(0.0), "{text}");
     assert_eq!(kinds("too-much"), ["accepted", "canceled"]);
 
     // A restart resumes behind the confirmed pages: nothing new, nothing again.
