@@ -53,6 +53,11 @@ pub struct BenchArgs {
     /// requests to a shard merge into that many calls).
     #[arg(long, default_value_t = 4)]
     pub store_calls_per_shard: usize,
+    /// Publish the change feed to this NATS server's JetStream during the run, as
+    /// `xfer serve --sink-nats` (a stream of the run's own, deleted after): what a sink
+    /// costs. The report says how far behind it was at the end.
+    #[arg(long)]
+    pub sink_nats: Option<String>,
     /// The PostgreSQL server for `--store postgres` and `--baseline postgres`. Each run
     /// creates its own database next to the one named here and drops it after (the user
     /// needs the CREATEDB right). `scripts/services` starts a local server.

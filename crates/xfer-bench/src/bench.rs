@@ -39,6 +39,7 @@ use xfer_engine::{Outcome, Sleeper, TokioSleeper};
 use xfer_server::config::{ServeConfig, ShardSpec, StoreKind};
 use xfer_server::metrics::Stopwatch;
 use xfer_server::server::Server;
+use xfer_server::sink::nats::NatsConfig;
 use xfer_server::stores;
 use xfer_store_redis::RedisStore;
 
@@ -92,11 +93,17 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
         std::process::id(),
         SystemClock.now().as_ms()
     ));
+    let sink = a.sink_nats.as_ref().map(|url| NatsConfig {
+        url: url.clone(),
+        stream: format!("XFER_BENCH_{}", std::process::id()),
+        subject: format!("xfer_bench_{}", std::process::id()),
+    });
     let mut cfg = ServeConfig {
         listen: "127.0.0.1:0".parse().expect("an address"),
         data_dir: dir.clone(),
         shards: a.shards,
         store_calls_per_shard: a.store_calls_per_shard,
+        sink_nats: sink.clone(),
         ..ServeConfig::default()
     };
     // PostgreSQL: one fresh database per shard.
@@ -170,9 +177,28 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
             Err(e)
         }
     };
+    if a.sink_nats.is_some() {
+        let m = server.service().metrics().render();
+        let metric = |name: &str| {
+            m.lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.rsplit(' ').next())
+                .unwrap_or("?")
+                .to_string()
+        };
+        println!(
+            "sink nats at the end: published {}, lag {} s, pending {}",
+            metric("xfer_sink_published_total"),
+            metric("xfer_sink_lag_seconds"),
+            metric("xfer_sink_pending_events")
+        );
+    }
     match Arc::try_unwrap(server) {
         Ok(s) => s.shutdown().await?,
         Err(_) => return Err("the server is still in use".into()),
+    }
+    if let Some(nats) = sink {
+        xfer_server::sink::nats::delete_stream(&nats).await?;
     }
     let _ = std::fs::remove_dir_all(&dir);
     for db in dbs {
@@ -486,6 +512,7 @@ mod tests {
             store: StoreKind::Embedded,
             shards: 2,
             store_calls_per_shard: 4,
+            sink_nats: None,
             postgres_url: String::new(),
             mysql_url: String::new(),
             mongodb_url: String::new(),

@@ -28,6 +28,18 @@ pub struct NatsSink {
     subject: String,
 }
 
+/// Deletes the stream of `cfg` (a bench's, after its run); a missing one is no error.
+pub async fn delete_stream(cfg: &NatsConfig) -> Result<(), String> {
+    let client = async_nats::connect(cfg.url.as_str())
+        .await
+        .map_err(|e| format!("nats {}: {e}", cfg.url))?;
+    match jetstream::new(client).delete_stream(&cfg.stream).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.to_string().contains("not found") => Ok(()),
+        Err(e) => Err(format!("nats stream {}: {e}", cfg.stream)),
+    }
+}
+
 impl NatsSink {
     /// Connects and makes sure the stream exists.
     pub async fn connect(cfg: &NatsConfig) -> Result<NatsSink, String> {
