@@ -379,8 +379,14 @@ impl Tables {
         Ok(())
     }
 
+    /// Writes change-feed events of shard `shard` as a checkpoint's commit does first, and
+    /// nothing else (tests: a crash after it).
+    pub fn write_events(&self, shard: u16, events: &[Event]) -> Result<(), StoreError> {
+        self.events.write(&self.db, &[(shard, events)])
+    }
+
     /// Writes finished transfers of shard `shard` into `done` as a checkpoint's commit does
-    /// first, and nothing else (tests: a crash between the two).
+    /// after its events, and nothing else (tests: a crash between the two).
     pub fn write_done(&self, shard: u16, records: &[TransferRecord]) -> Result<(), StoreError> {
         self.done.write(shard, records)
     }

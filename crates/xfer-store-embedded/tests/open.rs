@@ -250,11 +250,24 @@ async fn a_crash_after_the_done_records_and_before_the_checkpoint_batch_changes_
     };
     let t1 = record(insert(&store, "t1").await);
     let t3 = record(insert(&store, "t3").await);
+    let feed = |store: &Embedded| {
+        let shard = store.shards()[0].clone();
+        async move {
+            shard
+                .events(xfer_store::FeedPosition::START, 1_000)
+                .await
+                .unwrap()
+                .events
+        }
+    };
+    let events = feed(&store).await;
     drop(store); // killed: no checkpoint since t3's, the log holds everything after
 
     let tables = xfer_store_embedded::tables::Tables::open(&dir.path().join("tables")).unwrap();
     let checkpoint = tables.shard_meta(0).unwrap().checkpoint_lsn;
     assert!(checkpoint > 0, "t3's checkpoint");
+    // As the lost checkpoint's commit: its events, then `done`.
+    tables.write_events(0, &events).unwrap();
     tables.write_done(0, &[t1.clone(), t3.clone()]).unwrap();
     assert_eq!(tables.shard_meta(0).unwrap().checkpoint_lsn, checkpoint);
     drop(tables);
@@ -293,6 +306,16 @@ async fn a_crash_after_the_done_records_and_before_the_checkpoint_batch_changes_
             .map(|r| r.spec.id.to_string())
             .collect();
         assert_eq!(listed, ["t1", "t2", "t3"], "{round}: each once");
+        // The feed: every event once, at the position it had before the crash (a replay
+        // that finds t1 done makes none of its events again: they were saved first).
+        let now = feed(&store).await;
+        assert_eq!(
+            now[..events.len()],
+            events[..],
+            "{round}: the feed as it was"
+        );
+        let ids: std::collections::BTreeSet<String> = now.iter().map(|e| e.id()).collect();
+        assert_eq!(ids.len(), now.len(), "{round}: each event once");
         if round == 1 {
             finish(&store, "t2").await;
         }
