@@ -438,7 +438,7 @@ async fn events(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
     let events: Vec<EventOut> = page
         .iter()
         .map(|e| {
-            next.0[e.shard] = e.event.position;
+            next.advance(e);
             EventOut::new(&e.event, e.record.as_ref())
         })
         .collect();
@@ -486,7 +486,7 @@ async fn events_stream(State(app): Shared, RawQuery(q): RawQuery, headers: Heade
             }
             loop {
                 if let Some(e) = queued.pop_front() {
-                    at.0[e.shard] = e.event.position;
+                    at.advance(&e);
                     let out = EventOut::new(&e.event, e.record.as_ref());
                     let sse = SseEvent::default()
                         .id(at.to_string())

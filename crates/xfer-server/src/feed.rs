@@ -18,6 +18,11 @@ impl Cursor {
         Cursor(vec![FeedPosition::START; shards])
     }
 
+    /// Moves past `e`, read at this cursor.
+    pub fn advance(&mut self, e: &FeedEvent) {
+        self.0[e.shard] = e.event.position;
+    }
+
     /// Reads a cursor of `shards` shards; the error says why it is not one.
     pub fn parse(s: &str, shards: usize) -> Result<Cursor, String> {
         let positions = s

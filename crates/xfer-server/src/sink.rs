@@ -175,7 +175,7 @@ pub async fn run(
             continue;
         }
         for e in &page {
-            at.0[e.shard] = e.event.position;
+            at.advance(e);
         }
         svc.metrics().sink_published(&name, page.len());
         if let Err(e) = file.write(&at) {

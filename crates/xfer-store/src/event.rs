@@ -89,6 +89,11 @@ pub struct FeedPosition {
 impl FeedPosition {
     /// Before every event.
     pub const START: FeedPosition = FeedPosition { major: 0, minor: 0 };
+    /// At or after every event.
+    pub const END: FeedPosition = FeedPosition {
+        major: u64::MAX,
+        minor: u64::MAX,
+    };
 
     /// The position `minor` of a store with one sequence.
     pub const fn seq(minor: u64) -> FeedPosition {

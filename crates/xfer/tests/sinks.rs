@@ -109,10 +109,9 @@ async fn stream_with(nats: &NatsConfig, n: usize) -> Vec<(String, String, Value)
 }
 
 async fn delete_stream(nats: &NatsConfig) {
-    let client = async_nats::connect(nats.url.as_str()).await.expect("nats");
-    let _ = async_nats::jetstream::new(client)
-        .delete_stream(&nats.stream)
-        .await;
+    xfer_server::sink::nats::delete_stream(nats)
+        .await
+        .expect("the stream deleted");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,6 +23,11 @@ fn key(shard: u16, p: FeedPosition) -> Vec<u8> {
     k
 }
 
+/// The keys of `shard`'s events from position `from` on.
+fn from_on(shard: u16, from: FeedPosition) -> std::ops::RangeInclusive<Vec<u8>> {
+    key(shard, from)..=key(shard, FeedPosition::END)
+}
+
 /// What an event's value holds: its transfer, kind, time and refund.
 type Value<'a> = (&'a TransferId, &'a str, u64, Option<&'a TransferId>);
 
@@ -91,17 +96,9 @@ impl EventsTable {
         before: Timestamp,
         limit: usize,
     ) -> Result<usize, StoreError> {
-        let start = key(shard, FeedPosition::START);
-        let end = key(
-            shard,
-            FeedPosition {
-                major: u64::MAX,
-                minor: u64::MAX,
-            },
-        );
         let mut old = Vec::new();
         let mut last = None;
-        for item in self.keyspace.range(start..=end) {
+        for item in self.keyspace.range(from_on(shard, FeedPosition::START)) {
             if old.len() == limit {
                 break;
             }
@@ -132,16 +129,8 @@ impl EventsTable {
         after: FeedPosition,
         limit: usize,
     ) -> Result<Vec<Event>, StoreError> {
-        let start = key(shard, after);
-        let end = key(
-            shard,
-            FeedPosition {
-                major: u64::MAX,
-                minor: u64::MAX,
-            },
-        );
         let mut out = Vec::new();
-        for item in self.keyspace.range(start..=end) {
+        for item in self.keyspace.range(from_on(shard, after)) {
             if out.len() == limit {
                 break;
             }
@@ -172,16 +161,11 @@ mod tests {
         let encoded = codec::encode(&value);
         assert_eq!(event_of(&key(3, e.position), &encoded), Ok(e.clone()));
         assert!(key(0, FeedPosition { major: 1, minor: 0 }) > key(0, FeedPosition::seq(u64::MAX)));
-        assert!(
-            key(1, FeedPosition::START)
-                > key(
-                    0,
-                    FeedPosition {
-                        major: u64::MAX,
-                        minor: 0
-                    }
-                )
-        );
+        let last_of_0 = FeedPosition {
+            major: u64::MAX,
+            minor: 0,
+        };
+        assert!(key(1, FeedPosition::START) > key(0, last_of_0));
         assert!(event_of(&key(3, e.position)[..17], &encoded).is_err());
     }
 }

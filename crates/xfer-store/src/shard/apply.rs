@@ -6,7 +6,7 @@
 //! the sweeper's and pruner's indexes are ordered sets; the history index is only looked
 //! up by account, never iterated, or (a tracked shard's) a list in sequence order.
 
-use crate::event::{events_of, Event, FeedPosition};
+use crate::event::{Event, FeedPosition};
 use crate::op::{AccountOp, Op, Reply, TransferOp};
 use crate::record::{
     apply_account_absent, apply_account_to, apply_transfer_absent, apply_transfer_to,
@@ -83,16 +83,6 @@ impl MemoryShard {
         }
     }
 
-    /// Adds the events of a record written new.
-    fn add_events(&mut self, new: &TransferRecord) {
-        let tracked = self.changes.is_some();
-        let mut nth = 0;
-        events_of(None, new, |e| {
-            self.feed.add(tracked, e, nth);
-            nth += 1;
-        });
-    }
-
     /// Applies one op with the store's clock at `now`.
     pub fn apply(&mut self, op: &Op, now: Timestamp) -> Reply {
         // Reads never take a record mutably: that would copy one a checkpoint's cut holds.
@@ -160,12 +150,8 @@ impl MemoryShard {
                     let (state, refunded_by) = (r.state, r.refunded_by.clone());
                     let step = apply_transfer_to(r, op, now);
                     let after = r.wake_at();
-                    let tracked = self.changes.is_some();
-                    let mut nth = 0;
-                    events_of(Some((state, refunded_by.as_ref())), r, |e| {
-                        self.feed.add(tracked, e, nth);
-                        nth += 1;
-                    });
+                    let was = Some((state, refunded_by.as_ref()));
+                    self.feed.add_made(self.changes.is_some(), was, r);
                     let reply = step.reply(shared);
                     if before != after {
                         if let Some(w) = before {
@@ -186,7 +172,7 @@ impl MemoryShard {
                         if let Some(w) = r.wake_at() {
                             self.wake.insert(w, id);
                         }
-                        self.add_events(&r);
+                        self.feed.add_made(self.changes.is_some(), None, &r);
                         self.transfers.insert_marking(id.clone(), r);
                         self.note_transfer(id);
                     }
@@ -234,7 +220,7 @@ impl MemoryShard {
             return Some(Reply::Unchanged(existing));
         }
         let done = Arc::new(one_phase_done(rec));
-        self.add_events(&done);
+        self.feed.add_made(self.changes.is_some(), None, &done);
         self.transfers.insert_marking(id.clone(), Arc::clone(&done));
         self.note_transfer(id);
         Some(Reply::Transfer(done))

@@ -5,7 +5,7 @@
 //! log entry's LSN and the step's place in it, so that a replay of the same entry gives the
 //! same positions whatever it finds already saved.
 
-use crate::event::{Event, FeedPosition};
+use crate::event::{events_of, Before, Event, FeedPosition};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -30,9 +30,23 @@ pub(super) struct Feed {
 }
 
 impl Feed {
+    /// Adds the events a step made of a record, `before` it and `after` (`events_of`).
+    pub(super) fn add_made(
+        &mut self,
+        tracked: bool,
+        before: Option<Before<'_>>,
+        after: &xfer_core::TransferRecord,
+    ) {
+        let mut nth = 0;
+        events_of(before, after, |e| {
+            self.add(tracked, e, nth);
+            nth += 1;
+        });
+    }
+
     /// Adds an event made by a step. An untracked shard numbers it; a tracked one leaves
     /// its position as the step's own count of it (`minor`, from 0), to be stamped.
-    pub(super) fn add(&mut self, tracked: bool, mut event: Event, nth: u64) {
+    fn add(&mut self, tracked: bool, mut event: Event, nth: u64) {
         event.position = if tracked {
             FeedPosition::seq(nth)
         } else {
@@ -106,18 +120,10 @@ impl Feed {
 
     /// At most `limit` events held here after `after`, oldest first.
     pub(super) fn after(&self, after: FeedPosition, limit: usize) -> Vec<Event> {
-        let tail = |list: &[Event]| -> Vec<Event> {
-            let from = list.partition_point(|e| e.position <= after);
-            list[from..].iter().take(limit).cloned().collect()
-        };
         let mut found = Vec::new();
         for list in self.taken.iter().map(|l| &l[..]).chain([&self.since[..]]) {
-            if found.len() >= limit {
-                break;
-            }
-            let mut more = tail(list);
-            more.truncate(limit - found.len());
-            found.append(&mut more);
+            let from = list.partition_point(|e| e.position <= after);
+            found.extend(list[from..].iter().take(limit - found.len()).cloned());
         }
         found
     }
