@@ -4,11 +4,14 @@
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
-use hyper::{Method, Request};
+use hyper::Request;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client as Http;
 use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
+
+/// The request methods of [`Client::raw`] and [`Client::send`].
+pub use hyper::Method;
 
 /// An answer: the status and the JSON body (`null` when the body is not JSON; the text is
 /// in `text`).

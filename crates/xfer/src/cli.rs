@@ -92,6 +92,12 @@ const IGNORED: &[(&str, &str, &str, &str)] = &[
     ("bench", "token", "--token", BENCH_OWN_SERVER),
     ("bench", "url", "--url", BENCH_OWN_SERVER),
     ("demo", "json", "--json", "a demo prints its own report"),
+    (
+        "consume",
+        "json",
+        "--json",
+        "the consumer publishes the API's JSON; its log is text",
+    ),
 ];
 
 const SERVER_TOKENS: &str = "it is the client's bearer token; the server's tokens are \
@@ -226,6 +232,12 @@ pub enum Command {
     /// The articles' scenarios, end to end, finishing with the audit.
     #[command(subcommand)]
     Demo(DemoCommand),
+    /// Take transfer requests (the JSON of `POST /v1/transfers`) from a NATS JetStream
+    /// stream or a RabbitMQ queue, submit each to the server at --url by its id (a message
+    /// delivered again is answered from the record, never applied twice), publish its
+    /// outcome, and only then acknowledge it; invalid requests go to the dead letters with
+    /// their error.
+    Consume(crate::consume::ConsumeArgs),
     /// Throughput and latency on a fresh store (embedded by default, or PostgreSQL, MySQL,
     /// MongoDB or Redis with --store), as a library or over HTTP, beside an optional native
     /// baseline.
@@ -362,7 +374,7 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
         }
     };
     match command {
-        Command::Serve(_) | Command::Worker(_) | Command::Demo(_) => {
+        Command::Serve(_) | Command::Worker(_) | Command::Demo(_) | Command::Consume(_) => {
             unreachable!("handled by main")
         }
         Command::Bench(args) => {

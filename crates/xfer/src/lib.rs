@@ -5,11 +5,13 @@
 //! | module | what |
 //! |---|---|
 //! | `cli` | the subcommands and what each does as a client of the API |
+//! | `consume` | `xfer consume`: transfer requests from NATS JetStream or RabbitMQ |
 //! | `demo` | `xfer demo bank / flash-sale / points-and-cash` |
 //! | `table` | readable tables of the API's JSON |
 //! | `remote` | where the server is and how to print: the client's global flags |
 
 pub mod cli;
+pub mod consume;
 pub mod demo;
 pub mod remote;
 pub mod table;

@@ -87,6 +87,7 @@ fn main() {
             Command::Serve(args) => serve(args).await,
             Command::Worker(args) => worker(args).await,
             Command::Demo(demo) => xfer::demo::run(demo, &cli.remote).await,
+            Command::Consume(args) => consume(args, &cli.remote).await,
             other => cli::run(other, &cli.remote).await,
         }
     });
@@ -104,10 +105,11 @@ fn fail(message: &str) -> ! {
 async fn serve(args: xfer_server::config::ServeArgs) -> Result<i32, String> {
     let cfg = ServeConfig::resolve(&args).map_err(|e| e.to_string())?;
     init_logging(cfg.log_format, &cfg.log)?;
+    let stop = shutdown_signal();
     let server = Server::start(cfg).await?;
     // One line on stdout that scripts and tests wait for.
     println!("xfer serve: listening on http://{}", server.addr());
-    shutdown_signal().await;
+    stop.await;
     tracing::info!("shutting down: no new connections; finishing requests under way");
     server.shutdown().await?;
     Ok(0)
@@ -116,23 +118,38 @@ async fn serve(args: xfer_server::config::ServeArgs) -> Result<i32, String> {
 async fn worker(args: xfer_server::config::ServeArgs) -> Result<i32, String> {
     let cfg = ServeConfig::resolve(&args).map_err(|e| e.to_string())?;
     init_logging(cfg.log_format, &cfg.log)?;
+    let stop = shutdown_signal();
     xfer_server::worker::run(cfg, async {
-        shutdown_signal().await;
+        stop.await;
         tracing::info!("shutting down after the pass under way");
     })
     .await?;
     Ok(0)
 }
 
-async fn shutdown_signal() {
+async fn consume(args: xfer::consume::ConsumeArgs, remote: &cli::Remote) -> Result<i32, String> {
+    let stop = shutdown_signal();
+    init_logging(xfer_server::config::LogFormat::Text, "info")?;
+    let client = xfer_client::Client::new(&remote.url, remote.token.clone())?;
+    xfer::consume::run(args, client, stop).await
+}
+
+/// Completes on SIGTERM or SIGINT. The handlers are installed when this is called, not when
+/// the future is first polled, so a signal that arrives while the command is still starting
+/// stops it gracefully instead of killing it.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let mut term = match signal(SignalKind::terminate()) {
+    let install = |kind: SignalKind, name: &str| match signal(kind) {
         Ok(s) => s,
-        Err(e) => fail(&format!("installing the SIGTERM handler: {e}")),
+        Err(e) => fail(&format!("installing the {name} handler: {e}")),
     };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+    let mut term = install(SignalKind::terminate(), "SIGTERM");
+    let mut int = install(SignalKind::interrupt(), "SIGINT");
+    async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
     }
 }
 
