@@ -63,8 +63,8 @@ pub struct BenchArgs {
     /// needs the CREATEDB right). `scripts/services` starts a local server.
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/xfer_bench")]
     pub postgres_url: String,
-    /// The MySQL or MariaDB server for `--store mysql`. `scripts/services` starts a local
-    /// MariaDB.
+    /// The MySQL or MariaDB server for `--store mysql` and `--baseline mysql`.
+    /// `scripts/services` starts a local MariaDB.
     #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
     pub mysql_url: String,
     /// The MongoDB deployment for `--store mongodb`. `scripts/services` starts a local
@@ -133,6 +133,8 @@ pub enum Baseline {
     /// One Redis function call per transfer (conditional debit, credit, record), on the
     /// first --redis-url (one server).
     Redis,
+    /// Native MySQL (MariaDB) transactions, one per transfer, on --mysql-url.
+    Mysql,
 }
 
 /// The hot account's side.

@@ -9,7 +9,9 @@
 //! through the engine as a library (`--via library`: `Executor::submit_many`) or over HTTP
 //! (`--via http`: `POST /v1/transfers`, or `/v1/transfers/batch` when `batch > 1`).
 //! `--baseline postgres` then runs the same workload as native PostgreSQL transactions
-//! ([`crate::baseline`]) on `--baseline-clients` connections and prints the ratio.
+//! ([`crate::baseline`]) on `--baseline-clients` connections and prints the ratio;
+//! `--baseline redis` as one Redis function call per transfer ([`crate::native_redis`]),
+//! `--baseline mysql` as one MySQL transaction per transfer ([`crate::native_mysql`]).
 //!
 //! Workloads: `uniform` (random accounts on both sides), `hot` (a share of the transfers
 //! debit or credit one account), `multi-asset` (a USD and a POINTS posting, usually on two
@@ -22,6 +24,7 @@ pub use crate::args::*;
 use crate::baseline::{FreshDatabase, Native};
 use crate::ids::*;
 use crate::latency::*;
+use crate::native_mysql::NativeMysql;
 use crate::native_redis::NativeRedis;
 pub use crate::report::*;
 use crate::target::*;
@@ -81,6 +84,7 @@ pub async fn run(a: BenchArgs) -> Result<BenchRun, String> {
             Some(result?)
         }
         Some(Baseline::Redis) => Some(run_native_redis(&a).await?),
+        Some(Baseline::Mysql) => Some(run_native_mysql(&a).await?),
         None => None,
     };
     Ok(BenchRun { xfer, baseline })
@@ -242,6 +246,23 @@ async fn run_native_redis(a: &BenchArgs) -> Result<BenchReport, String> {
     );
     let result = measure_baseline(a, Target::NativeRedis(native.clone()), "redis-native").await;
     native.clear().await?;
+    result
+}
+
+/// The MySQL baseline: the same workload, one InnoDB transaction per transfer, on
+/// `--baseline-clients` connections to `--mysql-url`, in a database of its own.
+async fn run_native_mysql(a: &BenchArgs) -> Result<BenchReport, String> {
+    let watch = Stopwatch::start();
+    let (native, durability) =
+        NativeMysql::setup(&a.mysql_url, a.accounts, a.baseline_clients as usize).await?;
+    println!(
+        "baseline setup: {} accounts created and funded in {:.1}s on {} ({durability})",
+        a.accounts,
+        watch.seconds(),
+        a.mysql_url
+    );
+    let result = measure_baseline(a, Target::NativeMysql(native.clone()), "mysql-native").await;
+    native.drop_now().await?;
     result
 }
 

@@ -13,12 +13,14 @@
 //! | `args` | the command line |
 //! | `baseline` | the native PostgreSQL baseline: one SQL transaction per transfer |
 //! | `native_redis` | the native Redis baseline: one function call per transfer |
+//! | `native_mysql` | the native MySQL baseline: one InnoDB transaction per transfer |
 
 pub mod args;
 pub mod baseline;
 pub mod bench;
 pub mod ids;
 pub mod latency;
+pub mod native_mysql;
 pub mod native_redis;
 pub mod report;
 pub mod target;

@@ -3,6 +3,7 @@
 
 use crate::baseline::Native;
 use crate::latency::*;
+use crate::native_mysql::NativeMysql;
 use crate::native_redis::NativeRedis;
 use serde_json::{json, Value};
 use std::sync::Arc;
@@ -37,6 +38,7 @@ pub(crate) enum Target {
     Http(Client),
     Native(Native),
     NativeRedis(NativeRedis),
+    NativeMysql(NativeMysql),
 }
 
 impl Target {
@@ -77,6 +79,13 @@ impl Target {
                 }
                 return Ok(out);
             }
+            Target::NativeMysql(n) => {
+                let mut out = Vec::with_capacity(specs.len());
+                for s in &specs {
+                    out.push(n.transfer(s).await?);
+                }
+                return Ok(out);
+            }
         };
         if holds {
             let held: Vec<TransferId> = ids
@@ -95,7 +104,9 @@ impl Target {
                         .collect();
                     finished_states(e.drive(starts).await)?
                 }
-                Target::Native(_) | Target::NativeRedis(_) => unreachable!("answered above"),
+                Target::Native(_) | Target::NativeRedis(_) | Target::NativeMysql(_) => {
+                    unreachable!("answered above")
+                }
                 Target::Http(c) => {
                     let calls = held.iter().map(|id| async move {
                         let path = format!(
