@@ -10,6 +10,8 @@
 //! - `precheck` (private): the reads that refuse bad input before a submit writes.
 //! - [`executor`]: submits, captures, voids, re-drives transfers; closes accounts ([`Executor`]).
 //! - [`combine`]: small submits of concurrent callers driven as one batch ([`Combiner`]).
+//! - [`audit`]: what the accounts add up to, and leaks; [`replay`]: balances computed again
+//!   from the transfers.
 //! - [`sweeper`]: finishes transfers whose executor vanished; prunes tombstones ([`Sweeper`]).
 pub mod audit;
 pub mod cluster;
@@ -19,6 +21,7 @@ pub mod error;
 pub mod executor;
 pub mod machine;
 mod precheck;
+pub mod replay;
 pub mod retry;
 pub mod router;
 pub mod sweeper;
@@ -30,6 +33,7 @@ pub use drive::{Decisions, Drive, Next, ROUNDS_MAX};
 pub use error::ExecError;
 pub use executor::{Ahead, Executor};
 pub use machine::{Config, Machine, Outcome, Request};
+pub use replay::{replay, ReplayReport};
 pub use retry::{ManualSleeper, Retry, RetryPolicy, Sleeper, TokioSleeper};
 pub use router::{Match, RouteError, Router, Rule};
 pub use sweeper::{PassReport, SweepConfig, Sweeper};

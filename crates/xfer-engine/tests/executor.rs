@@ -1215,3 +1215,164 @@ async fn ahead_leaves_the_wait_to_the_caller_and_a_failed_wait_leaves_outcomes_u
         .collect();
     assert_eq!(states, [TransferState::Done, TransferState::Canceled]);
 }
+
+/// Past the replay's allowance for records stamped by clocks ahead of its own.
+fn settle_clocks(w: &World) {
+    w.clock.advance_ms(xfer_engine::replay::CLOCK_SLACK_MS + 1);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn replay_finds_every_balance_from_the_transfers() {
+    let w = World::memory();
+    w.bank().await;
+    let original = spec("t1", vec![posting("alice", "bob", "USD", 30)]);
+    finished(w.exec.submit(original.clone()).await);
+    let refund = TransferSpec {
+        refund_of: Some(tid("t1")),
+        ..spec("r1", original.reversed_postings())
+    };
+    finished(w.exec.submit(refund).await);
+    finished(
+        w.exec
+            .submit(spec("t2", vec![posting("alice", "bob", "USD", 10)]))
+            .await,
+    );
+    for h in ["h1", "h2"] {
+        let held = w
+            .exec
+            .submit(hold(h, vec![posting("alice", "bob", "USD", 5)]));
+        assert!(matches!(held.await, Ok(Outcome::Held(_))));
+    }
+    finished(w.exec.capture(tid("h1")).await);
+    finished(w.exec.void(tid("h2")).await);
+    let too_much = finished(
+        w.exec
+            .submit(spec("t3", vec![posting("bob", "alice", "USD", 999)]))
+            .await,
+    );
+    assert_eq!(too_much.state, TransferState::Canceled);
+    settle_clocks(&w);
+
+    let r = xfer_engine::replay(w.cluster(), w.clock.now(), 60_000)
+        .await
+        .expect("replayed");
+    assert!(r.is_clean(), "{r:?}");
+    assert_eq!((r.transfers, r.done), (7, 5), "{r:?}");
+    assert_eq!((r.accounts_compared, r.accounts_busy), (3, 0), "{r:?}");
+}
+
+/// A shard store whose record of `t-bad` says 7 where 5 moved: what a hand edit of the
+/// store, or a bug, leaves behind.
+fn misrecords(clock: Arc<ManualClock>) -> Intercept<MemoryStore> {
+    let hook: ExecuteHook<MemoryStore> = Box::new(move |inner, ops| {
+        let ops = ops
+            .into_iter()
+            .map(|op| match op {
+                Op::Transfer(id, TransferOp::Insert(rec)) if id.as_str() == "t-bad" => {
+                    let mut rec = (*rec).clone();
+                    let mut spec = (*rec.spec).clone();
+                    spec.postings = vec![posting("alice", "bob", "USD", 7)].into();
+                    rec.spec = Arc::new(spec);
+                    Op::Transfer(id, TransferOp::Insert(Arc::new(rec)))
+                }
+                op => op,
+            })
+            .collect();
+        inner.execute(ops)
+    });
+    Intercept::new(MemoryStore::new(clock), hook)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn replay_names_each_account_its_transfers_do_not_explain() {
+    let clock = Arc::new(ManualClock::at(T0));
+    let shards = (0..SHARDS)
+        .map(|_| Arc::new(misrecords(clock.clone())) as Arc<dyn Store>)
+        .collect();
+    let w = World::over(clock, shards, SweepConfig::default());
+    w.bank().await;
+    finished(
+        w.exec
+            .submit(spec("t-ok", vec![posting("alice", "bob", "USD", 3)]))
+            .await,
+    );
+    finished(
+        w.exec
+            .submit(spec("t-bad", vec![posting("alice", "bob", "USD", 5)]))
+            .await,
+    );
+    w.assert_settled(&[("alice", 92), ("bob", 8)]).await;
+    settle_clocks(&w);
+
+    let r = xfer_engine::replay(w.cluster(), w.clock.now(), 60_000)
+        .await
+        .expect("replayed");
+    assert!(!r.is_clean());
+    let mut found: Vec<(String, i64, i128)> = r
+        .differences
+        .iter()
+        .map(|d| (d.account.clone(), d.balance, d.replayed))
+        .collect();
+    found.sort();
+    assert_eq!(
+        found,
+        [("alice".into(), 92, 90), ("bob".into(), 8, 10)],
+        "{r:?}"
+    );
+    assert_eq!(r.differences_total, 2);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn replay_lists_tombstones_left_past_their_horizon_and_skips_accounts_in_use() {
+    let w = World::memory();
+    w.bank().await;
+    finished(
+        w.exec
+            .submit(spec("t1", vec![posting("alice", "bob", "USD", 30)]))
+            .await,
+    );
+    let held = w
+        .exec
+        .submit(hold("h1", vec![posting("issuer", "bob", "USD", 5)]));
+    assert!(matches!(held.await, Ok(Outcome::Held(_))));
+    // Past every horizon (the hold lives on), and no sweep has run.
+    w.clock
+        .advance_ms(TIMEOUT_MS + Config::default().skew_ms + 2_000);
+    let now = w.clock.now();
+
+    let r = xfer_engine::replay(w.cluster(), now, 1_000)
+        .await
+        .expect("replayed");
+    assert!(r.is_clean(), "{r:?}");
+    // issuer and bob hold h1's open intents: money may be moving there.
+    assert_eq!((r.accounts_compared, r.accounts_busy), (1, 2), "{r:?}");
+    let mut overdue: Vec<(String, String)> = r
+        .overdue_tombstones
+        .iter()
+        .map(|o| (o.account.clone(), o.transfer.clone()))
+        .collect();
+    overdue.sort();
+    let want = [
+        ("alice", "fund-alice"),
+        ("alice", "t1"),
+        ("bob", "t1"),
+        ("issuer", "fund-alice"),
+    ];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(a, t)| (a.to_string(), t.to_string()))
+        .collect();
+    assert_eq!(overdue, want, "{r:?}");
+    assert_eq!(r.overdue_tombstones_total, 4);
+    // Within the grace, nothing is overdue; after a sweep, nothing is left.
+    let r = xfer_engine::replay(w.cluster(), now, 60_000)
+        .await
+        .expect("replayed");
+    assert_eq!(r.overdue_tombstones_total, 0, "{r:?}");
+    w.clock.advance_ms(xfer_store::shard::PRUNE_BUCKET_MS);
+    w.sweeper.pass().await;
+    let r = xfer_engine::replay(w.cluster(), w.clock.now(), 1_000)
+        .await
+        .expect("replayed");
+    assert_eq!(r.overdue_tombstones_total, 0, "{r:?}");
+}
