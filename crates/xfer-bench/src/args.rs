@@ -90,6 +90,10 @@ pub struct BenchArgs {
     /// Where the data directory goes (a fresh subdirectory is made and removed).
     #[arg(long)]
     pub dir: Option<std::path::PathBuf>,
+    /// Keep the embedded store's data directory after the run and print where it is, for
+    /// `xfer serve --data-dir` (an audit or a replay of what the run left).
+    #[arg(long)]
+    pub keep: bool,
     /// How transfer ids are made: in counting order per client, or scattered over the
     /// whole key range as a client's random ids (UUIDs) are.
     #[arg(long, value_enum, default_value_t = Ids::Sequential)]

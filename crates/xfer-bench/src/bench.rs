@@ -66,6 +66,9 @@ pub async fn run(a: BenchArgs) -> Result<BenchRun, String> {
             "--timeout-ms: below the holds' ttl_ms ({HOLD_TTL_MS}) for --workload holds"
         ));
     }
+    if a.keep && a.store != StoreKind::Embedded {
+        return Err("--keep keeps the embedded store's directory: not with --store".into());
+    }
     if a.baseline == Some(Baseline::Redis) && a.redis_cluster {
         return Err("--baseline redis runs on one server: not with --redis-cluster".into());
     }
@@ -204,7 +207,16 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
     if let Some(nats) = sink {
         xfer_server::sink::nats::delete_stream(&nats).await?;
     }
-    let _ = std::fs::remove_dir_all(&dir);
+    if a.keep {
+        println!(
+            "data directory kept: {} (xfer serve --data-dir {} --shards {})",
+            dir.display(),
+            dir.display(),
+            a.shards
+        );
+    } else {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
     for db in dbs {
         db.drop_now().await?;
     }
@@ -542,6 +554,7 @@ mod tests {
             baseline: None,
             baseline_clients: 1,
             dir: None,
+            keep: false,
             ids: Ids::Sequential,
             timeout_ms: TIMEOUT_MS_DEFAULT,
         }
