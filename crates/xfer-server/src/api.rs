@@ -2,7 +2,10 @@
 //! and the handlers.
 //!
 //! Bodies are read and decoded here (not by axum's extractors) so that every failure,
-//! however early, is an [`ApiError`] with its code and field.
+//! however early, is an [`ApiError`] with its code and field. `api/webhooks.rs` holds the
+//! handlers of `/v1/webhooks`.
+
+mod webhooks;
 
 use crate::answer::Answer;
 use crate::auth::{Scope, Tokens};
@@ -11,6 +14,7 @@ use crate::feed::{Cursor, FeedEvent, FeedRead};
 use crate::metrics::Stopwatch;
 pub use crate::routes::{Route, ROUTES};
 use crate::service::{Action, Service};
+use crate::sink::webhook::Webhooks;
 use crate::wire::{
     self, AccountCreate, AccountOut, BatchIn, BatchItemOut, EventOut, LowerBoundChange, RefundIn,
     TransferIn, TransferOut, BATCH_MAX,
@@ -21,7 +25,7 @@ use axum::http::{header, request::Parts, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, put};
+use axum::routing::{delete, get, post, put};
 use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -32,7 +36,9 @@ use xfer_engine::{Sleeper, TokioSleeper};
 /// What every handler shares.
 pub struct App {
     /// The service.
-    pub svc: Service,
+    pub svc: Arc<Service>,
+    /// The webhook endpoints and their deliveries.
+    pub webhooks: Arc<Webhooks>,
     /// Who may call.
     pub tokens: Tokens,
     /// The largest body read.
@@ -93,6 +99,14 @@ fn handler(method: &str, path: &str) -> axum::routing::MethodRouter<Arc<App>> {
         ("GET", "/v1/admin/stuck") => get(stuck),
         ("GET", "/v1/admin/canceled") => get(canceled),
         ("GET", "/v1/audit") => get(audit),
+        ("POST", "/v1/webhooks") => post(webhooks::create),
+        ("GET", "/v1/webhooks") => get(webhooks::list),
+        ("GET", "/v1/webhooks/{id}") => get(webhooks::get),
+        ("DELETE", "/v1/webhooks/{id}") => delete(webhooks::delete),
+        ("GET", "/v1/webhooks/{id}/dead_letters") => get(webhooks::dead_letters),
+        ("POST", "/v1/webhooks/{id}/dead_letters/{event_id}/redeliver") => {
+            post(webhooks::redeliver)
+        }
         _ => panic!("{method} {path} is in ROUTES without a handler"),
     }
 }
@@ -601,12 +615,18 @@ async fn get_transfer(State(app): Shared, IdParam(id): IdParam) -> Handled {
 #[serde(deny_unknown_fields)]
 struct NoFields {}
 
-async fn act(app: &App, id: String, action: Action, headers: HeaderMap, b: Body) -> Handled {
-    let id = wire::transfer_id(&id, "id")?;
+/// Refuses a body other than none or `{}` (see [`NoFields`]).
+async fn no_fields(app: &App, headers: &HeaderMap, b: Body) -> Result<(), ApiError> {
     let bytes = bytes(app, b).await?;
     if !bytes.trim_ascii().is_empty() {
-        decode_json::<NoFields>(&headers, &bytes)?;
+        decode_json::<NoFields>(headers, &bytes)?;
     }
+    Ok(())
+}
+
+async fn act(app: &App, id: String, action: Action, headers: HeaderMap, b: Body) -> Handled {
+    let id = wire::transfer_id(&id, "id")?;
+    no_fields(app, &headers, b).await?;
     let answer: Answer = app.svc.act(id, action).await?;
     Ok(json_status(status_of(&answer), answer.out()))
 }

@@ -142,6 +142,21 @@ pub struct ServeArgs {
     /// With --sink-amqp: the durable queue bound to every type. [default: xfer.events]
     #[arg(long, env = "XFER_SINK_AMQP_QUEUE")]
     pub sink_amqp_queue: Option<String>,
+    /// Attempts at delivering one event to a webhook endpoint (registered with POST
+    /// /v1/webhooks) before it goes to the endpoint's dead letters. [default: 8]
+    #[arg(long, env = "XFER_WEBHOOK_ATTEMPTS")]
+    pub webhook_attempts: Option<u32>,
+    /// The wait after a webhook attempt's first failure, in ms; doubled after each next
+    /// one, jittered. [default: 500]
+    #[arg(long, env = "XFER_WEBHOOK_BACKOFF_MS")]
+    pub webhook_backoff_ms: Option<u64>,
+    /// The longest wait between two webhook attempts, in ms. [default: 60000]
+    #[arg(long, env = "XFER_WEBHOOK_BACKOFF_MAX_MS")]
+    pub webhook_backoff_max_ms: Option<u64>,
+    /// How long one webhook attempt (connect, send, the answer) may take, in ms.
+    /// [default: 10000]
+    #[arg(long, env = "XFER_WEBHOOK_TIMEOUT_MS")]
+    pub webhook_timeout_ms: Option<u64>,
     /// The largest request body, in bytes. [default: 4194304]
     #[arg(long, env = "XFER_BODY_LIMIT_BYTES")]
     pub body_limit_bytes: Option<usize>,
@@ -317,6 +332,10 @@ pub struct FileConfig {
     sink_amqp: Option<String>,
     sink_amqp_exchange: Option<String>,
     sink_amqp_queue: Option<String>,
+    webhook_attempts: Option<u32>,
+    webhook_backoff_ms: Option<u64>,
+    webhook_backoff_max_ms: Option<u64>,
+    webhook_timeout_ms: Option<u64>,
     body_limit_bytes: Option<usize>,
     store_calls_per_shard: Option<usize>,
     max_connections: Option<usize>,
@@ -377,6 +396,8 @@ pub struct ServeConfig {
     pub sink_nats: Option<crate::sink::nats::NatsConfig>,
     /// The change feed's RabbitMQ sink, if any.
     pub sink_amqp: Option<crate::sink::amqp::AmqpConfig>,
+    /// How webhook deliveries are attempted.
+    pub webhooks: crate::sink::webhook::WebhookSettings,
     /// Largest body.
     pub body_limit_bytes: usize,
     /// Store calls in flight per shard.
@@ -411,6 +432,7 @@ impl Default for ServeConfig {
             events_retention_hours: 168,
             sink_nats: None,
             sink_amqp: None,
+            webhooks: crate::sink::webhook::WebhookSettings::default(),
             body_limit_bytes: 4 << 20,
             store_calls_per_shard: 4,
             max_connections: 1_024,
@@ -589,6 +611,24 @@ impl ServeConfig {
                         .unwrap_or_else(|| "xfer.events".into()),
                 }
             }),
+            webhooks: crate::sink::webhook::WebhookSettings {
+                attempts: args
+                    .webhook_attempts
+                    .or(file.webhook_attempts)
+                    .unwrap_or(d.webhooks.attempts),
+                backoff_ms: args
+                    .webhook_backoff_ms
+                    .or(file.webhook_backoff_ms)
+                    .unwrap_or(d.webhooks.backoff_ms),
+                backoff_max_ms: args
+                    .webhook_backoff_max_ms
+                    .or(file.webhook_backoff_max_ms)
+                    .unwrap_or(d.webhooks.backoff_max_ms),
+                timeout_ms: args
+                    .webhook_timeout_ms
+                    .or(file.webhook_timeout_ms)
+                    .unwrap_or(d.webhooks.timeout_ms),
+            },
             body_limit_bytes: args
                 .body_limit_bytes
                 .or(file.body_limit_bytes)
@@ -626,11 +666,19 @@ impl ServeConfig {
             ("body_limit_bytes", self.body_limit_bytes as u64),
             ("store_calls_per_shard", self.store_calls_per_shard as u64),
             ("max_connections", self.max_connections as u64),
+            ("webhook_attempts", u64::from(self.webhooks.attempts)),
+            ("webhook_timeout_ms", self.webhooks.timeout_ms),
         ];
         for (name, v) in positive {
             if v == 0 {
                 return Err(ConfigError(format!("{name} must be at least 1")));
             }
+        }
+        if self.webhooks.backoff_max_ms < self.webhooks.backoff_ms {
+            return Err(ConfigError(format!(
+                "webhook_backoff_max_ms: {} is less than webhook_backoff_ms ({})",
+                self.webhooks.backoff_max_ms, self.webhooks.backoff_ms
+            )));
         }
         if self.shards > 256 {
             return Err(ConfigError(format!(
@@ -735,6 +783,42 @@ mod tests {
         assert_eq!(cfg.listen.port(), 9000);
         assert_eq!((cfg.shards, cfg.lease_ms, cfg.skew_ms), (2, 7000, 500));
         assert!(!cfg.tokens.is_empty());
+    }
+
+    #[test]
+    fn webhook_settings_come_from_flags_and_the_file_and_are_checked() {
+        let file: FileConfig =
+            toml::from_str("webhook_attempts = 3\nwebhook_backoff_ms = 20\n").unwrap();
+        let args = ServeArgs {
+            webhook_attempts: Some(4),
+            webhook_timeout_ms: Some(250),
+            ..ServeArgs::default()
+        };
+        let w = ServeConfig::merge(file, &args).unwrap().webhooks;
+        assert_eq!(
+            (w.attempts, w.backoff_ms, w.backoff_max_ms, w.timeout_ms),
+            (4, 20, 60_000, 250)
+        );
+        let d = ServeConfig::merge(FileConfig::default(), &ServeArgs::default()).unwrap();
+        assert_eq!(d.webhooks, crate::sink::webhook::WebhookSettings::default());
+        for (text, needle) in [
+            (
+                "webhook_attempts = 0\n",
+                "webhook_attempts must be at least 1",
+            ),
+            (
+                "webhook_timeout_ms = 0\n",
+                "webhook_timeout_ms must be at least 1",
+            ),
+            (
+                "webhook_backoff_ms = 900\nwebhook_backoff_max_ms = 800\n",
+                "webhook_backoff_max_ms: 800 is less",
+            ),
+        ] {
+            let e = ServeConfig::merge(toml::from_str(text).unwrap(), &ServeArgs::default())
+                .unwrap_err();
+            assert!(e.0.contains(needle), "{e}");
+        }
     }
 
     #[test]

@@ -66,6 +66,13 @@ pub enum ApiCode {
     CursorExpired,
     /// A store of this deployment does not offer what was asked.
     NotSupported,
+    /// No webhook endpoint has the id.
+    WebhookNotFound,
+    /// The webhook endpoint holds no dead letter of the event.
+    DeadLetterNotFound,
+    /// A webhook receiver did not take a delivery (it failed, answered other than 2xx, or
+    /// not in time).
+    DeliveryFailed,
 }
 
 impl ApiCode {
@@ -96,6 +103,9 @@ impl ApiCode {
             ApiCode::CursorExpired => "cursor_expired",
             ApiCode::NotSupported => "not_supported",
             ApiCode::NotReady => "not_ready",
+            ApiCode::WebhookNotFound => "webhook_not_found",
+            ApiCode::DeadLetterNotFound => "dead_letter_not_found",
+            ApiCode::DeliveryFailed => "delivery_failed",
         }
     }
 
@@ -113,7 +123,10 @@ impl ApiCode {
             ApiCode::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiCode::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiCode::Forbidden => StatusCode::FORBIDDEN,
-            ApiCode::RouteNotFound => StatusCode::NOT_FOUND,
+            ApiCode::RouteNotFound | ApiCode::WebhookNotFound | ApiCode::DeadLetterNotFound => {
+                StatusCode::NOT_FOUND
+            }
+            ApiCode::DeliveryFailed => StatusCode::BAD_GATEWAY,
             ApiCode::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiCode::Unavailable
             | ApiCode::OutcomeUnknown

@@ -1,5 +1,7 @@
 //! The change feed as the service's ([`Service::events`]): every shard's events after a
-//! cursor, merged, with the records they name, and the cursor of the next page.
+//! cursor, merged, with the records they name, and the cursor of the next page; and where
+//! it ends now ([`Service::feed_head`]), where a new reader that wants only what comes next
+//! starts.
 
 use crate::service::Service;
 use std::collections::HashMap;
@@ -77,7 +79,55 @@ pub enum FeedRead {
     Unsupported(String),
 }
 
+/// Where the feed ends now, or why there is no feed.
+pub enum FeedHead {
+    /// After every event the feed holds.
+    At(Cursor),
+    /// A shard's store keeps no change feed.
+    Unsupported(String),
+}
+
+/// Events read per call while looking for the feed's end: the events alone, no records.
+const HEAD_PAGE: usize = 1_024;
+
 impl Service {
+    /// A cursor after every event the feed holds now: each shard's feed read (events only,
+    /// no records) from what it still keeps to its end. A shard's walk stops at an event
+    /// made after the walk began, so that a feed written faster than it is read still
+    /// ends the walk; that event and the ones after it are after the cursor, as later
+    /// events are.
+    pub async fn feed_head(&self) -> Result<FeedHead, ExecError> {
+        let began = self.now();
+        let shards = self.cluster().shards();
+        let mut head = Cursor::start(shards.len());
+        for (shard, store) in shards.iter().enumerate() {
+            let mut at = FeedPosition::START;
+            loop {
+                let page = match store.events(at, HEAD_PAGE).await {
+                    Ok(page) => page,
+                    Err(StoreError::Unsupported(what)) => {
+                        return Ok(FeedHead::Unsupported(format!(
+                            "shard {shard}'s store does not offer {what}"
+                        )))
+                    }
+                    Err(e) => return Err(ExecError::Unavailable(e.to_string())),
+                };
+                at = at.max(page.dropped_through);
+                let full = page.events.len() == HEAD_PAGE;
+                let later = page.events.iter().position(|e| e.at >= began);
+                let before = later.map_or(&page.events[..], |i| &page.events[..i]);
+                if let Some(last) = before.last() {
+                    at = last.position;
+                }
+                if later.is_some() || !full {
+                    break;
+                }
+            }
+            head.0[shard] = at;
+        }
+        Ok(FeedHead::At(head))
+    }
+
     /// At most `limit` events after `after`, from every shard: each shard's in its order,
     /// the shards' merged by time.
     pub async fn events(&self, after: &Cursor, limit: usize) -> Result<FeedRead, ExecError> {

@@ -8,10 +8,10 @@
 //! |---|---|
 //! | `server` | start, serve and stop gracefully; what every process runs over the shards |
 //! | `worker` | `xfer worker`: sweeps without an API |
-//! | `sink` | the change feed published at least once (NATS JetStream), its cursor in a file |
 //! | `api` | the router built from `routes`, the scope guard, the handlers |
 //! | `openapi` | the OpenAPI document |
 //! | `routes` | every endpoint and the scope it needs |
+//! | `sink` | the change feed published at least once (NATS JetStream, RabbitMQ, webhooks), each cursor in a file |
 //! | `connections` | the listener's bound on open connections |
 //! | `listings` | accounts, history, canceled transfers and the audit, as the service's |
 //! | `feed` | the change feed, every shard's merged after a cursor, as the service's |

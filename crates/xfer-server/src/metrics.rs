@@ -11,8 +11,9 @@
 //! | `xfer_retries_total` | store calls retried after a failure |
 //! | `xfer_store_round_trips_total{shard}`, `xfer_store_ops_total{shard}`, `xfer_store_errors_total{shard}`, `xfer_store_round_trip_seconds{shard}` | calls to each shard, the ops they carried, failures, latency (of calls that wait for durability; the embedded store's protocol steps answer ahead of the sync and are only counted) |
 //! | `xfer_sweeper_recovered_total`, `xfer_sweeper_pruned_total` | transfers finished by the sweeper, tombstones dropped |
-//! | `xfer_sink_published_total{sink}`, `xfer_sink_failures_total{sink}` | events a sink's broker confirmed; failed reads or publishes (each retried) |
+//! | `xfer_sink_published_total{sink}`, `xfer_sink_failures_total{sink}` | events a sink's broker confirmed (a webhook endpoint's receiver: answered 2xx); failed reads or publishes (a webhook's: each failed attempt) |
 //! | `xfer_sink_lag_seconds{sink}`, `xfer_sink_pending_events{sink}` | how old the oldest event not yet confirmed is (0: caught up); events read and not yet confirmed (at most a page: a full page means more wait) |
+//! | `xfer_sink_dead_letters_total{sink}` | events a webhook endpoint (`sink="webhook:<id>"`) did not take after every attempt, set aside in its dead-letter list |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -80,6 +81,7 @@ pub struct Metrics {
     sink_failures: Family<SinkLabels, Counter>,
     sink_lag_seconds: Family<SinkLabels, FloatGauge>,
     sink_pending: Family<SinkLabels, Gauge>,
+    sink_dead_letters: Family<SinkLabels, Counter>,
 }
 
 impl Default for Metrics {
@@ -110,6 +112,7 @@ impl Metrics {
             sink_failures: Family::default(),
             sink_lag_seconds: Family::default(),
             sink_pending: Family::default(),
+            sink_dead_letters: Family::default(),
         };
         let r = &mut m.registry;
         r.register(
@@ -196,6 +199,11 @@ impl Metrics {
             "xfer_sink_pending_events",
             "Events a sink read and has not had confirmed (a full page: more wait)",
             m.sink_pending.clone(),
+        );
+        r.register(
+            "xfer_sink_dead_letters",
+            "Events a webhook endpoint did not take after every attempt (its dead letters)",
+            m.sink_dead_letters.clone(),
         );
         m
     }
@@ -285,6 +293,26 @@ impl Metrics {
             sink: sink.to_string(),
         };
         self.sink_failures.get_or_create(&l).inc();
+    }
+
+    /// A webhook endpoint's event failed every attempt and was set aside.
+    pub fn sink_dead_lettered(&self, sink: &str) {
+        let l = SinkLabels {
+            sink: sink.to_string(),
+        };
+        self.sink_dead_letters.get_or_create(&l).inc();
+    }
+
+    /// Drops a removed sink's series.
+    pub fn sink_forget(&self, sink: &str) {
+        let l = SinkLabels {
+            sink: sink.to_string(),
+        };
+        self.sink_published.remove(&l);
+        self.sink_failures.remove(&l);
+        self.sink_lag_seconds.remove(&l);
+        self.sink_pending.remove(&l);
+        self.sink_dead_letters.remove(&l);
     }
 
     /// What a sweep did.

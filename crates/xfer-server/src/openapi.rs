@@ -268,6 +268,81 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
                 "leaks": {"type": "array"}}}),
             ),
         ),
+        ("POST", "/v1/webhooks") => (
+            "Register a webhook endpoint: every change made from now on (of the listed types) \
+             is POSTed to it as an Event, signed (`Xfer-Signature: t=<unix s>,v1=<hex \
+             HMAC-SHA256(secret, \"<t>.<body>\")>`), retried with backoff, and set aside as a \
+             dead letter after the last attempt. The secret is shown only in this answer; \
+             `501 not_supported` on a store without a change feed",
+            vec![],
+            Some(body("WebhookIn")),
+            ok("Registered", schema_ref("WebhookCreated")),
+        ),
+        ("GET", "/v1/webhooks") => (
+            "List webhook endpoints (without secrets), oldest first",
+            vec![],
+            None,
+            ok(
+                "Every endpoint",
+                json!({"type": "object", "properties": {
+                "webhooks": {"type": "array", "items": schema_ref("Webhook")}}}),
+            ),
+        ),
+        ("GET", "/v1/webhooks/{id}") => (
+            "Get a webhook endpoint and how its deliveries went since the server started",
+            vec![id_param("webhook id")],
+            None,
+            ok("The endpoint", schema_ref("WebhookWithStatus")),
+        ),
+        ("DELETE", "/v1/webhooks/{id}") => (
+            "Remove a webhook endpoint: its deliveries stop (an attempt under way is given \
+             up), its dead letters are deleted",
+            vec![id_param("webhook id")],
+            None,
+            ok(
+                "Removed",
+                json!({"type": "object", "properties": {
+                "id": {"type": "string"}, "deleted": {"const": true}}}),
+            ),
+        ),
+        ("GET", "/v1/webhooks/{id}/dead_letters") => (
+            "Events the endpoint did not take after every attempt, oldest first",
+            [
+                vec![id_param("webhook id")],
+                page_params(
+                    "after",
+                    json!({"type": "integer", "minimum": 0,
+                    "description": "the `seq` of the last dead letter seen (`next_after`)"}),
+                ),
+            ]
+            .concat(),
+            None,
+            ok(
+                "A page",
+                json!({"type": "object", "properties": {
+                "dead_letters": {"type": "array", "items": schema_ref("DeadLetter")},
+                "next_after": {"type": ["integer", "null"]}}}),
+            ),
+        ),
+        ("POST", "/v1/webhooks/{id}/dead_letters/{event_id}/redeliver") => (
+            "Send a dead letter to its endpoint once more, now: delivered (2xx), it leaves the \
+             list; otherwise `502 delivery_failed` says why and it stays",
+            vec![
+                id_param("webhook id"),
+                param(
+                    "event_id",
+                    "path",
+                    json!({"type": "string"}),
+                    "the event's id, its `/` sent as `%2F` (`t1%2Fdone`)",
+                ),
+            ],
+            None,
+            ok(
+                "Delivered",
+                json!({"type": "object", "properties": {
+                "event_id": {"type": "string"}, "delivered": {"const": true}}}),
+            ),
+        ),
         _ => ("", vec![], None, json!({})),
     }
 }
@@ -277,6 +352,15 @@ fn schemas() -> Value {
     let amount = json!({"type": "integer", "minimum": 1, "maximum": i64::MAX,
                         "description": "minor units of the asset (cents for USD)"});
     let bound = json!({"oneOf": [{"type": "integer"}, {"const": "unbounded"}]});
+    let event_type = json!({"enum": ["accepted", "held", "captured", "voided", "expired", "done",
+                                     "canceled", "refunded"]});
+    let webhook = json!({"type": "object", "properties": {
+        "id": {"type": "string", "description": "`wh_` and 24 hex digits"},
+        "url": {"type": "string"},
+        "types": {"type": ["array", "null"], "items": event_type.clone(),
+                  "description": "null: every type"},
+        "description": {"type": ["string", "null"]},
+        "created_at_ms": {"type": "integer"}}});
     json!({
         "Error": {"type": "object", "required": ["code", "message"], "properties": {
             "code": {"type": "string", "description": "stable snake_case code"},
@@ -308,12 +392,41 @@ fn schemas() -> Value {
             "status": {"type": "integer"}, "transfer": schema_ref("Transfer"), "error": schema_ref("Error")}},
         "Event": {"type": "object", "properties": {
             "id": {"type": "string", "description": "stable: transfer/type(/refund); drop duplicates by it"},
-            "type": {"enum": ["accepted", "held", "captured", "voided", "expired", "done", "canceled", "refunded"]},
+            "type": event_type,
             "state": {"enum": ["pending", "applied", "held", "canceling", "done", "canceled"]},
             "transfer_id": {"type": "string"},
             "at_ms": {"type": "integer"},
             "refund_id": {"type": ["string", "null"]},
             "transfer": {"oneOf": [schema_ref("Transfer"), {"type": "null"}]}}},
+        "WebhookIn": {"type": "object", "required": ["url"], "additionalProperties": false,
+            "properties": {
+                "url": {"type": "string", "format": "uri", "maxLength": 2048,
+                        "description": "http:// or https:// (the system's certificate authorities)"},
+                "secret": {"type": "string", "minLength": 16, "maxLength": 256, "pattern": "^[!-~]+$",
+                           "description": "the HMAC key, as given; by default `whsec_` and 64 hex digits, made here"},
+                "types": {"type": "array", "minItems": 1, "items": event_type.clone(),
+                          "description": "the event types delivered; by default every type"},
+                "description": {"type": "string", "maxLength": 1024}}},
+        "Webhook": webhook.clone(),
+        "WebhookCreated": {"allOf": [schema_ref("Webhook"), {"type": "object", "required": ["secret"],
+            "properties": {"secret": {"type": "string", "description": "shown only here"}}}]},
+        "WebhookWithStatus": {"allOf": [schema_ref("Webhook"), {"type": "object", "properties": {
+            "status": {"type": "object", "properties": {
+                "running": {"type": "boolean", "description": "false: delivery stopped, `last_error` says why"},
+                "delivered": {"type": "integer"},
+                "failed_attempts": {"type": "integer"},
+                "last_error": {"type": ["string", "null"]},
+                "last_error_at_ms": {"type": ["integer", "null"]},
+                "last_delivered_at_ms": {"type": ["integer", "null"]},
+                "dead_letters": {"type": "integer", "description": "in the list now"}}}}}]},
+        "DeadLetter": {"type": "object", "properties": {
+            "seq": {"type": "integer"},
+            "event_id": {"type": "string"},
+            "type": event_type,
+            "attempts": {"type": "integer"},
+            "last_error": {"type": "string"},
+            "at_ms": {"type": "integer", "description": "when it was set aside"},
+            "body": schema_ref("Event")}},
         "Refund": {"type": "object", "required": ["id"], "additionalProperties": false,
             "properties": {"id": id, "metadata": {"type": "string"}}},
         "Transfer": {"type": "object", "properties": {

@@ -6,7 +6,7 @@ use crate::auth::Scope;
 /// One endpoint.
 #[derive(Clone, Copy, Debug)]
 pub struct Route {
-    /// `GET`, `POST`, `PUT`.
+    /// `GET`, `POST`, `PUT`, `DELETE`.
     pub method: &'static str,
     /// The path template, as axum and OpenAPI write it.
     pub path: &'static str,
@@ -50,4 +50,14 @@ pub const ROUTES: &[Route] = &[
     route("GET", "/v1/admin/stuck", ADMIN),
     route("GET", "/v1/admin/canceled", ADMIN),
     route("GET", "/v1/audit", ADMIN),
+    route("POST", "/v1/webhooks", ADMIN),
+    route("GET", "/v1/webhooks", ADMIN),
+    route("GET", "/v1/webhooks/{id}", ADMIN),
+    route("DELETE", "/v1/webhooks/{id}", ADMIN),
+    route("GET", "/v1/webhooks/{id}/dead_letters", ADMIN),
+    route(
+        "POST",
+        "/v1/webhooks/{id}/dead_letters/{event_id}/redeliver",
+        ADMIN,
+    ),
 ];

@@ -7,7 +7,8 @@
 //! 1. stop accepting; requests under way finish (their transfers are driven to an outcome);
 //! 2. wait up to `shutdown_grace_ms` for transfers answered "accepted" to finish; the rest
 //!    are durable in `initial` or later, and the next start's sweep finishes them;
-//! 3. stop the sweeper after its pass, and close the store (a last checkpoint).
+//! 3. stop the sweeper after its pass, the sinks and the webhooks' deliveries (an event
+//!    under way is sent again by the next start), and close the store (a last checkpoint).
 //!
 //! Nothing acknowledged is lost at any point: every answer was preceded by its fsync.
 
@@ -16,6 +17,7 @@ use crate::config::{LogFormat, ServeConfig};
 use crate::connections::Limited;
 use crate::metrics::{CountingSleeper, Metrics, Stopwatch};
 use crate::service::Service;
+use crate::sink::webhook::Webhooks;
 use crate::stores;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -46,10 +48,16 @@ impl Server {
         let log_syncs = store.log_syncs();
 
         let metrics = Arc::new(Metrics::new());
-        let svc = assemble(&cfg, &store, metrics, clock, "serve")?;
+        let svc = Arc::new(assemble(&cfg, &store, metrics, clock, "serve")?);
+        let webhooks = Arc::new(Webhooks::open(
+            cfg.data_dir.join("webhooks"),
+            cfg.webhooks,
+            svc.clone(),
+        )?);
         let (stop, stopped) = watch::channel(false);
         let app = Arc::new(App {
             svc,
+            webhooks,
             tokens: cfg.tokens.clone(),
             body_limit: cfg.body_limit_bytes,
             stopping: stopped.clone(),
@@ -116,6 +124,7 @@ impl Server {
             for sink in sinks {
                 let _ = sink.await;
             }
+            app.webhooks.shutdown().await;
             drop(app);
             tokio::task::spawn_blocking(move || store.close())
                 .await

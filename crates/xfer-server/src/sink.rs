@@ -7,9 +7,12 @@
 //!
 //! - [`nats`]: NATS JetStream (`Nats-Msg-Id`, publish acks).
 //! - [`amqp`]: RabbitMQ (persistent messages, `message_id`, publisher confirms).
+//! - [`webhook`]: HTTP POSTs to the endpoints registered over the API, signed, retried,
+//!   set aside in a dead-letter list after the last attempt.
 
 pub mod amqp;
 pub mod nats;
+pub mod webhook;
 
 use crate::feed::{Cursor, FeedRead};
 use crate::service::Service;
@@ -43,8 +46,10 @@ pub trait Publisher: Send + Sync {
     /// Its name, in logs and metrics.
     fn name(&self) -> &str;
     /// Sends `events`, in order, and answers once the other side has every one of them
-    /// durably; an error leaves any of them sent or not (the page is sent again).
-    fn publish<'a>(&'a self, events: &'a [Outgoing]) -> BoxFuture<'a, Result<(), String>>;
+    /// durably, or the publisher has set aside durably those it will not send (a webhook's
+    /// dead letters, the types an endpoint does not take): how many the other side has. An
+    /// error leaves any of them sent or not (the page is sent again).
+    fn publish<'a>(&'a self, events: &'a [Outgoing]) -> BoxFuture<'a, Result<usize, String>>;
 }
 
 /// A sink's cursor in a file of its own, replaced whole (written aside, synced, renamed,
@@ -73,18 +78,44 @@ impl CursorFile {
 
     /// Keeps `cursor`, durably.
     pub fn write(&self, cursor: &Cursor) -> Result<(), String> {
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        let fail = |e: std::io::Error| format!("{}: {e}", self.path.display());
-        std::fs::create_dir_all(dir).map_err(fail)?;
-        let aside = self.path.with_extension("cursor.next");
-        let mut f = std::fs::File::create(&aside).map_err(fail)?;
-        writeln!(f, "{cursor}").map_err(fail)?;
-        f.sync_all().map_err(fail)?;
-        std::fs::rename(&aside, &self.path).map_err(fail)?;
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(fail)
+        replace_file(&self.path, format!("{cursor}\n").as_bytes(), false)
     }
+
+    /// Forgets the cursor (a removed sink's); a missing file is no error.
+    pub fn remove(&self) -> Result<(), String> {
+        match std::fs::remove_file(&self.path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(format!("{}: {e}", self.path.display()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Replaces the file at `path` with `bytes` so that a crash leaves the old content or the
+/// new, never a mix: written aside, synced, renamed over, the directory synced. `private`:
+/// readable by the owner only (it holds secrets or payment data).
+pub fn replace_file(path: &Path, bytes: &[u8], private: bool) -> Result<(), String> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let fail = |e: std::io::Error| format!("{}: {e}", path.display());
+    std::fs::create_dir_all(dir).map_err(fail)?;
+    let mut aside_name = path.file_name().unwrap_or_default().to_os_string();
+    aside_name.push(".next");
+    let aside = path.with_file_name(aside_name);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(if private { 0o600 } else { 0o666 })
+        .open(&aside)
+        .map_err(fail)?;
+    f.write_all(bytes).map_err(fail)?;
+    f.sync_all().map_err(fail)?;
+    std::fs::rename(&aside, path).map_err(fail)?;
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(fail)
 }
 
 /// Publishes the feed through `publisher` from the cursor in `file` until `stopped` turns
@@ -166,18 +197,23 @@ pub async fn run(
                 }
             })
             .collect();
-        if let Err(e) = publisher.publish(&out).await {
-            svc.metrics().sink_failed(&name);
-            tracing::warn!(sink = %name, error = %e, "publishing failed; sending the page again");
-            if pause(RETRY_MS, &mut stopped).await {
-                return;
+        let delivered = match publisher.publish(&out).await {
+            Ok(n) => n,
+            // Stopped in the middle of the page: the next start sends it again.
+            Err(_) if *stopped.borrow() => return,
+            Err(e) => {
+                svc.metrics().sink_failed(&name);
+                tracing::warn!(sink = %name, error = %e, "publishing failed; sending the page again");
+                if pause(RETRY_MS, &mut stopped).await {
+                    return;
+                }
+                continue;
             }
-            continue;
-        }
+        };
         for e in &page {
             at.advance(e);
         }
-        svc.metrics().sink_published(&name, page.len());
+        svc.metrics().sink_published(&name, delivered);
         if let Err(e) = file.write(&at) {
             // The page is confirmed: go on; a restart publishes it again, dropped by id.
             tracing::warn!(sink = %name, error = %e, "keeping the sink's cursor failed");

@@ -1236,6 +1236,63 @@ async fn history(ts: &TestServer) {
     );
 }
 
+/// The webhook endpoints' routes (`webhooks.rs` delivers to real receivers).
+async fn webhooks(ts: &TestServer, feed: bool) {
+    let a = ts
+        .post(
+            "/v1/webhooks",
+            &json!({"url": "http://127.0.0.1:9/hook", "types": ["done"]}),
+        )
+        .await;
+    let id = if feed {
+        assert_eq!(a.status, 201, "{}", a.text);
+        a.body["id"].as_str().expect("an id").to_string()
+    } else {
+        expect_error(&a, 501, "not_supported", None, "a store without a feed");
+        "wh_none".to_string()
+    };
+    let list = ts.get("/v1/webhooks").await;
+    assert_eq!(list.status, 200, "{}", list.text);
+    let listed = list.body["webhooks"].as_array().expect("webhooks");
+    assert_eq!(listed.len(), usize::from(feed), "{}", list.text);
+    assert!(listed.iter().all(|w| w.get("secret").is_none()));
+    let one = ts.get(&format!("/v1/webhooks/{id}")).await;
+    let letters = ts.get(&format!("/v1/webhooks/{id}/dead_letters")).await;
+    let again = ts
+        .post(
+            &format!("/v1/webhooks/{id}/dead_letters/t-1%2Fdone/redeliver"),
+            &json!({}),
+        )
+        .await;
+    let removed = ts
+        .send(Method::DELETE, &format!("/v1/webhooks/{id}"), None)
+        .await;
+    if !feed {
+        for a in [one, letters, again, removed] {
+            expect_error(&a, 404, "webhook_not_found", Some("id"), "no webhook");
+        }
+        return;
+    }
+    assert_eq!(one.body["types"], json!(["done"]), "{}", one.text);
+    assert_eq!(one.body["status"]["dead_letters"], 0, "{}", one.text);
+    assert_eq!(
+        (letters.status, &letters.body["dead_letters"]),
+        (200, &json!([])),
+        "{}",
+        letters.text
+    );
+    expect_error(
+        &again,
+        404,
+        "dead_letter_not_found",
+        Some("event_id"),
+        "no dead letter",
+    );
+    assert_eq!(removed.status, 200, "{}", removed.text);
+    let gone = ts.get(&format!("/v1/webhooks/{id}")).await;
+    expect_error(&gone, 404, "webhook_not_found", Some("id"), "removed");
+}
+
 async fn admin(ts: &TestServer) {
     let a = ts.get("/v1/admin/stuck").await;
     assert_eq!(
@@ -1366,6 +1423,7 @@ async fn every_route(backend: Backend) {
     );
     events(&ts, feed).await;
     admin(&ts).await;
+    webhooks(&ts, feed).await;
     metrics(&ts).await;
     // Twice: a request is counted once answered, so the second shows the first.
     let text = metrics(&ts).await;

@@ -94,7 +94,7 @@ impl Publisher for AmqpSink {
         "amqp"
     }
 
-    fn publish<'a>(&'a self, events: &'a [Outgoing]) -> BoxFuture<'a, Result<(), String>> {
+    fn publish<'a>(&'a self, events: &'a [Outgoing]) -> BoxFuture<'a, Result<usize, String>> {
         Box::pin(async move {
             let mut confirms = Vec::with_capacity(events.len());
             for e in events {
@@ -129,7 +129,7 @@ impl Publisher for AmqpSink {
                     return Err(format!("{id} was unroutable"));
                 }
             }
-            Ok(())
+            Ok(events.len())
         })
     }
 }

@@ -69,7 +69,7 @@ impl Publisher for NatsSink {
         "nats"
     }
 
-    fn publish<'a>(&'a self, events: &'a [Outgoing]) -> BoxFuture<'a, Result<(), String>> {
+    fn publish<'a>(&'a self, events: &'a [Outgoing]) -> BoxFuture<'a, Result<usize, String>> {
         Box::pin(async move {
             let mut acks = Vec::with_capacity(events.len());
             for e in events {
@@ -86,7 +86,7 @@ impl Publisher for NatsSink {
             for (ack, id) in acks {
                 ack.await.map_err(|err| format!("ack of {id}: {err}"))?;
             }
-            Ok(())
+            Ok(events.len())
         })
     }
 }
