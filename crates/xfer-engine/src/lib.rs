@@ -10,8 +10,8 @@
 //! - `precheck` (private): the reads that refuse bad input before a submit writes.
 //! - [`executor`]: submits, captures, voids, re-drives transfers; closes accounts ([`Executor`]).
 //! - [`combine`]: small submits of concurrent callers driven as one batch ([`Combiner`]).
-//! - [`audit`]: what the accounts add up to, and leaks; [`replay`]: balances computed again
-//!   from the transfers.
+//! - [`audit`](mod@audit): what the accounts add up to, and leaks; [`replay`](mod@replay):
+//!   balances computed again from the transfers.
 //! - [`sweeper`]: finishes transfers whose executor vanished; prunes tombstones ([`Sweeper`]).
 pub mod audit;
 pub mod cluster;

@@ -5,7 +5,7 @@
 //! the sum of the legs of every `done` transfer that names it, plus the legs already posted
 //! of transfers decided `applied` and not yet `done`. A difference is money that moved
 //! without a transfer, or a transfer that did not move it: a store edited by hand, a bug, a
-//! restore from mismatched backups. The audit ([`crate::audit`]) checks that the sums agree
+//! restore from mismatched backups. The audit ([`crate::audit()`]) checks that the sums agree
 //! with each other; this checks them against history.
 //!
 //! The accounts are read first, then the transfers, a page at a time (memory grows with
