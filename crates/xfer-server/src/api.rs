@@ -238,13 +238,27 @@ fn decode_json<T: DeserializeOwned>(headers: &HeaderMap, bytes: &[u8]) -> Result
     decode(bytes)
 }
 
-/// Decodes the query string into `T`.
+/// Decodes the query string into `T`; a refusal names the parameter at fault.
 fn query<T: DeserializeOwned + Default>(raw: Option<String>) -> Result<T, ApiError> {
-    match raw {
-        None => Ok(T::default()),
-        Some(q) => serde_urlencoded::from_str(&q)
-            .map_err(|e| ApiError::api(ApiCode::InvalidQuery, None, format!("{q:?}: {e}"))),
-    }
+    let Some(q) = raw else {
+        return Ok(T::default());
+    };
+    serde_urlencoded::from_str(&q).map_err(|e| {
+        // serde_urlencoded's errors name no parameter: the first one refused on its own is.
+        let pairs = serde_urlencoded::from_str::<Vec<(String, String)>>(&q).unwrap_or_default();
+        let field = pairs
+            .into_iter()
+            .map(|(k, v)| (k.clone(), [(k, v)]))
+            .find(|(_, one)| {
+                let one = serde_urlencoded::to_string(one).unwrap_or_default();
+                serde_urlencoded::from_str::<T>(&one).is_err()
+            });
+        ApiError::api(
+            ApiCode::InvalidQuery,
+            field.as_ref().map(|(k, _)| k.as_str()),
+            format!("{q:?}: {e}"),
+        )
+    })
 }
 
 #[derive(Debug, Default, serde::Deserialize)]
@@ -701,10 +715,39 @@ async fn canceled(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
     Ok(Json(json!({"transfers": transfers, "next_after": next})).into_response())
 }
 
-async fn audit(State(app): Shared) -> Handled {
+/// `?replay=true` adds the replay of every balance from the transfers; `grace_ms` is how
+/// long past its horizon a tombstone may wait for the sweeper before it is listed.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuditQuery {
+    replay: Option<bool>,
+    grace_ms: Option<u64>,
+}
+
+/// The default `grace_ms`: ten minutes, many sweeper passes.
+const REPLAY_GRACE_MS: u64 = 600_000;
+
+async fn audit(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
+    let q: AuditQuery = query(q)?;
+    if q.grace_ms.is_some() && q.replay != Some(true) {
+        return Err(ApiError::api(
+            ApiCode::InvalidQuery,
+            Some("grace_ms"),
+            "grace_ms applies to a replay: add replay=true".to_string(),
+        ));
+    }
     let report = app.svc.audit().await?;
+    let mut clean = report.is_clean();
     let mut v = serde_json::to_value(&report).expect("a report serializes");
-    v["clean"] = json!(report.is_clean());
+    if q.replay == Some(true) {
+        let replay = app
+            .svc
+            .replay(q.grace_ms.unwrap_or(REPLAY_GRACE_MS))
+            .await?;
+        clean &= replay.is_clean();
+        v["replay"] = serde_json::to_value(&replay).expect("a report serializes");
+    }
+    v["clean"] = json!(clean);
     Ok(Json(v).into_response())
 }
 

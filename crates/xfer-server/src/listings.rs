@@ -10,7 +10,7 @@ use xfer_core::{
     Account, AccountId, AssetCode, Code, LowerBound, Rejection, TransferId, TransferKind,
     TransferRecord, TransferSpec, TransferState,
 };
-use xfer_engine::{AuditReport, ExecError};
+use xfer_engine::{AuditReport, ExecError, ReplayReport};
 use xfer_store::{AccountOp, Op, Reply};
 
 /// Index pages a filtered history reads at most per request; transfers read per shard per
@@ -284,6 +284,12 @@ impl Service {
     /// Totals per asset, transfers in flight, leaks.
     pub async fn audit(&self) -> Result<AuditReport, ExecError> {
         xfer_engine::audit(self.cluster()).await
+    }
+
+    /// Every balance computed again from the transfers; tombstones more than `grace_ms`
+    /// past their horizon listed as overdue.
+    pub async fn replay(&self, grace_ms: u64) -> Result<ReplayReport, ExecError> {
+        xfer_engine::replay(self.cluster(), self.now(), grace_ms).await
     }
 }
 

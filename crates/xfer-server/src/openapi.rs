@@ -256,16 +256,50 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
             ),
         ),
         ("GET", "/v1/audit") => (
-            "Totals per asset, transfers in flight, leaks found",
-            vec![],
+            "Totals per asset, transfers in flight, leaks found; with `replay=true`, every \
+             account's balance computed again from zero out of the transfer records (the \
+             accounts that differ, money moved to accounts that do not exist) and the \
+             tombstones left past their horizon. Exact at rest; under load accounts with \
+             money moving are not compared (`accounts_busy`)",
+            vec![
+                param(
+                    "replay",
+                    "query",
+                    json!({"type": "boolean", "default": false}),
+                    "Replay every balance from the transfers",
+                ),
+                param(
+                    "grace_ms",
+                    "query",
+                    json!({"type": "integer", "minimum": 0, "default": 600_000}),
+                    "With replay: how long past its horizon a tombstone may wait for the \
+                     sweeper before it is listed as overdue",
+                ),
+            ],
             None,
             ok(
-                "The audit",
+                "The audit; `clean` is false on any leak or difference",
                 json!({"type": "object", "properties": {
                 "clean": {"type": "boolean"},
                 "assets": {"type": "array"},
                 "in_flight": {"type": "object"},
-                "leaks": {"type": "array"}}}),
+                "leaks": {"type": "array"},
+                "replay": {"type": "object", "properties": {
+                    "transfers": {"type": "integer"},
+                    "done": {"type": "integer"},
+                    "accounts_compared": {"type": "integer"},
+                    "accounts_busy": {"type": "integer"},
+                    "differences": {"type": "array", "items": {"type": "object",
+                        "properties": {"account": {"type": "string"},
+                            "asset": {"type": "string"},
+                            "balance": {"type": "integer"},
+                            "replayed": {"type": "integer"}}}},
+                    "differences_total": {"type": "integer"},
+                    "overdue_tombstones": {"type": "array", "items": {"type": "object",
+                        "properties": {"account": {"type": "string"},
+                            "transfer": {"type": "string"},
+                            "horizon_ms": {"type": "integer"}}}},
+                    "overdue_tombstones_total": {"type": "integer"}}}}}),
             ),
         ),
         ("POST", "/v1/webhooks") => (

@@ -213,7 +213,16 @@ pub enum Command {
         state: Option<String>,
     },
     /// Totals per asset, transfers in flight, leaks (admin). Exits 3 if not clean.
-    Audit,
+    Audit {
+        /// Also compute every balance again from zero out of the transfer records and name
+        /// the accounts that differ (reads every transfer: minutes on a large store).
+        #[arg(long)]
+        replay: bool,
+        /// With --replay: how long past its horizon a tombstone may wait for the sweeper
+        /// before it is listed as overdue (default ten minutes).
+        #[arg(long, requires = "replay")]
+        grace_ms: Option<u64>,
+    },
     /// Unfinished transfers nobody is finishing (admin).
     Stuck {
         /// At most this many.
@@ -484,8 +493,15 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
                 }
             }
         }
-        Command::Audit => {
-            let report = client.get("/v1/audit").await?.ok()?;
+        Command::Audit { replay, grace_ms } => {
+            let mut path = "/v1/audit".to_string();
+            if replay {
+                path.push_str("?replay=true");
+            }
+            if let Some(ms) = grace_ms {
+                path.push_str(&format!("&grace_ms={ms}"));
+            }
+            let report = client.get(&path).await?.ok()?;
             if json_out {
                 print_json(&report);
             } else {

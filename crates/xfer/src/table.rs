@@ -174,4 +174,46 @@ pub fn audit_table(report: &Value) {
         }
         println!("audit: {} leaks", leaks.len());
     }
+    if !report["replay"].is_null() {
+        replay_table(&report["replay"]);
+    }
+}
+
+/// What `GET /v1/audit?replay=true` found: the accounts whose balance differs from what
+/// their transfers add up to, and the tombstones left past their horizon.
+fn replay_table(r: &Value) {
+    let rows: Vec<Vec<String>> = r["differences"]
+        .as_array()
+        .map_or(&[][..], |v| v)
+        .iter()
+        .map(|d| {
+            vec![
+                text(&d["account"]),
+                text(&d["asset"]),
+                text(&d["balance"]),
+                text(&d["replayed"]),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        table(&["ACCOUNT", "ASSET", "BALANCE", "REPLAYED"], &rows);
+    }
+    for o in r["overdue_tombstones"].as_array().map_or(&[][..], |v| v) {
+        println!(
+            "OVERDUE tombstone of {} on {} (horizon {} ms)",
+            text(&o["transfer"]),
+            text(&o["account"]),
+            text(&o["horizon_ms"])
+        );
+    }
+    println!(
+        "replay: {} transfers read, {} done replayed; {} accounts compared, {} busy; \
+         {} differ; {} tombstones overdue",
+        text(&r["transfers"]),
+        text(&r["done"]),
+        text(&r["accounts_compared"]),
+        text(&r["accounts_busy"]),
+        text(&r["differences_total"]),
+        text(&r["overdue_tombstones_total"])
+    );
 }

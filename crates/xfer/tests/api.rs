@@ -1223,7 +1223,13 @@ async fn history(ts: &TestServer) {
         "done only, newest first: {pages:?}"
     );
     let a = ts.get("/v1/accounts/hist/transfers?state=finished").await;
-    expect_error(&a, 400, "invalid_query", None, "history state=finished");
+    expect_error(
+        &a,
+        400,
+        "invalid_query",
+        Some("state"),
+        "history state=finished",
+    );
     let a = ts.get("/v1/accounts/hist/transfers?after=x").await;
     expect_error(&a, 400, "invalid_query", Some("after"), "history after=");
     let a = ts.get("/v1/accounts/nobody/transfers").await;
@@ -1346,6 +1352,31 @@ async fn admin(ts: &TestServer) {
     assert_eq!(a.body["clean"], true, "{}", a.text);
     assert_eq!(a.body["leaks"], json!([]));
     assert_eq!(a.body["open_intents"], 0);
+    // Every balance replayed from the transfers, on every store (once the transfers are
+    // older than the replay's allowance for clocks ahead, so that every account counts).
+    TokioSleeper
+        .sleep(xfer_engine::replay::CLOCK_SLACK_MS + 100)
+        .await;
+    let r = ts.get("/v1/audit?replay=true&grace_ms=3600000").await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert_eq!(r.body["clean"], true, "{}", r.text);
+    assert_eq!(r.body["replay"]["differences_total"], 0, "{}", r.text);
+    assert!(r.body["replay"]["done"].as_u64() > Some(0), "{}", r.text);
+    assert_eq!(r.body["replay"]["accounts_busy"], 0, "{}", r.text);
+    for (q, field) in [
+        ("replay=maybe", "replay"),
+        ("grace_ms=5", "grace_ms"),
+        ("replay=true&grace_ms=-1", "grace_ms"),
+        ("replay=true&colour=red", "colour"),
+    ] {
+        let bad = ts.get(&format!("/v1/audit?{q}")).await;
+        assert_eq!(
+            (bad.status, bad.code(), bad.body["field"].as_str()),
+            (400, "invalid_query", Some(field)),
+            "{q}: {}",
+            bad.text
+        );
+    }
     let assets = a.body["assets"].as_array().expect("assets");
     let usd = assets.iter().find(|t| t["asset"] == "USD").expect("USD");
     assert_eq!(usd["net"], 0, "{usd}");
@@ -1920,7 +1951,7 @@ fn bad_cases() -> Vec<Bad> {
             one("bad-query", json!(1)),
             400,
             "invalid_query",
-            None,
+            Some("wait"),
         )
     });
     cases.push(Bad {
@@ -1931,7 +1962,7 @@ fn bad_cases() -> Vec<Bad> {
             one("bad-query2", json!(1)),
             400,
             "invalid_query",
-            None,
+            Some("colour"),
         )
     });
     cases.push(Bad {
@@ -2049,7 +2080,7 @@ fn bad_cases() -> Vec<Bad> {
             json!(null),
             400,
             "invalid_query",
-            None,
+            Some("before"),
         )
     });
     let account = |name, body: Value, status, code, field| Bad {
