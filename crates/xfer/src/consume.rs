@@ -103,6 +103,14 @@ pub enum Verdict {
     },
 }
 
+/// The statuses with which the API refuses a request for what it says (with the error's
+/// `code` and `message`): the request goes to the dead letters. Any other failure (a proxy's
+/// 401, 404, 408 or 429 without the API's error body, a 5xx, a timeout) is tried again.
+const REQUEST_FAULTS: &[u16] = &[400, 404, 409, 413, 415, 422];
+
+/// How long one call to the server may take before the message is handed back.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// The API's error codes that are not the request's fault: the message is tried again.
 const NOT_THE_REQUEST: &[&str] = &[
     "unauthorized",
@@ -118,25 +126,32 @@ const NOT_THE_REQUEST: &[&str] = &[
 
 /// Submits the request `body` through `client` and says what becomes of its message.
 pub async fn decide(client: &Client, body: &[u8], outcome_wait: Duration) -> Verdict {
-    let answer = match client
-        .raw(
-            Method::POST,
-            "/v1/transfers",
-            Some("application/json"),
-            body.to_vec(),
-        )
-        .await
-    {
-        Ok(answer) => answer,
-        Err(why) => return Verdict::Retry { why },
+    let submit = client.raw(
+        Method::POST,
+        "/v1/transfers",
+        Some("application/json"),
+        body.to_vec(),
+    );
+    let answer = match tokio::time::timeout(CALL_TIMEOUT, submit).await {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(why)) => return Verdict::Retry { why },
+        Err(_) => {
+            return Verdict::Retry {
+                why: format!("no answer from the server within {CALL_TIMEOUT:?}"),
+            }
+        }
     };
     let code = answer.code().to_string();
-    if answer.status >= 500 || NOT_THE_REQUEST.contains(&code.as_str()) {
+    let refused = REQUEST_FAULTS.contains(&answer.status)
+        && !code.is_empty()
+        && answer.body["message"].is_string()
+        && !NOT_THE_REQUEST.contains(&code.as_str());
+    if !answer.is_success() && !refused {
         return Verdict::Retry {
             why: format!("{} {code}: {}", answer.status, answer.text),
         };
     }
-    if !answer.is_success() {
+    if refused {
         let request = match serde_json::from_slice::<Value>(body) {
             Ok(v) => v,
             Err(_) => Value::String(String::from_utf8_lossy(body).into_owned()),
@@ -153,13 +168,19 @@ pub async fn decide(client: &Client, body: &[u8], outcome_wait: Duration) -> Ver
         };
     }
     let mut transfer = answer.body;
+    if !transfer["id"].is_string() || !transfer["state"].is_string() {
+        return Verdict::Retry {
+            why: format!("{}: not a transfer: {}", answer.status, answer.text),
+        };
+    }
     let mut polls = outcome_wait.as_millis() as u64 / POLL_MS;
     while !stopped(&transfer) && polls > 0 {
         polls -= 1;
         TokioSleeper.sleep(POLL_MS).await;
         let id = transfer["id"].as_str().unwrap_or_default();
-        match client.get(&format!("/v1/transfers/{}", segment(id))).await {
-            Ok(r) if r.is_success() => transfer = r.body,
+        let path = format!("/v1/transfers/{}", segment(id));
+        match tokio::time::timeout(CALL_TIMEOUT, client.get(&path)).await {
+            Ok(Ok(r)) if r.is_success() => transfer = r.body,
             // The transfer is durably accepted: publish what is known when the wait ends.
             _ => {}
         }

@@ -49,7 +49,7 @@ async fn connect(args: &ConsumeArgs) -> Result<(jetstream::Context, pull::Stream
                 filter_subject: args.requests.clone(),
                 ack_policy: AckPolicy::Explicit,
                 ack_wait: Duration::from_millis(args.ack_wait_ms),
-                max_ack_pending: i64::from(args.in_flight) * 2,
+                max_ack_pending: i64::from(args.in_flight),
                 ..pull::Config::default()
             },
         )
@@ -113,7 +113,18 @@ async fn handle(args: &ConsumeArgs, client: &Client, js: &jetstream::Context, m:
             );
         }
     }
-    let (subject, id, body) = match decide(client, &m.payload, wait).await {
+    // Told it is still being worked on, the broker does not deliver it again meanwhile.
+    let work = decide(client, &m.payload, wait);
+    tokio::pin!(work);
+    let verdict = loop {
+        tokio::select! {
+            v = &mut work => break v,
+            () = TokioSleeper.sleep(args.ack_wait_ms / 3) => {
+                let _ = m.ack_with(AckKind::Progress).await;
+            }
+        }
+    };
+    let (subject, id, body) = match verdict {
         Verdict::Outcome { id, body } => (args.outcomes.clone(), id, body),
         Verdict::DeadLetter { body } => {
             let id = match m.info() {
@@ -124,7 +135,7 @@ async fn handle(args: &ConsumeArgs, client: &Client, js: &jetstream::Context, m:
         }
         Verdict::Retry { why } => {
             tracing::warn!(error = %why, "the request is handed back, to be tried again");
-            let _ = m.ack_with(AckKind::Nak(Some(RETRY_DELAY))).await;
+            let _ = m.ack_with(AckKind::Nak(Some(backoff(&m)))).await;
             return;
         }
     };
@@ -141,11 +152,19 @@ async fn handle(args: &ConsumeArgs, client: &Client, js: &jetstream::Context, m:
     };
     if let Err(e) = published {
         tracing::warn!(%subject, %id, error = %e, "publishing the reply failed; the request is handed back");
-        let _ = m.ack_with(AckKind::Nak(Some(RETRY_DELAY))).await;
+        let _ = m.ack_with(AckKind::Nak(Some(backoff(&m)))).await;
         return;
     }
     if let Err(e) = m.ack().await {
         // Delivered again after the ack wait: submitted again, answered from the record.
         tracing::warn!(%id, error = %e, "acknowledging failed");
     }
+}
+
+/// The wait before a message handed back is delivered again: [`RETRY_DELAY`] doubled with
+/// each delivery, at most a minute, so that a server down for long is not hammered.
+fn backoff(m: &Message) -> Duration {
+    let delivered = m.info().map_or(1, |i| i.delivered.max(1));
+    let doublings = u32::try_from(delivered - 1).unwrap_or(u32::MAX).min(6);
+    (RETRY_DELAY * 2u32.pow(doublings)).min(Duration::from_secs(60))
 }
