@@ -284,7 +284,7 @@ async fn sink<P, C, F>(
             }
         }
     };
-    crate::sink::run(&app.svc, &publisher, &file, stopped).await;
+    crate::sink::run(&app.svc, &publisher, &file, crate::sink::PAGE, stopped).await;
 }
 
 async fn sweep_loop(app: Arc<App>, mut stopped: watch::Receiver<bool>, interval_ms: u64) {

@@ -23,8 +23,8 @@ use tokio::sync::watch;
 use xfer_engine::{Sleeper, TokioSleeper};
 use xfer_store::BoxFuture;
 
-/// Events read and published per page.
-const PAGE: usize = 512;
+/// Events read and published per page by a broker's sink.
+pub const PAGE: usize = 512;
 /// The wait before reading again when the feed had nothing new.
 const IDLE_MS: u64 = 200;
 /// The wait before trying a page again after a failure.
@@ -119,13 +119,15 @@ pub fn replace_file(path: &Path, bytes: &[u8], private: bool) -> Result<(), Stri
 }
 
 /// Publishes the feed through `publisher` from the cursor in `file` until `stopped` turns
-/// true: a page at a time, the cursor kept after each page is confirmed. A failed read or
+/// true: pages of at most `page` events, the cursor kept after each page is confirmed (a
+/// restart sends at most one page again). A failed read or
 /// publish is tried again; a cursor behind the feed's retention stops publishing (events
 /// were lost to this sink: an operator decides), and so does a store without a feed.
 pub async fn run(
     svc: &Service,
     publisher: &dyn Publisher,
     file: &CursorFile,
+    page: usize,
     mut stopped: watch::Receiver<bool>,
 ) {
     let name = publisher.name().to_string();
@@ -150,7 +152,7 @@ pub async fn run(
         if *stopped.borrow() {
             return;
         }
-        let page = match svc.events(&at, PAGE).await {
+        let page = match svc.events(&at, page).await {
             Ok(FeedRead::Page(page)) => page,
             Ok(FeedRead::Behind {
                 shard,

@@ -108,6 +108,35 @@ async fn stream_with(nats: &NatsConfig, n: usize) -> Vec<(String, String, Value)
     stream_messages(nats).await
 }
 
+/// Checks that `published` holds the events of the feed `feed` (their ids), each once, and
+/// each transfer's in its order, and answers them in the feed's order. Only each shard's
+/// order is fixed: the feed merges shards by time, and a page the sink read while events
+/// were still being made may interleave two shards otherwise than a later read.
+fn as_feed<T: Clone>(published: &[T], id: impl Fn(&T) -> &String, feed: &[String]) -> Vec<T> {
+    let mut got: Vec<&String> = published.iter().map(&id).collect();
+    let mut want: Vec<&String> = feed.iter().collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want, "every event, once");
+    let per_transfer = |ids: Vec<&String>| {
+        let mut by: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for e in ids {
+            let transfer = e.split('/').next().unwrap_or_default().to_string();
+            by.entry(transfer).or_default().push(e.clone());
+        }
+        by
+    };
+    assert_eq!(
+        per_transfer(published.iter().map(&id).collect()),
+        per_transfer(feed.iter().collect()),
+        "each transfer's events in order"
+    );
+    let place: BTreeMap<&String, usize> = feed.iter().enumerate().map(|(i, e)| (e, i)).collect();
+    let mut out = published.to_vec();
+    out.sort_by_key(|e| place[id(e)]);
+    out
+}
+
 async fn delete_stream(nats: &NatsConfig) {
     xfer_server::sink::nats::delete_stream(nats)
         .await
@@ -133,8 +162,7 @@ async fn every_event_reaches_jetstream_once_by_id_across_restarts() {
         .map(|e| e["id"].as_str().unwrap().to_string())
         .collect();
     let published = stream_with(&nats, ids.len()).await;
-    let published_ids: Vec<String> = published.iter().map(|(id, _, _)| id.clone()).collect();
-    assert_eq!(published_ids, ids, "every event, once, in the feed's order");
+    let published = as_feed(&published, |(id, _, _)| id, &ids);
     for ((id, subject, body), e) in published.iter().zip(&events) {
         assert_eq!(&body["id"], &json!(id));
         // The API's event (its transfer as read when published, here maybe older).
@@ -344,8 +372,7 @@ async fn every_event_reaches_rabbitmq_persistent_and_repeats_carry_their_id() {
         .map(|e| e["id"].as_str().unwrap().to_string())
         .collect();
     let got = drain_until(&amqp.queue, ids.len()).await;
-    let got_ids: Vec<String> = got.iter().map(|(id, _, _)| id.clone()).collect();
-    assert_eq!(got_ids, ids, "every event, once, in the feed's order");
+    let got = as_feed(&got, |(id, _, _)| id, &ids);
     for ((id, key, body), e) in got.iter().zip(&events) {
         assert_eq!(&body["id"], &json!(id));
         assert_eq!(key, e["type"].as_str().unwrap(), "routed by type");
@@ -358,8 +385,7 @@ async fn every_event_reaches_rabbitmq_persistent_and_repeats_carry_their_id() {
     std::fs::remove_file(&cursor).expect("remove the cursor");
     let (server, _client) = start_with(&data, configure).await;
     let again = drain_until(&amqp.queue, ids.len()).await;
-    let again_ids: Vec<String> = again.iter().map(|(id, _, _)| id.clone()).collect();
-    assert_eq!(again_ids, ids, "the same events, the same ids");
+    let again = as_feed(&again, |(id, _, _)| id, &ids);
     let mut by_id = BTreeMap::new();
     for (id, _, body) in got.iter().chain(&again) {
         by_id

@@ -40,6 +40,11 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+/// Events an endpoint takes per page: its cursor is kept after each, so a restart sends at
+/// most this many again, and a receiver that stopped answering holds the cursor back for at
+/// most this many events' attempts.
+const PAGE: usize = 16;
+
 /// How deliveries are attempted (`xfer serve --webhook-*`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WebhookSettings {
@@ -183,7 +188,7 @@ impl Webhooks {
         let task_status = status.clone();
         status.set_running(true);
         let task = tokio::spawn(async move {
-            crate::sink::run(&svc, &delivery, &cursor, stopped.clone()).await;
+            crate::sink::run(&svc, &delivery, &cursor, PAGE, stopped.clone()).await;
             if *stopped.borrow() {
                 task_status.set_running(false);
             } else {

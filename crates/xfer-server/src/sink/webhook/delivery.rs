@@ -234,10 +234,8 @@ pub async fn post_signed(
     };
     if (200..300).contains(&answer.status) {
         Ok(())
-    } else if answer.quoted.is_empty() {
-        Err(format!("HTTP {}", answer.status))
     } else {
-        Err(format!("HTTP {}: {}", answer.status, answer.quoted))
+        Err(format!("HTTP {}", answer.status))
     }
 }
 
