@@ -128,6 +128,27 @@ impl Service {
         Ok(FeedHead::At(head))
     }
 
+    /// How many events the feed holds after `after` on every shard, counted up to `cap`
+    /// (events alone, no records): how far behind a reader at `after` is.
+    pub async fn count_events(&self, after: &Cursor, cap: usize) -> Result<usize, ExecError> {
+        let mut n = 0;
+        for (store, from) in self.cluster().shards().iter().zip(&after.0) {
+            let mut at = *from;
+            while n < cap {
+                let page = store
+                    .events(at, HEAD_PAGE)
+                    .await
+                    .map_err(|e| ExecError::Unavailable(e.to_string()))?;
+                n += page.events.len();
+                match page.events.last() {
+                    Some(last) if page.events.len() == HEAD_PAGE => at = last.position,
+                    _ => break,
+                }
+            }
+        }
+        Ok(n.min(cap))
+    }
+
     /// At most `limit` events after `after`, from every shard: each shard's in its order,
     /// the shards' merged by time.
     pub async fn events(&self, after: &Cursor, limit: usize) -> Result<FeedRead, ExecError> {

@@ -12,7 +12,7 @@
 //! | `xfer_store_round_trips_total{shard}`, `xfer_store_ops_total{shard}`, `xfer_store_errors_total{shard}`, `xfer_store_round_trip_seconds{shard}` | calls to each shard, the ops they carried, failures, latency (of calls that wait for durability; the embedded store's protocol steps answer ahead of the sync and are only counted) |
 //! | `xfer_sweeper_recovered_total`, `xfer_sweeper_pruned_total` | transfers finished by the sweeper, tombstones dropped |
 //! | `xfer_sink_published_total{sink}`, `xfer_sink_failures_total{sink}` | events a sink's broker confirmed (a webhook endpoint's receiver: answered 2xx); failed reads or publishes (a webhook's: each failed attempt) |
-//! | `xfer_sink_lag_seconds{sink}`, `xfer_sink_pending_events{sink}` | how old the oldest event not yet confirmed is (0: caught up); events read and not yet confirmed (at most a page: a full page means more wait) |
+//! | `xfer_sink_lag_seconds{sink}`, `xfer_sink_pending_events{sink}` | how old the oldest event not yet confirmed is (0: caught up); events after the sink's cursor, the events behind (counted up to 100,000, at most every 5 s while a page is full; exact once within a page) |
 //! | `xfer_sink_dead_letters_total{sink}` | events a webhook endpoint (`sink="webhook:<id>"`) did not take after every attempt, set aside in its dead-letter list |
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -197,7 +197,7 @@ impl Metrics {
         );
         r.register(
             "xfer_sink_pending_events",
-            "Events a sink read and has not had confirmed (a full page: more wait)",
+            "Events after a sink's cursor, not yet confirmed (counted up to 100,000)",
             m.sink_pending.clone(),
         );
         r.register(

@@ -25,6 +25,10 @@ use xfer_store::BoxFuture;
 
 /// Events read and published per page by a broker's sink.
 pub const PAGE: usize = 512;
+/// The most events counted behind a sink's cursor ([`Service::count_events`]).
+const BEHIND_COUNT_MAX: usize = 100_000;
+/// How often a sink with a full page counts the events behind it.
+const BEHIND_COUNT_EVERY_MS: u64 = 5_000;
 /// The wait before reading again when the feed had nothing new.
 const IDLE_MS: u64 = 200;
 /// The wait before trying a page again after a failure.
@@ -148,11 +152,13 @@ pub async fn run(
             }
         }
     };
+    let page_size = page;
+    let (mut counted, mut counted_at) = (0usize, 0u64);
     loop {
         if *stopped.borrow() {
             return;
         }
-        let page = match svc.events(&at, page).await {
+        let page = match svc.events(&at, page_size).await {
             Ok(FeedRead::Page(page)) => page,
             Ok(FeedRead::Behind {
                 shard,
@@ -180,8 +186,22 @@ pub async fn run(
         };
         let oldest = page.iter().map(|e| e.event.at).min();
         let lag_ms = oldest.map_or(0, |at| svc.now().as_ms().saturating_sub(at.as_ms()));
+        // A page shorter than asked for holds everything behind; a full one, more.
+        let behind = if page.len() < page_size {
+            page.len()
+        } else {
+            let now = svc.now().as_ms();
+            if now.saturating_sub(counted_at) >= BEHIND_COUNT_EVERY_MS {
+                counted_at = now;
+                counted = svc
+                    .count_events(&at, BEHIND_COUNT_MAX)
+                    .await
+                    .unwrap_or(counted);
+            }
+            counted.max(page.len())
+        };
         svc.metrics()
-            .sink_behind(&name, page.len(), lag_ms as f64 / 1_000.0);
+            .sink_behind(&name, behind, lag_ms as f64 / 1_000.0);
         if page.is_empty() {
             if pause(IDLE_MS, &mut stopped).await {
                 return;

@@ -608,3 +608,75 @@ async fn sinks_deliver_every_change_through_sigkills_and_a_broker_restart() {
     assert!(status.success(), "exit after SIGTERM: {status}");
     delete_amqp(&amqp).await;
 }
+
+/// The sink's `xfer_sink_pending_events`, if the server reports it yet.
+async fn pending_events(client: &Client, sink: &str) -> Option<f64> {
+    let text = client.get("/metrics").await.expect("metrics").text;
+    let line = format!("xfer_sink_pending_events{{sink=\"{sink}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(line.as_str()))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_held_back_by_its_broker_counts_the_events_behind_it() {
+    let tag = format!("{}_{}", std::process::id(), line!());
+    let dir = tempfile::tempdir().expect("a directory");
+    let port = free_port();
+    let broker = PrivateNats::start(&dir.path().join("nats"), port);
+    let nats = NatsConfig {
+        url: format!("nats://127.0.0.1:{port}"),
+        stream: format!("XFER_TEST_{tag}"),
+        subject: format!("xfer_test_{tag}"),
+    };
+    let (server, client) = start(&dir.path().join("data"), &nats).await;
+    workload(&client).await;
+    let made = feed(&client).await.len();
+    stream_with(&nats, made).await;
+    for _ in 0..100 {
+        if pending_events(&client, "nats").await == Some(0.0) {
+            break;
+        }
+        TokioSleeper.sleep(100).await;
+    }
+    assert_eq!(
+        pending_events(&client, "nats").await,
+        Some(0.0),
+        "caught up"
+    );
+
+    // The broker gone, 400 transfers make 800 events: more than a page (512) behind.
+    drop(broker);
+    let transfers: Vec<Value> = (0..400)
+        .map(|i| {
+            json!({"id": format!("b{i}"), "postings": [
+            {"from": "bank", "to": "alice", "asset": "USD", "amount": 1}]})
+        })
+        .collect();
+    let a = client
+        .post("/v1/transfers/batch", &json!({"transfers": transfers}))
+        .await
+        .expect("a batch");
+    assert_eq!(a.status, 200, "{}", a.text);
+    let mut behind = None;
+    for _ in 0..400 {
+        behind = pending_events(&client, "nats").await;
+        if behind == Some(800.0) {
+            break;
+        }
+        TokioSleeper.sleep(100).await;
+    }
+    assert_eq!(behind, Some(800.0), "every event after the cursor counted");
+
+    // Back, the broker takes them all and the count falls to zero.
+    let _broker = PrivateNats::start(&dir.path().join("nats"), port);
+    for _ in 0..400 {
+        behind = pending_events(&client, "nats").await;
+        if behind == Some(0.0) {
+            break;
+        }
+        TokioSleeper.sleep(100).await;
+    }
+    assert_eq!(behind, Some(0.0), "caught up again");
+    server.shutdown().await.expect("a clean shutdown");
+}
