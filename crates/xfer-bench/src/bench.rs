@@ -122,11 +122,26 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
         cfg.store = StoreKind::Postgres;
         cfg.postgres_urls = dbs.iter().map(|d| d.url.clone()).collect();
     }
-    // Redis: prefixes (hash tags) `xfer_bench_N`, emptied before and after the run. Fixed
-    // names, so that a Cluster places the shards on the same masters every run.
+    // Redis: prefixes (hash tags) `xfer_bench_N`, emptied before and after the run; on a
+    // Cluster chosen so that the shards go round robin over its masters (`placement`).
+    // Fixed names, so that every run places the shards alike.
     let mut redis = Vec::new();
     if a.store == StoreKind::Redis {
-        for n in 0..usize::from(a.shards) {
+        let prefixes: Vec<String> = if a.redis_cluster {
+            let url = a
+                .redis_urls
+                .first()
+                .ok_or("--redis-cluster needs a --redis-url")?;
+            let spread = crate::placement::spread(url, usize::from(a.shards)).await?;
+            println!(
+                "cluster placement: shards on masters round robin: {}",
+                spread.join(" ")
+            );
+            spread
+        } else {
+            (0..a.shards).map(|n| format!("xfer_bench_{n}")).collect()
+        };
+        for (n, prefix) in prefixes.into_iter().enumerate() {
             let (url, cluster) = if a.redis_cluster {
                 (None, a.redis_urls.clone())
             } else {
@@ -135,7 +150,7 @@ async fn run_xfer(a: &BenchArgs) -> Result<BenchReport, String> {
             let spec = ShardSpec::Redis {
                 url,
                 cluster,
-                prefix: Some(format!("xfer_bench_{n}")),
+                prefix: Some(prefix),
             };
             redis.extend(stores::redis_config(&spec, n));
             cfg.layout.push(spec);

@@ -13,6 +13,7 @@
 //! | `args` | the command line |
 //! | `baseline` | the native PostgreSQL baseline: one SQL transaction per transfer |
 //! | `native_redis` | the native Redis baseline: one function call per transfer |
+//! | `placement` | the shards' hash tags spread over a Redis Cluster's masters |
 //! | `native_mysql` | the native MySQL baseline: one InnoDB transaction per transfer |
 
 pub mod args;
@@ -22,6 +23,7 @@ pub mod ids;
 pub mod latency;
 pub mod native_mysql;
 pub mod native_redis;
+pub mod placement;
 pub mod report;
 pub mod target;
 pub mod usage;
