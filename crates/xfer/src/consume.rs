@@ -28,6 +28,7 @@ pub mod amqp;
 pub mod nats;
 
 use clap::Args;
+use futures_util::{Stream, StreamExt};
 use serde_json::{json, Value};
 use std::future::Future;
 use std::pin::Pin;
@@ -231,4 +232,56 @@ pub async fn run(
         }
     }
     work.await.map(|()| 0)
+}
+
+/// Takes the requests of the stream `connect` opens (with the connection replies go
+/// through), `--in-flight` at a time, each given to `handle`, until `stopped` turns true;
+/// then `close`s the connection. A stream that ends or a connection lost is made again after
+/// a pause; failing to connect the first time is the command's error.
+pub(crate) async fn take<C, S, M, E, CF, HF, XF>(
+    args: &ConsumeArgs,
+    broker: &str,
+    stopped: watch::Receiver<bool>,
+    connect: impl Fn() -> CF,
+    handle: impl Fn(&C, M) -> HF,
+    close: impl Fn(C) -> XF,
+) -> Result<(), String>
+where
+    CF: Future<Output = Result<(C, S), String>>,
+    S: Stream<Item = Result<M, E>>,
+    E: std::fmt::Display,
+    HF: Future<Output = ()>,
+    XF: Future<Output = ()>,
+{
+    let mut first = true;
+    while !*stopped.borrow() {
+        let (connection, requests) = match connect().await {
+            Ok(c) => c,
+            Err(e) if first => return Err(e),
+            Err(e) => {
+                tracing::warn!(error = %e, "connecting to {broker} failed; trying again");
+                TokioSleeper.sleep(RETRY_DELAY.as_millis() as u64).await;
+                continue;
+            }
+        };
+        first = false;
+        tracing::info!(requests = %args.requests, consumer = %args.consumer, "consuming");
+        let mut until = stopped.clone();
+        requests
+            .take_until(async move {
+                let _ = until.wait_for(|s| *s).await;
+            })
+            .for_each_concurrent(usize::from(args.in_flight), |m| {
+                let (connection, handle) = (&connection, &handle);
+                async move {
+                    match m {
+                        Ok(m) => handle(connection, m).await,
+                        Err(e) => tracing::warn!(error = %e, "taking a message failed"),
+                    }
+                }
+            })
+            .await;
+        close(connection).await;
+    }
+    Ok(())
 }

@@ -6,8 +6,7 @@
 //! before the request is acknowledged. Each reply's `message_id` is `<transfer>/<state>` for
 //! an outcome, by which a receiver drops a reply published again after a crash.
 
-use super::{decide, ConsumeArgs, Verdict, RETRY_DELAY};
-use futures_util::StreamExt;
+use super::{decide, take, ConsumeArgs, Verdict, RETRY_DELAY};
 use lapin::message::Delivery;
 use lapin::options::{
     BasicAckOptions, BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, BasicQosOptions,
@@ -69,38 +68,18 @@ pub async fn run(
     client: &Client,
     stopped: watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let mut first = true;
-    while !*stopped.borrow() {
-        let (connection, channel, consumer) = match connect(args).await {
-            Ok(c) => c,
-            // A consumer that cannot start at all says so; later it waits for the broker.
-            Err(e) if first => return Err(e),
-            Err(e) => {
-                tracing::warn!(error = %e, "connecting to RabbitMQ failed; trying again");
-                TokioSleeper.sleep(RETRY_DELAY.as_millis() as u64).await;
-                continue;
-            }
-        };
-        first = false;
-        tracing::info!(requests = %args.requests, consumer = %args.consumer, "consuming");
-        let mut until = stopped.clone();
-        consumer
-            .take_until(async move {
-                let _ = until.wait_for(|s| *s).await;
-            })
-            .for_each_concurrent(usize::from(args.in_flight), |d| {
-                let channel = &channel;
-                async move {
-                    match d {
-                        Ok(d) => handle(args, client, channel, d).await,
-                        Err(e) => tracing::warn!(error = %e, "taking a message failed"),
-                    }
-                }
-            })
-            .await;
+    let connect = || async {
+        let (connection, channel, consumer) = connect(args).await?;
+        Ok(((connection, channel), consumer))
+    };
+    let handle = |(_, channel): &(Connection, Channel), d: Delivery| {
+        let channel = channel.clone();
+        async move { handle(args, client, &channel, d).await }
+    };
+    let close = |(connection, _): (Connection, Channel)| async move {
         let _ = connection.close(200, "stopping".into()).await;
-    }
-    Ok(())
+    };
+    take(args, "RabbitMQ", stopped, connect, handle, close).await
 }
 
 /// Publishes `body` to `queue` with `id` and waits for the broker's confirmation.

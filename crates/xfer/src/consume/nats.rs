@@ -5,10 +5,9 @@
 //! outcome, the request's stream and sequence for a dead letter), so the replies stream
 //! keeps one copy of a reply published again after a crash.
 
-use super::{decide, ConsumeArgs, Verdict, RETRY_DELAY};
+use super::{decide, take, ConsumeArgs, Verdict, RETRY_DELAY};
 use async_nats::jetstream::consumer::{pull, AckPolicy, PullConsumer};
 use async_nats::jetstream::{self, stream, AckKind, Message};
-use futures_util::StreamExt;
 use std::time::Duration;
 use tokio::sync::watch;
 use xfer_client::Client;
@@ -68,37 +67,19 @@ pub async fn run(
     client: &Client,
     stopped: watch::Receiver<bool>,
 ) -> Result<(), String> {
-    let mut first = true;
-    while !*stopped.borrow() {
-        let (js, messages) = match connect(args).await {
-            Ok(c) => c,
-            // A consumer that cannot start at all says so; later it waits for the broker.
-            Err(e) if first => return Err(e),
-            Err(e) => {
-                tracing::warn!(error = %e, "connecting to NATS failed; trying again");
-                TokioSleeper.sleep(RETRY_DELAY.as_millis() as u64).await;
-                continue;
-            }
-        };
-        first = false;
-        tracing::info!(requests = %args.requests, consumer = %args.consumer, "consuming");
-        let mut until = stopped.clone();
-        messages
-            .take_until(async move {
-                let _ = until.wait_for(|s| *s).await;
-            })
-            .for_each_concurrent(usize::from(args.in_flight), |m| {
-                let js = &js;
-                async move {
-                    match m {
-                        Ok(m) => handle(args, client, js, m).await,
-                        Err(e) => tracing::warn!(error = %e, "taking a message failed"),
-                    }
-                }
-            })
-            .await;
-    }
-    Ok(())
+    let handle = |js: &jetstream::Context, m: Message| {
+        let js = js.clone();
+        async move { handle(args, client, &js, m).await }
+    };
+    take(
+        args,
+        "NATS",
+        stopped,
+        || connect(args),
+        handle,
+        |_| async {},
+    )
+    .await
 }
 
 /// One message: decide, reply, acknowledge (see the module docs).
