@@ -446,13 +446,15 @@ fn schemas() -> Value {
             "properties": {"secret": {"type": "string", "description": "shown only here"}}}]},
         "WebhookWithStatus": {"allOf": [schema_ref("Webhook"), {"type": "object", "properties": {
             "status": {"type": "object", "properties": {
-                "running": {"type": "boolean", "description": "false: delivery stopped, `last_error` says why"},
+                "running": {"type": "boolean", "description": "false: delivery stopped, `halted` says why"},
+                "halted": {"type": ["string", "null"],
+                           "description": "why delivery stopped or never started (its cursor or dead letters could not be read at start); null while running"},
                 "delivered": {"type": "integer"},
                 "failed_attempts": {"type": "integer"},
                 "last_error": {"type": ["string", "null"]},
                 "last_error_at_ms": {"type": ["integer", "null"]},
                 "last_delivered_at_ms": {"type": ["integer", "null"]},
-                "dead_letters": {"type": "integer", "description": "in the list now"}}}}}]},
+                "dead_letters": {"type": ["integer", "null"], "description": "in the list now (null: the list could not be read)"}}}}}]},
         "DeadLetter": {"type": "object", "properties": {
             "seq": {"type": "integer"},
             "event_id": {"type": "string"},

@@ -4,11 +4,12 @@
 //! `backoff_max_ms` between attempts, jittered so that endpoints that failed together do
 //! not retry together), then set aside as a dead letter, durably. The page is published
 //! once each of its events was delivered or set aside, so the cursor never passes an
-//! event that is in neither place.
+//! event that is in neither place. An event already among the dead letters is not tried
+//! again (its page sent again after a restart): it has had its attempts.
 
 use super::dead_letters::{DeadLetter, DeadLetters};
 use super::endpoint::Endpoint;
-use super::poster::Poster;
+use super::poster::{Poster, Target};
 use super::signature;
 use super::WebhookSettings;
 use crate::service::Service;
@@ -36,10 +37,12 @@ struct Last {
     error: Option<String>,
     error_at_ms: Option<u64>,
     delivered_at_ms: Option<u64>,
+    /// Why delivery stopped, when it stopped for a reason of its own.
+    halted: Option<String>,
 }
 
 impl Status {
-    /// Its task runs (or stopped: see `last_error`).
+    /// Its task runs (or stopped: see `halted`).
     pub fn set_running(&self, running: bool) {
         self.running.store(running, Ordering::Relaxed);
     }
@@ -56,10 +59,11 @@ impl Status {
         self.note(why, at_ms);
     }
 
-    /// Delivery stopped at `at_ms` for `why`.
+    /// Delivery stopped (or never started) at `at_ms` for `why`.
     pub fn halted(&self, why: &str, at_ms: u64) {
         self.set_running(false);
         self.note(why, at_ms);
+        self.last.lock().expect("status").halted = Some(why.to_string());
     }
 
     fn note(&self, why: &str, at_ms: u64) {
@@ -68,11 +72,13 @@ impl Status {
         last.error_at_ms = Some(at_ms);
     }
 
-    /// The API's view, with the list's count of `dead_letters`.
-    pub fn json(&self, dead_letters: usize) -> serde_json::Value {
+    /// The API's view, with the list's count of `dead_letters` (`None`: the list could not
+    /// be read).
+    pub fn json(&self, dead_letters: Option<usize>) -> serde_json::Value {
         let last = self.last.lock().expect("status");
         serde_json::json!({
             "running": self.running.load(Ordering::Relaxed),
+            "halted": last.halted,
             "delivered": self.delivered.load(Ordering::Relaxed),
             "failed_attempts": self.failed_attempts.load(Ordering::Relaxed),
             "last_error": last.error,
@@ -105,26 +111,27 @@ enum Attempts {
 }
 
 impl Delivery {
-    /// The publisher of `endpoint` (whose URL was checked when it was registered), named
-    /// `webhook:<id>` in logs and metrics.
+    /// The publisher of `endpoint` at `target` (its URL), named `webhook:<id>` in logs and
+    /// metrics.
     pub fn new(
         endpoint: Arc<Endpoint>,
+        target: Target,
         settings: WebhookSettings,
         dead: Arc<DeadLetters>,
         status: Arc<Status>,
         svc: Arc<Service>,
         stopped: watch::Receiver<bool>,
-    ) -> Result<Delivery, String> {
-        Ok(Delivery {
+    ) -> Delivery {
+        Delivery {
             name: format!("webhook:{}", endpoint.id),
-            poster: tokio::sync::Mutex::new(Poster::new(endpoint.target()?)),
+            poster: tokio::sync::Mutex::new(Poster::new(target)),
             endpoint,
             settings,
             dead,
             status,
             svc,
             stopped,
-        })
+        }
     }
 
     async fn deliver(&self, e: &Outgoing) -> Attempts {
@@ -179,6 +186,12 @@ impl Publisher for Delivery {
         Box::pin(async move {
             let mut delivered = 0;
             for e in events.iter().filter(|e| self.endpoint.wants(e.kind)) {
+                if self.dead.holds(&e.id) {
+                    // Set aside already: this page is sent again (a restart in its middle)
+                    // and the event had every attempt then.
+                    tracing::debug!(sink = %self.name, event = %e.id, "already a dead letter: not sent again");
+                    continue;
+                }
                 match self.deliver(e).await {
                     Attempts::Delivered => delivered += 1,
                     Attempts::Stopped => return Err("stopped".into()),
@@ -189,15 +202,17 @@ impl Publisher for Delivery {
                             .ok_or_else(|| format!("{}: the body is not JSON", e.id))?;
                         tracing::warn!(sink = %self.name, event = %e.id, error = %last_error,
                             attempts = self.settings.attempts, "a webhook event failed every attempt: set aside as a dead letter");
-                        self.dead.append(DeadLetter {
-                            seq: 0,
-                            event_id: e.id.clone(),
-                            kind: e.kind.to_string(),
-                            attempts: self.settings.attempts,
-                            last_error,
-                            at_ms: self.svc.now().as_ms(),
-                            body,
-                        })?;
+                        self.dead
+                            .append(DeadLetter {
+                                seq: 0,
+                                event_id: e.id.clone(),
+                                kind: e.kind.to_string(),
+                                attempts: self.settings.attempts,
+                                last_error,
+                                at_ms: self.svc.now().as_ms(),
+                                body,
+                            })
+                            .await?;
                         self.svc.metrics().sink_dead_lettered(&self.name);
                     }
                 }
