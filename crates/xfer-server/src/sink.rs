@@ -58,6 +58,7 @@ pub trait Publisher: Send + Sync {
 
 /// A sink's cursor in a file of its own, replaced whole (written aside, synced, renamed,
 /// the directory synced) so that a crash leaves the old cursor or the new one.
+#[derive(Clone, Debug)]
 pub struct CursorFile {
     path: PathBuf,
 }
@@ -236,7 +237,12 @@ pub async fn run(
             at.advance(e);
         }
         svc.metrics().sink_published(&name, delivered);
-        if let Err(e) = file.write(&at) {
+        // Its syncs off the runtime's threads, which serve requests meanwhile.
+        let (cursor, kept) = (file.clone(), at.clone());
+        let written = tokio::task::spawn_blocking(move || cursor.write(&kept))
+            .await
+            .unwrap_or_else(|e| Err(format!("keeping the cursor: {e}")));
+        if let Err(e) = written {
             // The page is confirmed: go on; a restart publishes it again, dropped by id.
             tracing::warn!(sink = %name, error = %e, "keeping the sink's cursor failed");
         }
