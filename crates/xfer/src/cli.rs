@@ -241,6 +241,10 @@ pub enum Command {
     /// The articles' scenarios, end to end, finishing with the audit.
     #[command(subcommand)]
     Demo(DemoCommand),
+    /// Register, list, show and remove webhook endpoints; read and resend their dead
+    /// letters (admin).
+    #[command(subcommand)]
+    Webhook(crate::webhook::WebhookCommand),
     /// Take transfer requests (the JSON of `POST /v1/transfers`) from a NATS JetStream
     /// stream or a RabbitMQ queue, submit each to the server at --url by its id (a message
     /// delivered again is answered from the record, never applied twice), publish its
@@ -413,6 +417,7 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
             let path = format!("/v1/accounts/{}", segment(&id));
             print_account(&client.get(&path).await?.ok()?);
         }
+        Command::Webhook(w) => crate::webhook::run(w, &client, json_out).await?,
         Command::Account(AccountCommand::List { after, limit }) => {
             let page = ("/v1/accounts", "accounts", accounts_table as fn(&[Value]));
             print_page(&client, page, after, limit, json_out).await?;
@@ -578,6 +583,33 @@ mod tests {
     #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn no_subcommand_argument_hides_a_global_flag() {
+        // An argument named like a global flag (`url`, `token`, `json`) takes its id, and
+        // clap then refuses the global flag on that subcommand's line.
+        fn walk(c: &clap::Command, globals: &[String], path: &str) {
+            for sub in c.get_subcommands() {
+                let here = format!("{path} {}", sub.get_name());
+                for a in sub.get_arguments().filter(|a| !a.is_global_set()) {
+                    let id = a.get_id().as_str();
+                    assert!(
+                        !globals.iter().any(|g| g == id),
+                        "`{here}` has an argument `{id}`"
+                    );
+                }
+                walk(sub, globals, &here);
+            }
+        }
+        let cli = Cli::command();
+        let globals: Vec<String> = cli
+            .get_arguments()
+            .filter(|a| a.is_global_set())
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(globals.contains(&"url".to_string()), "{globals:?}");
+        walk(&cli, &globals, "xfer");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! | module | what |
 //! |---|---|
 //! | `cli` | the subcommands and what each does as a client of the API |
+//! | `webhook` | `xfer webhook`: webhook endpoints and their dead letters |
 //! | `consume` | `xfer consume`: transfer requests from NATS JetStream or RabbitMQ |
 //! | `demo` | `xfer demo bank / flash-sale / points-and-cash` |
 //! | `table` | readable tables of the API's JSON |
@@ -15,3 +16,4 @@ pub mod consume;
 pub mod demo;
 pub mod remote;
 pub mod table;
+pub mod webhook;

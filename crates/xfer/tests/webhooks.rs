@@ -1202,3 +1202,90 @@ async fn bad_input_is_refused_by_field_and_only_admins_manage_webhooks() {
     assert_eq!((a.status, a.code()), (400, "unknown_field"), "{}", a.text);
     server.shutdown().await.expect("a clean shutdown");
 }
+
+/// `xfer webhook …` against `url`: exit code and stdout (stderr appended).
+fn xfer_webhook(url: &str, args: &[&str]) -> (i32, String) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_xfer"))
+        .arg("webhook")
+        .args(args)
+        .args(["--url", url])
+        .env_remove("XFER_TOKEN")
+        .output()
+        .expect("xfer webhook runs");
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    (out.status.code().unwrap_or(-1), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_command_line_registers_shows_and_removes_an_endpoint() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let server = start(
+        &dir.path().join("data"),
+        Tokens::default(),
+        settings(2, 50, 100, 1_000),
+    )
+    .await;
+    let url = format!("http://{}", server.addr());
+    let c = client(&server, None);
+    accounts(&c, &["bank", "alice"]).await;
+    let hook = Hook::start(0, true).await;
+
+    let (code, out) = xfer_webhook(
+        &url,
+        &[
+            "add",
+            &hook.url,
+            "--type",
+            "done",
+            "--description",
+            "ledger",
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    let secret = out
+        .lines()
+        .find_map(|l| l.strip_prefix("secret (shown only now): "))
+        .unwrap_or_else(|| panic!("the secret: {out}"));
+    hook.set_secret(secret);
+    let (_, out) = xfer_webhook(&url, &["list", "--json"]);
+    let list: Value = serde_json::from_str(&out).expect("JSON");
+    let id = list["webhooks"][0]["id"]
+        .as_str()
+        .expect("an id")
+        .to_string();
+    assert_eq!(list["webhooks"][0]["types"], json!(["done"]), "{list}");
+    assert_eq!(list["webhooks"][0]["description"], "ledger", "{list}");
+
+    submit(&c, pay("cli-1", "bank", "alice", 5)).await;
+    hook.wait_for(&BTreeSet::from(["cli-1/done".to_string()]), 30)
+        .await;
+    assert_eq!(hook.bad(), Vec::<String>::new());
+    let (code, out) = xfer_webhook(&url, &["show", &id]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("running; delivered 1"), "{out}");
+    let (code, out) = xfer_webhook(&url, &["dead-letters", &id]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("SEQ") && !out.contains("cli-1"), "{out}");
+
+    // Refused input names the field and changes nothing; an unknown endpoint is an error.
+    let (code, out) = xfer_webhook(&url, &["add", "ftp://example.com/hook"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("(url)"), "{out}");
+    let (code, out) = xfer_webhook(&url, &["add", &hook.url, "--type", "settled"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("(types[0])"), "{out}");
+    let (code, out) = xfer_webhook(&url, &["redeliver", &id, "cli-1/done"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("dead_letter_not_found"), "{out}");
+
+    let (code, out) = xfer_webhook(&url, &["remove", &id]);
+    assert_eq!(code, 0, "{out}");
+    let (_, out) = xfer_webhook(&url, &["list", "--json"]);
+    let list: Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(list["webhooks"], json!([]), "{list}");
+    let (code, out) = xfer_webhook(&url, &["show", &id]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("webhook_not_found"), "{out}");
+    server.shutdown().await.expect("a clean shutdown");
+}
