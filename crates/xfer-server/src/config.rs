@@ -157,6 +157,17 @@ pub struct ServeArgs {
     /// [default: 10000]
     #[arg(long, env = "XFER_WEBHOOK_TIMEOUT_MS")]
     pub webhook_timeout_ms: Option<u64>,
+    /// Failed attempts in a row at one store call before the transfer is left to the
+    /// sweeper (it is never lost: the next pass tries again). [default: 8]
+    #[arg(long, env = "XFER_RETRY_ATTEMPTS")]
+    pub retry_attempts: Option<u32>,
+    /// The wait after a store call's first failure, in ms; doubled after each next one,
+    /// jittered. [default: 10]
+    #[arg(long, env = "XFER_RETRY_BACKOFF_MS")]
+    pub retry_backoff_ms: Option<u64>,
+    /// The longest wait between two attempts at a store call, in ms. [default: 1000]
+    #[arg(long, env = "XFER_RETRY_BACKOFF_MAX_MS")]
+    pub retry_backoff_max_ms: Option<u64>,
     /// The largest request body, in bytes. [default: 4194304]
     #[arg(long, env = "XFER_BODY_LIMIT_BYTES")]
     pub body_limit_bytes: Option<usize>,
@@ -336,6 +347,9 @@ pub struct FileConfig {
     webhook_backoff_ms: Option<u64>,
     webhook_backoff_max_ms: Option<u64>,
     webhook_timeout_ms: Option<u64>,
+    retry_attempts: Option<u32>,
+    retry_backoff_ms: Option<u64>,
+    retry_backoff_max_ms: Option<u64>,
     body_limit_bytes: Option<usize>,
     store_calls_per_shard: Option<usize>,
     max_connections: Option<usize>,
@@ -398,6 +412,8 @@ pub struct ServeConfig {
     pub sink_amqp: Option<crate::sink::amqp::AmqpConfig>,
     /// How webhook deliveries are attempted.
     pub webhooks: crate::sink::webhook::WebhookSettings,
+    /// How store calls that failed are tried again.
+    pub retry: xfer_engine::RetryPolicy,
     /// Largest body.
     pub body_limit_bytes: usize,
     /// Store calls in flight per shard.
@@ -433,6 +449,7 @@ impl Default for ServeConfig {
             sink_nats: None,
             sink_amqp: None,
             webhooks: crate::sink::webhook::WebhookSettings::default(),
+            retry: xfer_engine::RetryPolicy::default(),
             body_limit_bytes: 4 << 20,
             store_calls_per_shard: 4,
             max_connections: 1_024,
@@ -629,6 +646,20 @@ impl ServeConfig {
                     .or(file.webhook_timeout_ms)
                     .unwrap_or(d.webhooks.timeout_ms),
             },
+            retry: xfer_engine::RetryPolicy {
+                attempts_max: args
+                    .retry_attempts
+                    .or(file.retry_attempts)
+                    .unwrap_or(d.retry.attempts_max),
+                backoff_ms_min: args
+                    .retry_backoff_ms
+                    .or(file.retry_backoff_ms)
+                    .unwrap_or(d.retry.backoff_ms_min),
+                backoff_ms_max: args
+                    .retry_backoff_max_ms
+                    .or(file.retry_backoff_max_ms)
+                    .unwrap_or(d.retry.backoff_ms_max),
+            },
             body_limit_bytes: args
                 .body_limit_bytes
                 .or(file.body_limit_bytes)
@@ -668,11 +699,18 @@ impl ServeConfig {
             ("max_connections", self.max_connections as u64),
             ("webhook_attempts", u64::from(self.webhooks.attempts)),
             ("webhook_timeout_ms", self.webhooks.timeout_ms),
+            ("retry_attempts", u64::from(self.retry.attempts_max)),
         ];
         for (name, v) in positive {
             if v == 0 {
                 return Err(ConfigError(format!("{name} must be at least 1")));
             }
+        }
+        if self.retry.backoff_ms_max < self.retry.backoff_ms_min {
+            return Err(ConfigError(format!(
+                "retry_backoff_max_ms: {} is less than retry_backoff_ms ({})",
+                self.retry.backoff_ms_max, self.retry.backoff_ms_min
+            )));
         }
         if self.webhooks.backoff_max_ms < self.webhooks.backoff_ms {
             return Err(ConfigError(format!(
@@ -783,6 +821,35 @@ mod tests {
         assert_eq!(cfg.listen.port(), 9000);
         assert_eq!((cfg.shards, cfg.lease_ms, cfg.skew_ms), (2, 7000, 500));
         assert!(!cfg.tokens.is_empty());
+    }
+
+    #[test]
+    fn the_retry_policy_comes_from_flags_and_the_file_and_is_checked() {
+        let file: FileConfig =
+            toml::from_str("retry_attempts = 3\nretry_backoff_max_ms = 5000\n").unwrap();
+        let args = ServeArgs {
+            retry_attempts: Some(20),
+            retry_backoff_ms: Some(50),
+            ..ServeArgs::default()
+        };
+        let r = ServeConfig::merge(file, &args).unwrap().retry;
+        assert_eq!(
+            (r.attempts_max, r.backoff_ms_min, r.backoff_ms_max),
+            (20, 50, 5_000)
+        );
+        let d = ServeConfig::merge(FileConfig::default(), &ServeArgs::default()).unwrap();
+        assert_eq!(d.retry, xfer_engine::RetryPolicy::default());
+        for (text, needle) in [
+            ("retry_attempts = 0\n", "retry_attempts must be at least 1"),
+            (
+                "retry_backoff_ms = 900\nretry_backoff_max_ms = 800\n",
+                "retry_backoff_max_ms: 800 is less",
+            ),
+        ] {
+            let file: FileConfig = toml::from_str(text).unwrap();
+            let e = ServeConfig::merge(file, &ServeArgs::default()).unwrap_err();
+            assert!(e.to_string().contains(needle), "{text}: {e}");
+        }
     }
 
     #[test]

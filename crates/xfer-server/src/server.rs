@@ -25,8 +25,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use xfer_core::{Clock, OwnerId, SystemClock};
 use xfer_engine::{
-    Cluster, Config, Executor, Retry, RetryPolicy, Router, Sleeper, SweepConfig, Sweeper,
-    TokioSleeper,
+    Cluster, Config, Executor, Retry, Router, Sleeper, SweepConfig, Sweeper, TokioSleeper,
 };
 use xfer_store::{Coalesce, Intercept, Store};
 
@@ -210,10 +209,7 @@ pub fn assemble(
         owner(role)?,
         protocol,
         clock.clone(),
-        Retry::new(
-            RetryPolicy::default(),
-            Arc::new(CountingSleeper(metrics.clone())),
-        ),
+        Retry::new(cfg.retry, Arc::new(CountingSleeper(metrics.clone()))),
     );
     let sweeper = Sweeper::new(
         Executor::new(
@@ -221,7 +217,7 @@ pub fn assemble(
             owner(&format!("{role}.sweep"))?,
             protocol,
             clock,
-            Retry::new(RetryPolicy::default(), Arc::new(TokioSleeper)),
+            Retry::new(cfg.retry, Arc::new(TokioSleeper)),
         ),
         SweepConfig {
             interval_ms: cfg.sweep_interval_ms,
