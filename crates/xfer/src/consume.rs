@@ -282,6 +282,11 @@ where
             })
             .await;
         close(connection).await;
+        if !*stopped.borrow() {
+            // The broker ended the stream: not in a tight loop if it keeps doing so.
+            tracing::warn!("the {broker} stream of requests ended; connecting again");
+            TokioSleeper.sleep(RETRY_DELAY.as_millis() as u64).await;
+        }
     }
     Ok(())
 }
