@@ -438,11 +438,33 @@ pub(crate) fn no_account(id: &AccountId, field: &str) -> ExecError {
     ))
 }
 
+/// A service over `store` alone (one shard) with default settings, for unit tests.
+#[cfg(test)]
+pub(crate) fn over_one_store(
+    store: Arc<dyn xfer_store::Store>,
+    clock: Arc<dyn xfer_core::Clock>,
+) -> Service {
+    use xfer_engine::{Config, Retry, RetryPolicy, Router, SweepConfig, TokioSleeper};
+    let cluster = Arc::new(Cluster::new(vec![store], Router::hash(1)));
+    let executor = |name: &str| {
+        let retry = Retry::new(RetryPolicy::default(), Arc::new(TokioSleeper));
+        let owner = xfer_core::OwnerId::new(name).unwrap();
+        Executor::new(
+            cluster.clone(),
+            owner,
+            Config::default(),
+            clock.clone(),
+            retry,
+        )
+    };
+    let sweeper = Sweeper::new(executor("sweep"), SweepConfig::default());
+    Service::new(executor("api"), sweeper, Arc::default(), 60_000)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use xfer_core::{AssetCode, LowerBound, Posting, SystemClock, TransferKind};
-    use xfer_engine::{Config, Retry, RetryPolicy, Router, SweepConfig, TokioSleeper};
     use xfer_store::{ExecuteHook, Intercept, MemoryStore, Store};
 
     fn spec(id: &str) -> TransferSpec {
@@ -481,24 +503,7 @@ mod tests {
         });
         let clock: Arc<dyn xfer_core::Clock> = Arc::new(SystemClock);
         let store = Intercept::new(MemoryStore::new(clock.clone()), hook);
-        let cluster = Arc::new(Cluster::new(
-            vec![Arc::new(store) as Arc<dyn Store>],
-            Router::hash(1),
-        ));
-        let executor = |name: &str| {
-            let retry = Retry::new(RetryPolicy::default(), Arc::new(TokioSleeper));
-            let owner = xfer_core::OwnerId::new(name).unwrap();
-            Executor::new(
-                cluster.clone(),
-                owner,
-                Config::default(),
-                clock.clone(),
-                retry,
-            )
-        };
-        let sweeper = Sweeper::new(executor("sweep"), SweepConfig::default());
-        let service =
-            Service::new(executor("api"), sweeper, Arc::default(), 60_000).with_background_max(2);
+        let service = over_one_store(Arc::new(store), clock).with_background_max(2);
         for (id, lower_bound) in [("a", LowerBound::Unbounded), ("b", LowerBound::default())] {
             let create = AccountOp::Create {
                 asset: AssetCode::new("USD", "asset").unwrap(),

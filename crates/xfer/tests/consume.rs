@@ -378,18 +378,10 @@ async fn jetstream_requests_apply_once_through_a_sigkill_of_the_consumer() {
         "messages unacknowledged at the kill came again"
     );
 
-    let mut replies = js.get_stream(&names.replies_stream).await.expect("replies");
-    let last = replies.info().await.expect("info").state.last_sequence;
     let (mut outcomes, mut dead) = (Vec::new(), Vec::new());
-    for seq in 1..=last {
-        let m = replies.get_raw_message(seq).await.expect("a reply");
-        let id = m
-            .headers
-            .get("Nats-Msg-Id")
-            .map(|v| v.to_string())
-            .unwrap_or_default();
-        let body: Value = serde_json::from_slice(&m.payload).expect("JSON");
-        if m.subject.as_str() == names.outcomes {
+    for (id, subject, body) in common::jetstream_messages(&nats_url(), &names.replies_stream).await
+    {
+        if subject == names.outcomes {
             outcomes.push((id, body));
         } else {
             dead.push(body);

@@ -54,46 +54,12 @@ async fn start_with(
 
 /// Every event of the feed, by the API.
 async fn feed(client: &Client) -> Vec<Value> {
-    let mut all = Vec::new();
-    let mut path = "/v1/events?limit=1000".to_string();
-    loop {
-        let page = client.get(&path).await.expect("the feed");
-        assert_eq!(page.status, 200, "{}", page.text);
-        let events = page.body["events"].as_array().expect("events").clone();
-        if events.is_empty() {
-            return all;
-        }
-        all.extend(events);
-        path = format!(
-            "/v1/events?limit=1000&after={}",
-            page.body["next"].as_str().unwrap()
-        );
-    }
+    common::all_events(client).await
 }
 
 /// The stream's messages, in order: (Nats-Msg-Id, subject, body).
 async fn stream_messages(nats: &NatsConfig) -> Vec<(String, String, Value)> {
-    let client = async_nats::connect(nats.url.as_str()).await.expect("nats");
-    let js = async_nats::jetstream::new(client);
-    let mut stream = js.get_stream(&nats.stream).await.expect("the stream");
-    let n = stream
-        .info()
-        .await
-        .expect("stream info")
-        .state
-        .last_sequence;
-    let mut out = Vec::new();
-    for seq in 1..=n {
-        let m = stream.get_raw_message(seq).await.expect("a message");
-        let id = m
-            .headers
-            .get("Nats-Msg-Id")
-            .map(|v| v.to_string())
-            .unwrap_or_default();
-        let body: Value = serde_json::from_slice(&m.payload).expect("JSON");
-        out.push((id, m.subject.to_string(), body));
-    }
-    out
+    common::jetstream_messages(&nats.url, &nats.stream).await
 }
 
 /// Waits until the stream holds `n` messages (10 s at most), and answers them.
@@ -184,12 +150,7 @@ async fn every_event_reaches_jetstream_once_by_id_across_restarts() {
     };
     assert_eq!(kinds("h1"), ["accepted", "held", "captured", "done"]);
     // Its metrics: everything confirmed, nothing pending, no lag.
-    let metric = |text: &str, name: &str| -> Option<f64> {
-        let line = format!("{name}{{sink=\"nats\"}} ");
-        text.lines()
-            .find_map(|l| l.strip_prefix(line.as_str()))
-            .and_then(|v| v.trim().parse().ok())
-    };
+    let metric = |text: &str, name: &str| sink_metric(text, name, "nats");
     let mut text = String::new();
     for _ in 0..50 {
         text = client.get("/metrics").await.expect("metrics").text;
@@ -609,13 +570,18 @@ async fn sinks_deliver_every_change_through_sigkills_and_a_broker_restart() {
     delete_amqp(&amqp).await;
 }
 
-/// The sink's `xfer_sink_pending_events`, if the server reports it yet.
-async fn pending_events(client: &Client, sink: &str) -> Option<f64> {
-    let text = client.get("/metrics").await.expect("metrics").text;
-    let line = format!("xfer_sink_pending_events{{sink=\"{sink}\"}} ");
+/// Metric `name` of `sink` in the `/metrics` text `text`, if there.
+fn sink_metric(text: &str, name: &str, sink: &str) -> Option<f64> {
+    let line = format!("{name}{{sink=\"{sink}\"}} ");
     text.lines()
         .find_map(|l| l.strip_prefix(line.as_str()))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// The sink's `xfer_sink_pending_events`, if the server reports it yet.
+async fn pending_events(client: &Client, sink: &str) -> Option<f64> {
+    let text = client.get("/metrics").await.expect("metrics").text;
+    sink_metric(&text, "xfer_sink_pending_events", sink)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -13,6 +13,8 @@
 //! - `an_endpoint_whose_files_cannot_be_read_is_halted_and_the_others_deliver`.
 //! - `bad_input_is_refused_by_field_and_only_admins_manage_webhooks`.
 
+mod common;
+
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper::{Method, Request, Response};
@@ -360,21 +362,7 @@ async fn submit(c: &Client, body: Value) -> Value {
 
 /// Every event of the feed, by the API.
 async fn feed(c: &Client) -> Vec<Value> {
-    let mut all = Vec::new();
-    let mut path = "/v1/events?limit=1000".to_string();
-    loop {
-        let page = call(c, Method::GET, &path, None).await;
-        assert_eq!(page.status, 200, "{}", page.text);
-        let events = page.body["events"].as_array().expect("events").clone();
-        if events.is_empty() {
-            return all;
-        }
-        all.extend(events);
-        path = format!(
-            "/v1/events?limit=1000&after={}",
-            page.body["next"].as_str().unwrap()
-        );
-    }
+    common::all_events(c).await
 }
 
 /// Each transfer's event types, in order.

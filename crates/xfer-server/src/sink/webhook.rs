@@ -554,34 +554,13 @@ fn private_dir(dir: &Path) -> Result<(), String> {
 mod tests {
     use super::*;
     use xfer_core::{Clock, SystemClock};
-    use xfer_engine::{
-        Cluster, Config, Executor, Retry, RetryPolicy, Router, SweepConfig, Sweeper, TokioSleeper,
-    };
     use xfer_store::{MemoryStore, Store};
 
     /// A service over one Memory store.
     fn service() -> Arc<Service> {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new(clock.clone()));
-        let cluster = Arc::new(Cluster::new(vec![store], Router::hash(1)));
-        let executor = |name: &str| {
-            let retry = Retry::new(RetryPolicy::default(), Arc::new(TokioSleeper));
-            let owner = xfer_core::OwnerId::new(name).unwrap();
-            Executor::new(
-                cluster.clone(),
-                owner,
-                Config::default(),
-                clock.clone(),
-                retry,
-            )
-        };
-        let sweeper = Sweeper::new(executor("sweep"), SweepConfig::default());
-        Arc::new(Service::new(
-            executor("api"),
-            sweeper,
-            Arc::default(),
-            60_000,
-        ))
+        Arc::new(crate::service::over_one_store(store, clock))
     }
 
     fn ids(list: &Value) -> Vec<&str> {

@@ -680,3 +680,48 @@ pub async fn mysql_admin(sql: &str) {
         .unwrap_or_else(|e| panic!("{sql}: {e}"));
     let _ = conn.disconnect().await;
 }
+
+/// Every message of the JetStream stream `stream` on the server at `url`, in order: its
+/// `Nats-Msg-Id`, its subject and its JSON body.
+pub async fn jetstream_messages(url: &str, stream: &str) -> Vec<(String, String, Value)> {
+    let client = async_nats::connect(url).await.expect("nats");
+    let js = async_nats::jetstream::new(client);
+    let mut stream = js.get_stream(stream).await.expect("the stream");
+    let n = stream
+        .info()
+        .await
+        .expect("stream info")
+        .state
+        .last_sequence;
+    let mut out = Vec::new();
+    for seq in 1..=n {
+        let m = stream.get_raw_message(seq).await.expect("a message");
+        let id = m
+            .headers
+            .get("Nats-Msg-Id")
+            .map(|v| v.to_string())
+            .unwrap_or_default();
+        let body: Value = serde_json::from_slice(&m.payload).expect("JSON");
+        out.push((id, m.subject.to_string(), body));
+    }
+    out
+}
+
+/// Every event of the change feed, by the API (`GET /v1/events`, page after page).
+pub async fn all_events(client: &Client) -> Vec<Value> {
+    let mut all = Vec::new();
+    let mut path = "/v1/events?limit=1000".to_string();
+    loop {
+        let page = client.get(&path).await.expect("the feed");
+        assert_eq!(page.status, 200, "{}", page.text);
+        let events = page.body["events"].as_array().expect("events").clone();
+        if events.is_empty() {
+            return all;
+        }
+        all.extend(events);
+        path = format!(
+            "/v1/events?limit=1000&after={}",
+            page.body["next"].as_str().unwrap()
+        );
+    }
+}
