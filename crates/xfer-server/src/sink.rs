@@ -124,7 +124,7 @@ pub fn replace_file(path: &Path, bytes: &[u8], private: bool) -> Result<(), Stri
 }
 
 /// Publishes the feed through `publisher` from the cursor in `file` until `stopped` turns
-/// true: pages of at most `page` events, the cursor kept after each page is confirmed (a
+/// true: pages of at most `page_size` events, the cursor kept after each page is confirmed (a
 /// restart sends at most one page again). A failed read or
 /// publish is tried again; a cursor behind the feed's retention stops publishing (events
 /// were lost to this sink: an operator decides), and so does a store without a feed.
@@ -132,7 +132,7 @@ pub async fn run(
     svc: &Service,
     publisher: &dyn Publisher,
     file: &CursorFile,
-    page: usize,
+    page_size: usize,
     mut stopped: watch::Receiver<bool>,
 ) {
     let name = publisher.name().to_string();
@@ -153,7 +153,6 @@ pub async fn run(
             }
         }
     };
-    let page_size = page;
     let (mut counted, mut counted_at) = (0usize, 0u64);
     loop {
         if *stopped.borrow() {
