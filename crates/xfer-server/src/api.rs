@@ -15,6 +15,8 @@ use crate::metrics::Stopwatch;
 pub use crate::routes::{Route, ROUTES};
 use crate::service::{Action, Service};
 use crate::sink::webhook::Webhooks;
+use crate::stats::Overview;
+use crate::transfer_list::{ListCursor, ListError, TransferFilter};
 use crate::wire::{
     self, AccountCreate, AccountOut, BatchIn, BatchItemOut, EventOut, LowerBoundChange, RefundIn,
     TransferIn, TransferOut, BATCH_MAX,
@@ -30,7 +32,7 @@ use axum::{Json, Router};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use std::sync::Arc;
-use xfer_core::{AssetCode, LowerBound, TransferState};
+use xfer_core::{AssetCode, LowerBound, Timestamp, TransferState};
 use xfer_engine::{Sleeper, TokioSleeper};
 
 /// What every handler shares.
@@ -45,6 +47,8 @@ pub struct App {
     pub body_limit: usize,
     /// Turns true when the server stops: long answers (the event stream) end.
     pub stopping: tokio::sync::watch::Receiver<bool>,
+    /// The overview's shard kinds and last audit.
+    pub overview: Overview,
 }
 
 type Shared = State<Arc<App>>;
@@ -88,6 +92,7 @@ fn handler(method: &str, path: &str) -> axum::routing::MethodRouter<Arc<App>> {
         ("PUT", "/v1/accounts/{id}/lower_bound") => put(set_lower_bound),
         ("GET", "/v1/accounts/{id}/transfers") => get(account_transfers),
         ("POST", "/v1/transfers") => post(submit),
+        ("GET", "/v1/transfers") => get(list_transfers),
         ("POST", "/v1/transfers/batch") => post(submit_batch),
         ("GET", "/v1/transfers/{id}") => get(get_transfer),
         ("POST", "/v1/transfers/{id}/capture") => post(capture),
@@ -99,6 +104,7 @@ fn handler(method: &str, path: &str) -> axum::routing::MethodRouter<Arc<App>> {
         ("GET", "/v1/admin/stuck") => get(stuck),
         ("GET", "/v1/admin/canceled") => get(canceled),
         ("GET", "/v1/audit") => get(audit),
+        ("GET", "/v1/stats") => get(stats),
         ("POST", "/v1/webhooks") => post(webhooks::create),
         ("GET", "/v1/webhooks") => get(webhooks::list),
         ("GET", "/v1/webhooks/{id}") => get(webhooks::get),
@@ -617,6 +623,91 @@ fn item_error(e: ApiError) -> BatchItemOut {
     }
 }
 
+/// `GET /v1/transfers`: which transfers, and where the page starts (`before`, the last
+/// page's `next_before`).
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ListQuery {
+    state: Option<TransferState>,
+    account: Option<String>,
+    asset: Option<String>,
+    id_prefix: Option<String>,
+    metadata: Option<String>,
+    created_since_ms: Option<u64>,
+    created_before_ms: Option<u64>,
+    before: Option<String>,
+    limit: Option<usize>,
+}
+
+impl ListQuery {
+    /// The filter it asks for; a refusal names the parameter at fault.
+    fn filter(&self) -> Result<TransferFilter, ApiError> {
+        let bad = |field: &str, why: String| ApiError::api(ApiCode::InvalidQuery, Some(field), why);
+        let metadata = match &self.metadata {
+            None => None,
+            Some(m) => match m.split_once('=') {
+                Some((k, v)) if !k.is_empty() => Some((k.to_string(), v.to_string())),
+                _ => return Err(bad("metadata", format!("{m:?}: expected key=value"))),
+            },
+        };
+        let id_prefix = match self.id_prefix.as_deref() {
+            Some("") => return Err(bad("id_prefix", "must not be empty".into())),
+            p => p.map(str::to_string),
+        };
+        if let (Some(a), Some(b)) = (self.created_since_ms, self.created_before_ms) {
+            if a >= b {
+                return Err(bad(
+                    "created_before_ms",
+                    format!("{b} is not after created_since_ms {a}"),
+                ));
+            }
+        }
+        Ok(TransferFilter {
+            state: self.state,
+            account: self
+                .account
+                .as_deref()
+                .map(|a| wire::account_id(a, "account"))
+                .transpose()?,
+            asset: self
+                .asset
+                .as_deref()
+                .map(|a| AssetCode::new(a, "asset"))
+                .transpose()?,
+            id_prefix,
+            metadata,
+            created_since: self.created_since_ms.map(Timestamp),
+            created_before: self.created_before_ms.map(Timestamp),
+        })
+    }
+}
+
+async fn list_transfers(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
+    let q: ListQuery = query(q)?;
+    let filter = q.filter()?;
+    let limit = PageQuery {
+        limit: q.limit,
+        ..PageQuery::default()
+    }
+    .limit()?;
+    let shards = app.svc.cluster().shards().len();
+    let from = match q.before.as_deref() {
+        None => ListCursor::newest(&filter, shards),
+        Some(c) => ListCursor::parse(c, &filter, shards)
+            .map_err(|why| ApiError::api(ApiCode::InvalidQuery, Some("before"), why))?,
+    };
+    let page = match app.svc.list_transfers(&filter, from, limit).await {
+        Ok(page) => page,
+        Err(ListError::Unsupported(why)) => {
+            return Err(ApiError::api(ApiCode::NotSupported, None, why))
+        }
+        Err(ListError::Exec(e)) => return Err(e.into()),
+    };
+    let transfers: Vec<TransferOut> = page.transfers.iter().map(TransferOut::from).collect();
+    let next = page.next.map(|c| c.to_string());
+    Ok(Json(json!({"transfers": transfers, "next_before": next})).into_response())
+}
+
 async fn get_transfer(State(app): Shared, IdParam(id): IdParam) -> Handled {
     let id = wire::transfer_id(&id, "id")?;
     let r = app.svc.get_transfer(&id).await?;
@@ -726,6 +817,16 @@ struct AuditQuery {
 
 /// The default `grace_ms`: ten minutes, many sweeper passes.
 const REPLAY_GRACE_MS: u64 = 600_000;
+
+async fn stats(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
+    let _: NoQuery = query(q)?;
+    Ok(Json(app.overview.take(&app.svc).await?).into_response())
+}
+
+/// The query of an endpoint that takes none: any parameter is refused by name.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoQuery {}
 
 async fn audit(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
     let q: AuditQuery = query(q)?;

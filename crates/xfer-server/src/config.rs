@@ -255,6 +255,19 @@ pub enum ShardSpec {
     },
 }
 
+impl ShardSpec {
+    /// The kind of store, as the file names it (`store = "…"`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ShardSpec::Embedded => "embedded",
+            ShardSpec::Postgres { .. } => "postgres",
+            ShardSpec::Mysql { .. } => "mysql",
+            ShardSpec::Mongodb { .. } => "mongodb",
+            ShardSpec::Redis { .. } => "redis",
+        }
+    }
+}
+
 /// A placement rule as the file gives it (`[[route]]`): accounts whose id starts with
 /// `prefix`, or of `asset`, live on `shards` (indexes into the shard list), spread by hash.
 /// [`ServeConfig::merge`] turns it into the router's [`Rule`].

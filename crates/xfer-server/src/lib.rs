@@ -14,6 +14,8 @@
 //! | `sink` | the change feed published at least once (NATS JetStream, RabbitMQ, webhooks), each cursor in a file |
 //! | `connections` | the listener's bound on open connections |
 //! | `listings` | accounts, history, canceled transfers and the audit, as the service's |
+//! | `stats` | the overview: answers and latency, in flight, stuck, canceled in the last hour, the audit, each shard's health |
+//! | `transfer_list` | transfers newest first, filtered: each shard's feed read backwards, or an account's history |
 //! | `feed` | the change feed, every shard's merged after a cursor, as the service's |
 //! | `service` | what handlers call: submit, settle, reads, sweeps; results and `ExecError`, no status |
 //! | `answer` | how one transfer request was answered |
@@ -38,7 +40,9 @@ pub mod routes;
 pub mod server;
 pub mod service;
 pub mod sink;
+pub mod stats;
 pub mod stores;
+pub mod transfer_list;
 pub mod wire;
 pub mod worker;
 

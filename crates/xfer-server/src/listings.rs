@@ -126,6 +126,18 @@ impl Service {
         limit: usize,
         state: Option<TransferState>,
     ) -> Result<Page<TransferRecord, u64>, ExecError> {
+        self.history_kept(id, before, limit, &|r| state.is_none_or(|s| s == r.state))
+            .await
+    }
+
+    /// Account `id`'s transfers that `keep` keeps, newest first, as [`Service::history`].
+    pub async fn history_kept(
+        &self,
+        id: &AccountId,
+        before: Option<u64>,
+        limit: usize,
+        keep: &(dyn Fn(&TransferRecord) -> bool + Sync),
+    ) -> Result<Page<TransferRecord, u64>, ExecError> {
         let account = self.get_account(id).await?;
         let shard = self
             .cluster()
@@ -148,7 +160,7 @@ impl Service {
                 let Some(record) = records.next_if(|r| &r.spec.id == transfer) else {
                     continue;
                 };
-                if state.is_none_or(|s| s == record.state) {
+                if keep(&record) {
                     found.push(record);
                     if found.len() == limit {
                         // The rest of this page comes next.

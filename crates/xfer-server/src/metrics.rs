@@ -52,6 +52,9 @@ struct SinkLabels {
     sink: String,
 }
 
+/// Every outcome `xfer_transfers_total` counts.
+const OUTCOMES: [&str; 6] = ["done", "canceled", "held", "accepted", "rejected", "failed"];
+
 type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
@@ -68,6 +71,9 @@ pub struct Metrics {
     request_seconds: HistogramFamily<RouteLabels>,
     transfers: Family<OutcomeLabels, Counter>,
     transfer_seconds: Histogram,
+    /// `transfer_seconds`' count and sum (in µs), which the histogram does not give back.
+    transfer_count: std::sync::atomic::AtomicU64,
+    transfer_us: std::sync::atomic::AtomicU64,
     in_flight: Gauge,
     stuck: Gauge,
     retries: Counter,
@@ -99,6 +105,8 @@ impl Metrics {
             request_seconds: Family::new_with_constructor(latency),
             transfers: Family::default(),
             transfer_seconds: latency(),
+            transfer_count: Default::default(),
+            transfer_us: Default::default(),
             in_flight: Gauge::default(),
             stuck: Gauge::default(),
             retries: Counter::default(),
@@ -241,7 +249,44 @@ impl Metrics {
             .inc();
         if !matches!(outcome, "rejected" | "failed") {
             self.transfer_seconds.observe(seconds);
+            self.transfer_count
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.transfer_us
+                .fetch_add((seconds * 1e6) as u64, std::sync::atomic::Ordering::Relaxed);
         }
+    }
+
+    /// The transfers answered so far, by outcome (every outcome, 0 if none yet).
+    pub fn transfers_answered(&self) -> std::collections::BTreeMap<String, u64> {
+        OUTCOMES
+            .iter()
+            .map(|o| {
+                let labels = OutcomeLabels {
+                    outcome: o.to_string(),
+                };
+                (o.to_string(), self.transfers.get_or_create(&labels).get())
+            })
+            .collect()
+    }
+
+    /// How many submit-to-outcome times were observed, and their sum in seconds.
+    pub fn transfer_latency(&self) -> (u64, f64) {
+        let us = self.transfer_us.load(std::sync::atomic::Ordering::Relaxed);
+        (
+            self.transfer_count
+                .load(std::sync::atomic::Ordering::Relaxed),
+            us as f64 / 1e6,
+        )
+    }
+
+    /// Transfers this process is driving now.
+    pub fn transfers_in_flight(&self) -> i64 {
+        self.in_flight.get()
+    }
+
+    /// The stuck count of the last sweep.
+    pub fn transfers_stuck(&self) -> i64 {
+        self.stuck.get()
     }
 
     /// Transfers being driven: `delta` more (or fewer).

@@ -161,6 +161,71 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
             Some(body("TransferIn")),
             transfer(),
         ),
+        ("GET", "/v1/transfers") => (
+            "Transfers, newest first by when they were accepted, filtered (every filter given \
+             must hold). Read from each shard's change feed backwards, so as far back as the \
+             feed's retention; with `account`, from the account's history instead (all of it). \
+             A page reads a bounded number of entries: it may hold fewer than `limit` and \
+             still name `next_before`; `next_before` is null at the end. 501 `not_supported` \
+             without `account` on a store that keeps no change feed (MySQL, MongoDB)",
+            [
+                page_params("before", json!({"type": "string"})),
+                vec![
+                    param(
+                        "state",
+                        "query",
+                        json!({"type": "string", "enum": ["initial", "pending", "held", "applied",
+                            "canceling", "done", "canceled"]}),
+                        "only transfers now in this state",
+                    ),
+                    param(
+                        "account",
+                        "query",
+                        json!({"type": "string"}),
+                        "only transfers with a posting from or to this account",
+                    ),
+                    param(
+                        "asset",
+                        "query",
+                        json!({"type": "string"}),
+                        "only transfers with a posting of this asset",
+                    ),
+                    param(
+                        "id_prefix",
+                        "query",
+                        json!({"type": "string"}),
+                        "only transfers whose id starts with this",
+                    ),
+                    param(
+                        "metadata",
+                        "query",
+                        json!({"type": "string"}),
+                        "`key=value`: only transfers whose metadata is a JSON object whose `key` \
+                         is `value` (a string's value, or any other value's JSON text)",
+                    ),
+                    param(
+                        "created_since_ms",
+                        "query",
+                        json!({"type": "integer"}),
+                        "only transfers accepted at or after this time (ms since the epoch)",
+                    ),
+                    param(
+                        "created_before_ms",
+                        "query",
+                        json!({"type": "integer"}),
+                        "only transfers accepted before this time (ms since the epoch)",
+                    ),
+                ],
+            ]
+            .concat(),
+            None,
+            ok(
+                "A page",
+                json!({"type": "object", "properties": {
+                "transfers": {"type": "array", "items": schema_ref("Transfer")},
+                "next_before": {"type": ["string", "null"]}}}),
+            ),
+        ),
         ("POST", "/v1/transfers/batch") => (
             "Submit up to 8,192 transfers; each result has its own status",
             vec![wait_param()],
@@ -253,6 +318,35 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
                 json!({"type": "object", "properties": {
                 "transfers": {"type": "array", "items": schema_ref("Transfer")},
                 "next_after": {"type": ["string", "null"]}}}),
+            ),
+        ),
+        ("GET", "/v1/stats") => (
+            "The overview the console shows: transfers this process answered by outcome and \
+             their submit-to-outcome times (a count and a sum: a rate or a mean is the \
+             difference of two overviews over the time between them), transfers in flight \
+             and stuck, transfers canceled in the last hour (from the change feed; null on a \
+             store without one), the audit (reused for 10 s) and its verdict, and each \
+             shard's store, reachability and round trip",
+            vec![],
+            None,
+            ok(
+                "The overview",
+                json!({"type": "object", "properties": {
+                "at_ms": {"type": "integer"},
+                "answered": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "latency_count": {"type": "integer"},
+                "latency_sum_seconds": {"type": "number"},
+                "in_flight": {"type": "integer"},
+                "stuck": {"type": "integer"},
+                "canceled_last_hour": {"type": ["integer", "null"]},
+                "audit": {"type": "object"},
+                "clean": {"type": "boolean"},
+                "shards": {"type": "array", "items": {"type": "object", "properties": {
+                    "shard": {"type": "integer"},
+                    "store": {"type": "string"},
+                    "reachable": {"type": "boolean"},
+                    "round_trip_ms": {"type": ["number", "null"]},
+                    "error": {"type": ["string", "null"]}}}}}}),
             ),
         ),
         ("GET", "/v1/audit") => (

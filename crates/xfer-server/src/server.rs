@@ -18,6 +18,7 @@ use crate::connections::Limited;
 use crate::metrics::{CountingSleeper, Metrics, Stopwatch};
 use crate::service::Service;
 use crate::sink::webhook::Webhooks;
+use crate::stats::Overview;
 use crate::stores;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -60,6 +61,12 @@ impl Server {
             tokens: cfg.tokens.clone(),
             body_limit: cfg.body_limit_bytes,
             stopping: stopped.clone(),
+            overview: Overview::new(
+                crate::stores::layout(&cfg)
+                    .iter()
+                    .map(crate::config::ShardSpec::kind)
+                    .collect(),
+            ),
         });
 
         let listener = tokio::net::TcpListener::bind(cfg.listen)

@@ -268,6 +268,42 @@ impl<F: Fs> Store for EmbeddedShard<F> {
         })
     }
 
+    fn events_before(
+        &self,
+        before: FeedPosition,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<EventPage, StoreError>> {
+        let index = self.index;
+        self.read(move |tables, mem| {
+            // As `events`, backwards: memory holds the newest, the tables the older, the two
+            // may hold the same event, and nothing at or before what retention dropped.
+            let dropped_through = tables.events_dropped(index)?;
+            let held = mem.events_before(before, limit);
+            let saved = tables.events_before(index, before, limit)?;
+            let mut events: Vec<Event> = Vec::with_capacity(limit.min(held.len() + saved.len()));
+            let (mut a, mut b) = (held.into_iter().peekable(), saved.into_iter().peekable());
+            while events.len() < limit {
+                let next = match (a.peek(), b.peek()) {
+                    (Some(x), Some(y)) if x.position == y.position => {
+                        b.next();
+                        a.next()
+                    }
+                    (Some(x), Some(y)) if x.position > y.position => a.next(),
+                    (Some(_), None) => a.next(),
+                    _ => b.next(),
+                };
+                match next {
+                    Some(e) if e.position > dropped_through => events.push(e),
+                    _ => break,
+                }
+            }
+            Ok(EventPage {
+                events,
+                dropped_through,
+            })
+        })
+    }
+
     fn trim_events(
         &self,
         before: Timestamp,

@@ -262,6 +262,16 @@ impl Tables {
         self.events.read(shard, after, limit)
     }
 
+    /// At most `limit` of shard `shard`'s saved events before `before`, newest first.
+    pub fn events_before(
+        &self,
+        shard: u16,
+        before: FeedPosition,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
+        self.events.read_before(shard, before, limit)
+    }
+
     /// Encodes one checkpoint into a batch for [`Tables::commit`], nothing written yet. The
     /// cut's accounts are taken out and released as they are encoded: a shard copies an
     /// account it writes while the cut still holds it, and the batch is committed and

@@ -124,6 +124,13 @@ impl Store for Cycling {
     ) -> BoxFuture<'_, Result<EventPage, StoreError>> {
         self.call(move |s| Box::pin(async move { s.events(after, limit).await }))
     }
+    fn events_before(
+        &self,
+        before: FeedPosition,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<EventPage, StoreError>> {
+        self.call(move |s| Box::pin(async move { s.events_before(before, limit).await }))
+    }
     fn trim_events(
         &self,
         before: Timestamp,

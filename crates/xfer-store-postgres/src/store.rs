@@ -68,6 +68,11 @@ const EVENTS: &str = "SELECT xid::text, seq, transfer, kind, at, refund FROM eve
      WHERE (xid, seq) > ($1::text::xid8, $2) \
        AND xid < pg_snapshot_xmin(pg_current_snapshot()) \
      ORDER BY xid, seq LIMIT $3";
+/// The same, before a position, newest first.
+const EVENTS_BEFORE: &str = "SELECT xid::text, seq, transfer, kind, at, refund FROM events \
+     WHERE (xid, seq) < ($1::text::xid8, $2) \
+       AND xid < pg_snapshot_xmin(pg_current_snapshot()) \
+     ORDER BY xid DESC, seq DESC LIMIT $3";
 const EVENTS_DROPPED: &str = "SELECT xid::text, seq FROM events_dropped";
 const TRIM_EVENTS: &str = "SELECT trim_events($1, $2)";
 const ACCOUNTS: &str = "SELECT account_json(id)::text FROM accounts \
@@ -84,6 +89,56 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
+    /// A page of the change feed by `query` (`EVENTS` or `EVENTS_BEFORE`) from position
+    /// `from`, with the last position retention dropped.
+    async fn event_page(
+        &self,
+        query: &'static str,
+        from: FeedPosition,
+        limit_: usize,
+    ) -> Result<EventPage, StoreError> {
+        let seq = i64::try_from(from.minor).unwrap_or(i64::MAX);
+        let rows = self
+            .rows(query, &[&from.major.to_string(), &seq, &limit(limit_)])
+            .await?;
+        let mut events = Vec::with_capacity(rows.len());
+        for r in &rows {
+            let xid: &str = r.get(0);
+            let seq: i64 = r.get(1);
+            let (transfer, kind): (&str, &str) = (r.get(2), r.get(3));
+            let at: i64 = r.get(4);
+            let refund: Option<&str> = r.get(5);
+            let bad = |what: String| self.corrupted(format!("events: {what}"));
+            let id = |s: &str| TransferId::new(s).map_err(|e| bad(e.message));
+            events.push(Event {
+                position: FeedPosition {
+                    major: xid.parse().map_err(|_| bad(format!("xid {xid:?}")))?,
+                    minor: u64::try_from(seq).map_err(|_| bad(format!("seq {seq}")))?,
+                },
+                transfer: id(transfer)?,
+                kind: EventKind::from_word(kind).ok_or_else(|| bad(format!("kind {kind:?}")))?,
+                at: Timestamp(u64::try_from(at).map_err(|_| bad(format!("at {at}")))?),
+                refund: refund.map(id).transpose()?,
+            });
+        }
+        let dropped = self.rows(EVENTS_DROPPED, &[]).await?;
+        let dropped_through = match dropped.first() {
+            None => FeedPosition::START,
+            Some(r) => {
+                let (xid, seq): (&str, i64) = (r.get(0), r.get(1));
+                let bad = || self.corrupted(format!("events_dropped: {xid}.{seq}"));
+                FeedPosition {
+                    major: xid.parse().map_err(|_| bad())?,
+                    minor: u64::try_from(seq).map_err(|_| bad())?,
+                }
+            }
+        };
+        Ok(EventPage {
+            events,
+            dropped_through,
+        })
+    }
+
     /// Connects, creates the schema if missing and runs the migrations it lacks (under an
     /// advisory lock, so processes starting together do not race).
     pub async fn open(cfg: &PostgresConfig) -> Result<PostgresStore, OpenError> {
@@ -319,49 +374,15 @@ impl Store for PostgresStore {
         after: FeedPosition,
         limit_: usize,
     ) -> BoxFuture<'_, Result<EventPage, StoreError>> {
-        Box::pin(async move {
-            let seq = i64::try_from(after.minor).unwrap_or(i64::MAX);
-            let rows = self
-                .rows(EVENTS, &[&after.major.to_string(), &seq, &limit(limit_)])
-                .await?;
-            let mut events = Vec::with_capacity(rows.len());
-            for r in &rows {
-                let xid: &str = r.get(0);
-                let seq: i64 = r.get(1);
-                let (transfer, kind): (&str, &str) = (r.get(2), r.get(3));
-                let at: i64 = r.get(4);
-                let refund: Option<&str> = r.get(5);
-                let bad = |what: String| self.corrupted(format!("events: {what}"));
-                let id = |s: &str| TransferId::new(s).map_err(|e| bad(e.message));
-                events.push(Event {
-                    position: FeedPosition {
-                        major: xid.parse().map_err(|_| bad(format!("xid {xid:?}")))?,
-                        minor: u64::try_from(seq).map_err(|_| bad(format!("seq {seq}")))?,
-                    },
-                    transfer: id(transfer)?,
-                    kind: EventKind::from_word(kind)
-                        .ok_or_else(|| bad(format!("kind {kind:?}")))?,
-                    at: Timestamp(u64::try_from(at).map_err(|_| bad(format!("at {at}")))?),
-                    refund: refund.map(id).transpose()?,
-                });
-            }
-            let dropped = self.rows(EVENTS_DROPPED, &[]).await?;
-            let dropped_through = match dropped.first() {
-                None => FeedPosition::START,
-                Some(r) => {
-                    let (xid, seq): (&str, i64) = (r.get(0), r.get(1));
-                    let bad = || self.corrupted(format!("events_dropped: {xid}.{seq}"));
-                    FeedPosition {
-                        major: xid.parse().map_err(|_| bad())?,
-                        minor: u64::try_from(seq).map_err(|_| bad())?,
-                    }
-                }
-            };
-            Ok(EventPage {
-                events,
-                dropped_through,
-            })
-        })
+        Box::pin(self.event_page(EVENTS, after, limit_))
+    }
+
+    fn events_before(
+        &self,
+        before: FeedPosition,
+        limit_: usize,
+    ) -> BoxFuture<'_, Result<EventPage, StoreError>> {
+        Box::pin(self.event_page(EVENTS_BEFORE, before, limit_))
     }
 
     fn trim_events(

@@ -555,6 +555,48 @@ impl Store for RedisStore {
         })
     }
 
+    /// Read with `XREVRANGE`, then the last id dropped: entries a trim between the two
+    /// drops are dropped from the page (they are at or before the id read).
+    fn events_before(
+        &self,
+        before: FeedPosition,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<EventPage, StoreError>> {
+        Box::pin(async move {
+            let to = if before == FeedPosition::END {
+                "+".to_string()
+            } else {
+                format!("({}-{}", before.major, before.minor)
+            };
+            let mut pipe = redis::pipe();
+            pipe.cmd("XREVRANGE")
+                .arg(self.keys.events())
+                .arg(to)
+                .arg("-")
+                .arg("COUNT")
+                .arg(limit)
+                .cmd("GET")
+                .arg(self.keys.events_dropped());
+            let mut answers = self.pipeline(&pipe).await?.into_iter();
+            let mut next = || {
+                answers
+                    .next()
+                    .unwrap_or(Ok(Value::Nil))
+                    .map_err(|e| classify(&e))
+            };
+            let entries = next()?;
+            let dropped = match next()? {
+                Value::Nil => Value::BulkString(b"0-0".to_vec()),
+                v => v,
+            };
+            let mut page = wire::event_page(Value::Array(vec![dropped, entries]))
+                .map_err(|e| StoreError::Corrupted(format!("change feed: {e}")))?;
+            let dropped = page.dropped_through;
+            page.events.retain(|e| e.position > dropped);
+            Ok(page)
+        })
+    }
+
     /// Stream ids are the server's clock at each write: entries written before `before`
     /// go, oldest first.
     fn trim_events(

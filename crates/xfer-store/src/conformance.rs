@@ -109,6 +109,15 @@ pub async fn run_events<S: Store, F: std::future::Future<Output = S>>(open_store
         "positions increase: {got:?}"
     );
     assert_eq!(all_events(&s, 1).await, got, "paged one at a time");
+    let mut backwards = got.clone();
+    backwards.reverse();
+    for page in [1, 3, 1_000] {
+        assert_eq!(
+            all_events_backwards(&s, page).await,
+            backwards,
+            "read backwards {page} at a time"
+        );
+    }
     let last = got.last().expect("events").position;
     let after = s.events(last, 10).await.expect("events after the last");
     assert_eq!(after.events, [], "nothing after the last");
@@ -131,6 +140,11 @@ pub async fn run_events<S: Store, F: std::future::Future<Output = S>>(open_store
     let kept = s.events(FeedPosition::START, 1_000).await.expect("events");
     assert!(n <= got.len(), "dropped {n} of {}", got.len());
     assert_eq!(kept.events, got[n..], "the events after those dropped");
+    assert_eq!(
+        all_events_backwards(&s, 2).await,
+        backwards[..got.len() - n],
+        "read backwards, only the events kept"
+    );
     if n == 0 {
         assert_eq!(kept.dropped_through, FeedPosition::START);
     } else {
@@ -154,6 +168,24 @@ async fn every_state(s: &dyn Store) {
     }
     refunds_link_once(s).await;
     one_phase_commits_whole_or_inserts(s).await;
+}
+
+/// Every event of `s`, newest first, read `page` at a time.
+async fn all_events_backwards(s: &dyn Store, page: usize) -> Vec<Event> {
+    let mut all: Vec<Event> = Vec::new();
+    loop {
+        let before = all.last().map_or(FeedPosition::END, |e| e.position);
+        let got = s
+            .events_before(before, page)
+            .await
+            .expect("events before")
+            .events;
+        assert!(got.len() <= page, "at most the limit");
+        if got.is_empty() {
+            return all;
+        }
+        all.extend(got);
+    }
 }
 
 /// Every event of `s`, read `page` at a time.

@@ -155,6 +155,19 @@ pub trait Store: Send + Sync {
         Box::pin(async { Err(StoreError::Unsupported("a change feed".into())) })
     }
 
+    /// The change feed read backwards: at most `limit` events strictly before `before`
+    /// (`FeedPosition::END`: from the newest), newest first, under the same promises as
+    /// [`Store::events`] (durable, and none that a later read could place after one
+    /// answered); none at or before what retention dropped. The default: `Unsupported`.
+    fn events_before(
+        &self,
+        before: FeedPosition,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<EventPage, StoreError>> {
+        let _ = (before, limit);
+        Box::pin(async { Err(StoreError::Unsupported("a change feed".into())) })
+    }
+
     /// Retention: drops at most `limit` of the feed's oldest events, a prefix by position,
     /// each made before `before` (by its time, or the store's clock at its write); answers
     /// how many. Readers from a position before the last one dropped are told
@@ -194,6 +207,13 @@ macro_rules! forward_to_inner {
             limit: usize,
         ) -> crate::store::BoxFuture<'_, Result<crate::event::EventPage, crate::store::StoreError>> {
             self.$inner.events(after, limit)
+        }
+        fn events_before(
+            &self,
+            before: crate::event::FeedPosition,
+            limit: usize,
+        ) -> crate::store::BoxFuture<'_, Result<crate::event::EventPage, crate::store::StoreError>> {
+            self.$inner.events_before(before, limit)
         }
         fn trim_events(
             &self,
@@ -308,6 +328,14 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         limit: usize,
     ) -> BoxFuture<'_, Result<EventPage, StoreError>> {
         (**self).events(after, limit)
+    }
+
+    fn events_before(
+        &self,
+        before: FeedPosition,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<EventPage, StoreError>> {
+        (**self).events_before(before, limit)
     }
 
     fn trim_events(

@@ -1242,6 +1242,176 @@ async fn history(ts: &TestServer) {
     );
 }
 
+/// `GET /v1/stats`: the answers counted, the audit's verdict, every shard reachable.
+async fn stats(ts: &TestServer, feed: bool) {
+    let a = ts.get("/v1/stats").await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    let s = &a.body;
+    assert!(s["answered"]["done"].as_u64().unwrap() > 0, "{}", a.text);
+    assert!(
+        s["answered"]["canceled"].as_u64().unwrap() > 0,
+        "{}",
+        a.text
+    );
+    assert!(s["latency_count"].as_u64().unwrap() > 0, "{}", a.text);
+    assert!(
+        s["latency_sum_seconds"].as_f64().unwrap() > 0.0,
+        "{}",
+        a.text
+    );
+    assert_eq!(s["clean"], true, "{}", a.text);
+    assert!(s["audit"]["assets"].as_array().is_some(), "{}", a.text);
+    let shards = s["shards"].as_array().expect("shards");
+    assert_eq!(shards.len(), 4, "{}", a.text);
+    for sh in shards {
+        assert_eq!(sh["reachable"], true, "{sh}");
+        assert!(sh["round_trip_ms"].as_f64().is_some(), "{sh}");
+    }
+    if feed {
+        // ls-7 at least, canceled a moment ago.
+        assert!(s["canceled_last_hour"].as_u64().unwrap() >= 1, "{}", a.text);
+    } else {
+        assert_eq!(s["canceled_last_hour"], Value::Null, "{}", a.text);
+    }
+    let a = ts.get("/v1/stats?audit=false").await;
+    expect_error(&a, 400, "invalid_query", Some("audit"), "stats?audit");
+}
+
+/// Every page of the transfer list from `first` on, following `next_before` (appended as
+/// `before`), each page's ids.
+async fn list_pages(ts: &TestServer, first: &str) -> Vec<Vec<String>> {
+    let mut pages = Vec::new();
+    let mut path = first.to_string();
+    for _ in 0..50 {
+        let page = ts.get(&path).await;
+        assert_eq!(page.status, 200, "{path}: {}", page.text);
+        pages.push(ids(&page.body, "transfers"));
+        match page.body["next_before"].as_str() {
+            Some(next) => path = format!("{first}&before={next}"),
+            None => return pages,
+        }
+    }
+    panic!("{first}: more than 50 pages");
+}
+
+/// `GET /v1/transfers`: newest first, every filter, cursor pages, bad queries by field; on a
+/// store without a change feed, only by account.
+async fn listing(ts: &TestServer, feed: bool) {
+    ts.create_account("ls-a", "USD", json!(0)).await;
+    ts.create_account("ls-b", "USD", json!(0)).await;
+    let mut created = Vec::new();
+    for i in 1..=6 {
+        let to = if i % 3 == 0 { "ls-b" } else { "ls-a" };
+        let body = json!({"id": format!("ls-{i}"),
+            "postings": [posting("bank", to, "USD", json!(i))],
+            "metadata": format!("{{\"order\":\"o-{}\",\"n\":{i}}}", i % 2)});
+        let a = ts.post("/v1/transfers", &body).await;
+        assert_eq!(a.status, 200, "{}", a.text);
+        created.push(a.body["created_at_ms"].as_u64().expect("created_at_ms"));
+        // Apart in time: the list is newest first by when each was accepted.
+        std::thread::sleep(std::time::Duration::from_millis(3));
+    }
+    // ls-a has nothing: canceled.
+    let body = json!({"id": "ls-7", "postings": [posting("ls-b", "ls-a", "USD", json!(100))]});
+    let a = ts.post("/v1/transfers", &body).await;
+    assert_eq!(a.body["state"], "canceled", "{}", a.text);
+    let newest_first: Vec<String> = (1..=7).rev().map(|i| format!("ls-{i}")).collect();
+
+    // By account (its history): on every store.
+    let pages = list_pages(ts, "/v1/transfers?account=ls-b&limit=2").await;
+    assert_eq!(
+        pages,
+        [vec!["ls-7", "ls-6"], vec!["ls-3"]],
+        "ls-b's, 2 a page"
+    );
+    let pages = list_pages(
+        ts,
+        "/v1/transfers?account=ls-a&state=done&metadata=order=o-1",
+    )
+    .await;
+    assert_eq!(pages.concat(), ["ls-5", "ls-1"], "filters over an account");
+
+    if !feed {
+        let a = ts.get("/v1/transfers").await;
+        expect_error(&a, 501, "not_supported", None, "a list without a feed");
+        return;
+    }
+    let pages = list_pages(ts, "/v1/transfers?id_prefix=ls-&limit=3").await;
+    assert!(pages.iter().all(|p| p.len() <= 3), "{pages:?}");
+    assert_eq!(
+        pages.concat(),
+        newest_first,
+        "newest first, 3 a page: {pages:?}"
+    );
+    let page = ts.get("/v1/transfers?limit=1000").await;
+    let all = ids(&page.body, "transfers");
+    let mine: Vec<&String> = all.iter().filter(|id| id.starts_with("ls-")).collect();
+    assert_eq!(mine, newest_first.iter().collect::<Vec<_>>(), "unfiltered");
+    assert_eq!(all[0], "ls-7", "the newest first: {all:?}");
+    for (query, want) in [
+        ("state=canceled", vec!["ls-7"]),
+        ("metadata=order=o-0", vec!["ls-6", "ls-4", "ls-2"]),
+        ("metadata=n=5", vec!["ls-5"]),
+        (
+            "asset=USD&state=done",
+            vec!["ls-6", "ls-5", "ls-4", "ls-3", "ls-2", "ls-1"],
+        ),
+        ("asset=EUR", vec![]),
+    ] {
+        let pages = list_pages(ts, &format!("/v1/transfers?id_prefix=ls-&{query}&limit=2")).await;
+        assert_eq!(pages.concat(), want, "{query}: {pages:?}");
+    }
+    let pages = list_pages(ts, "/v1/transfers?id_prefix=ls-6").await;
+    assert_eq!(pages.concat(), ["ls-6"], "id_prefix=ls-6");
+    let window = format!(
+        "/v1/transfers?created_since_ms={}&created_before_ms={}",
+        created[3], created[5]
+    );
+    assert_eq!(
+        list_pages(ts, &window).await.concat(),
+        ["ls-5", "ls-4"],
+        "{window}"
+    );
+
+    for (query, field) in [
+        ("state=finished", "state"),
+        ("limit=0", "limit"),
+        ("limit=1001", "limit"),
+        ("before=x", "before"),
+        ("before=1", "before"),
+        ("metadata=order", "metadata"),
+        ("metadata==x", "metadata"),
+        ("id_prefix=", "id_prefix"),
+        (
+            "created_since_ms=5&created_before_ms=5",
+            "created_before_ms",
+        ),
+        ("created_since_ms=soon", "created_since_ms"),
+        ("colour=red", "colour"),
+    ] {
+        let a = ts.get(&format!("/v1/transfers?{query}")).await;
+        expect_error(&a, 400, "invalid_query", Some(field), query);
+    }
+    // An id or asset is checked as everywhere else, named by its parameter.
+    for (query, field) in [("account=", "account"), ("asset=", "asset")] {
+        let a = ts.get(&format!("/v1/transfers?{query}")).await;
+        assert_eq!(
+            (a.status, a.body["field"].as_str()),
+            (400, Some(field)),
+            "{query}: {}",
+            a.text
+        );
+    }
+    let a = ts.get("/v1/transfers?account=ls-b&before=0_0").await;
+    expect_error(
+        &a,
+        400,
+        "invalid_query",
+        Some("before"),
+        "a feed cursor by account",
+    );
+}
+
 /// The webhook endpoints' routes (`webhooks.rs` delivers to real receivers).
 async fn webhooks(ts: &TestServer, feed: bool) {
     let a = ts
@@ -1454,6 +1624,8 @@ async fn every_route(backend: Backend) {
     );
     events(&ts, feed).await;
     admin(&ts).await;
+    listing(&ts, feed).await;
+    stats(&ts, feed).await;
     webhooks(&ts, feed).await;
     metrics(&ts).await;
     // Twice: a request is counted once answered, so the second shows the first.

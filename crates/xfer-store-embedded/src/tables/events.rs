@@ -142,6 +142,25 @@ impl EventsTable {
         }
         Ok(out)
     }
+
+    /// At most `limit` events of `shard` before `before`, newest first.
+    pub(super) fn read_before(
+        &self,
+        shard: u16,
+        before: FeedPosition,
+        limit: usize,
+    ) -> Result<Vec<Event>, StoreError> {
+        let mut out = Vec::new();
+        let range = key(shard, FeedPosition::START)..key(shard, before);
+        for item in self.keyspace.range(range).rev() {
+            if out.len() == limit {
+                break;
+            }
+            let (k, v) = item.into_inner().map_err(unavailable("events"))?;
+            out.push(event_of(&k, &v).map_err(|why| corrupted("events", &k, why))?);
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]

@@ -247,6 +247,12 @@ impl MemoryShard {
         self.feed.after(after, limit)
     }
 
+    /// At most `limit` of the events this shard holds in memory before `before`, newest
+    /// first.
+    pub fn events_before(&self, before: FeedPosition, limit: usize) -> Vec<Event> {
+        self.feed.before(before, limit)
+    }
+
     /// Retention on an untracked shard (see [`Store::trim_events`](crate::Store::trim_events));
     /// a tracked one keeps what it has not handed out, its owner trims the rest.
     pub fn trim_events(&mut self, before: Timestamp, limit: usize) -> usize {

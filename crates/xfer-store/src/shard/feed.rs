@@ -127,4 +127,17 @@ impl Feed {
         }
         found
     }
+
+    /// At most `limit` events held here before `before`, newest first.
+    pub(super) fn before(&self, before: FeedPosition, limit: usize) -> Vec<Event> {
+        let mut found = Vec::new();
+        for list in [&self.since[..]]
+            .into_iter()
+            .chain(self.taken.iter().rev().map(|l| &l[..]))
+        {
+            let to = list.partition_point(|e| e.position < before);
+            found.extend(list[..to].iter().rev().take(limit - found.len()).cloned());
+        }
+        found
+    }
 }

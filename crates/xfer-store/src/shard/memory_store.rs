@@ -106,6 +106,19 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(Ok(page)))
     }
 
+    fn events_before(
+        &self,
+        before: crate::event::FeedPosition,
+        limit: usize,
+    ) -> BoxFuture<'_, Result<crate::event::EventPage, StoreError>> {
+        let shard = self.shard();
+        let page = crate::event::EventPage {
+            events: shard.events_before(before, limit),
+            dropped_through: shard.events_dropped_through(),
+        };
+        Box::pin(std::future::ready(Ok(page)))
+    }
+
     fn trim_events(
         &self,
         before: Timestamp,
