@@ -49,6 +49,8 @@ pub struct App {
     pub stopping: tokio::sync::watch::Receiver<bool>,
     /// The overview's shard kinds and last audit.
     pub overview: Overview,
+    /// The console's signed-in browsers.
+    pub sessions: crate::console::session::Sessions,
 }
 
 type Shared = State<Arc<App>>;
@@ -63,6 +65,7 @@ pub fn router(app: Arc<App>) -> Router {
             r.route(route.path, handler(route.method, route.path))
         })
         .route_layer(middleware::from_fn_with_state(app.clone(), guard))
+        .merge(crate::console::router())
         .fallback(|| async {
             ApiError::api(
                 ApiCode::RouteNotFound,

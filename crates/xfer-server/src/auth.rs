@@ -117,6 +117,18 @@ impl Tokens {
         self.0.is_empty()
     }
 
+    /// The widest scope the token `secret` grants (`None`: no such token), compared as
+    /// [`Tokens::check`] compares.
+    pub fn scope_of(&self, secret: &[u8]) -> Option<Scope> {
+        let mut found: Option<&Token> = None;
+        for t in &self.0 {
+            if constant_time_eq(&t.secret, secret) {
+                found = Some(t);
+            }
+        }
+        found.and_then(|t| t.scopes.iter().max().copied())
+    }
+
     /// Checks an `Authorization` header value against `needed`.
     pub fn check(&self, header: Option<&[u8]>, needed: Scope) -> Result<(), ApiError> {
         if self.is_empty() {

@@ -8,6 +8,7 @@
 //! |---|---|
 //! | `server` | start, serve and stop gracefully; what every process runs over the shards |
 //! | `worker` | `xfer worker`: sweeps without an API |
+//! | `console` | the operator console at `/console`: pages over the service, sessions from tokens, CSRF-checked actions |
 //! | `api` | the router built from `routes`, the scope guard, the handlers |
 //! | `openapi` | the OpenAPI document |
 //! | `routes` | every endpoint and the scope it needs |
@@ -31,6 +32,7 @@ pub mod api;
 pub mod auth;
 pub mod config;
 pub mod connections;
+pub mod console;
 pub mod error;
 pub mod feed;
 pub mod listings;

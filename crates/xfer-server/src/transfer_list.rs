@@ -200,7 +200,7 @@ impl Service {
             .map(|t| Timestamp(t.as_ms().saturating_sub(CLOCK_SLACK_MS)));
         let mut found = Vec::new();
         let mut scanned = 0;
-        let mut left_over = false;
+        let mut left_over = vec![false; readers.len()];
         while found.len() < limit && scanned < SCAN_MAX {
             // The next candidates, newest first across shards, each shard's in its order.
             let mut candidates: Vec<(usize, Event)> = Vec::with_capacity(CHUNK);
@@ -256,9 +256,17 @@ impl Service {
                 }
             }
             // What was read and not looked at: the next page starts with it.
-            left_over |= candidates.next().is_some();
+            for (s, _) in candidates {
+                left_over[s] = true;
+            }
         }
-        let more = left_over || readers.iter().any(|r| !r.ended || !r.ahead.is_empty());
+        // A shard with nothing left is at its start: a next page reads nothing there.
+        for (s, r) in readers.iter().enumerate() {
+            if r.ended && r.ahead.is_empty() && !left_over[s] {
+                cursor.0[s] = FeedPosition::START;
+            }
+        }
+        let more = cursor.0.iter().any(|p| *p != FeedPosition::START);
         let next = more.then_some(ListCursor::Feed(cursor));
         Ok(ListPage {
             transfers: found,

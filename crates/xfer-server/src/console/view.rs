@@ -1,0 +1,503 @@
+//! The console's HTML: one function per page, over the layout. Every value is escaped by
+//! maud; the only script is `app.js` (the overview's chart), allowed by the
+//! Content-Security-Policy as `'self'`.
+
+use crate::auth::Scope;
+use crate::stats::Stats;
+use maud::{html, Markup, DOCTYPE};
+use xfer_core::{Account, IntentState, LowerBound, TransferRecord, TransferState};
+
+/// What every page knows of who is looking.
+pub struct Viewer<'a> {
+    /// The session's scope.
+    pub scope: Scope,
+    /// Its CSRF token, for the forms.
+    pub csrf: &'a str,
+    /// The last action's outcome, shown once.
+    pub flash: Option<&'a str>,
+    /// Sign-in is on (tokens configured): show sign out.
+    pub signed_in: bool,
+}
+
+impl Viewer<'_> {
+    fn admin(&self) -> bool {
+        self.scope >= Scope::Admin
+    }
+}
+
+/// A time (ms since the epoch) as a UTC date.
+pub fn when(ms: u64) -> String {
+    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    let f = time::macros::format_description!(
+        "[year]-[month]-[day] [hour]:[minute]:[second].[subsecond digits:3]"
+    );
+    t.format(&f).unwrap_or_default()
+}
+
+/// An amount in minor units, grouped by thousands, with its asset.
+pub fn amount(n: i128, asset: &str) -> String {
+    let digits = n.unsigned_abs().to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    format!("{}{out} {asset}", if n < 0 { "-" } else { "" })
+}
+
+fn bound(b: LowerBound) -> String {
+    match b {
+        LowerBound::Bounded(n) => n.to_string(),
+        LowerBound::Unbounded => "unbounded".into(),
+    }
+}
+
+fn csrf(v: &Viewer<'_>) -> Markup {
+    html! { input type="hidden" name="csrf" value=(v.csrf); }
+}
+
+/// The page around `body`.
+pub fn layout(v: Option<&Viewer<'_>>, title: &str, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · xfer" }
+                link rel="stylesheet" href="/console/assets/style.css";
+            }
+            body {
+                header {
+                    a.brand href="/console" { "xfer" }
+                    @if let Some(v) = v {
+                        nav {
+                            a #nav-overview href="/console" { "Overview" }
+                            a #nav-transfers href="/console/transfers" { "Transfers" }
+                            a #nav-stuck href="/console/stuck" { "Stuck" }
+                            a #nav-canceled href="/console/canceled" { "Canceled" }
+                            a #nav-accounts href="/console/accounts" { "Accounts" }
+                        }
+                        span #whoami { (v.scope.as_str()) }
+                        @if v.signed_in {
+                            form #logout method="post" action="/console/logout" {
+                                (csrf(v))
+                                button type="submit" { "Sign out" }
+                            }
+                        }
+                    }
+                }
+                main {
+                    h1 { (title) }
+                    @if let Some(text) = v.and_then(|v| v.flash) {
+                        p #outcome .outcome { (text) }
+                    }
+                    (body)
+                }
+            }
+        }
+    }
+}
+
+/// The sign-in form, with why the last try failed.
+pub fn login(error: Option<&str>) -> Markup {
+    layout(
+        None,
+        "Sign in",
+        html! {
+            @if let Some(e) = error { p #error .error { (e) } }
+            form #login method="post" action="/console/login" {
+                label { "Token " input type="password" name="token" autocomplete="off" required; }
+                button type="submit" { "Sign in" }
+            }
+            p .hint { "Sign in with an API token: a read token sees, an admin token can act." }
+        },
+    )
+}
+
+/// An error page's body: the code and message, as the API would answer them.
+pub fn error(code: &str, message: &str) -> Markup {
+    html! { p #error .error { strong { (code) } ": " (message) } }
+}
+
+/// The overview.
+pub fn overview(s: &Stats) -> Markup {
+    html! {
+        section .cards {
+            div .card { span .label { "Transfers/s" } span #rate .big { "…" } }
+            div .card { span .label { "Mean latency" } span #latency .big { "…" } }
+            div .card { span .label { "In flight" } span #in-flight .big { (s.in_flight) } }
+            div .card { span .label { "Stuck" } a href="/console/stuck" { span #stuck-count .big { (s.stuck) } } }
+            div .card {
+                span .label { "Canceled, last hour" }
+                a href="/console/canceled" {
+                    span #canceled-hour .big {
+                        @match s.canceled_last_hour { Some(n) => (n), None => "n/a" }
+                    }
+                }
+            }
+            div .card {
+                span .label { "Audit" }
+                span #audit .big .(if s.clean { "ok" } else { "bad" }) {
+                    @if s.clean { "clean" } @else { "LEAKS: " (s.audit.leaks.len()) }
+                }
+            }
+        }
+        // The chart's points come from /console/stats.json every 2 s (app.js).
+        figure {
+            svg #rate-chart viewBox="0 0 600 120" preserveAspectRatio="none" role="img" aria-label="transfers per second" {
+                polyline #rate-line points="" {}
+            }
+            figcaption { "Transfers answered per second, the last two minutes" }
+        }
+        h2 { "Totals per asset" }
+        table #assets {
+            thead { tr { th { "Asset" } th { "Accounts" } th { "Sum of balances" } th { "Reserved" } th { "Incoming" } } }
+            tbody {
+                @for a in &s.audit.assets {
+                    tr {
+                        td { (a.asset) }
+                        td .num { (a.accounts) }
+                        td .num { (amount(a.balance, &a.asset)) }
+                        td .num { (amount(a.reserved, &a.asset)) }
+                        td .num { (amount(a.incoming, &a.asset)) }
+                    }
+                }
+            }
+        }
+        @if !s.audit.in_flight.is_empty() {
+            p { "In flight on the stores: "
+                @for (state, n) in &s.audit.in_flight { span .pill { (state) " " (n) } " " } }
+        }
+        h2 { "Shards" }
+        table #shards {
+            thead { tr { th { "Shard" } th { "Store" } th { "Reachable" } th { "Round trip" } } }
+            tbody {
+                @for sh in &s.shards {
+                    tr {
+                        td { (sh.shard) }
+                        td { (sh.store) }
+                        td .reachable .(if sh.reachable { "ok" } else { "bad" }) {
+                            @if sh.reachable { "yes" } @else { "no" }
+                        }
+                        td {
+                            @match (&sh.round_trip_ms, &sh.error) {
+                                (Some(ms), _) => (format!("{ms:.2} ms")),
+                                (None, Some(e)) => (e),
+                                _ => "",
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        script src="/console/assets/app.js" {}
+    }
+}
+
+fn state_class(s: TransferState) -> &'static str {
+    match s {
+        TransferState::Done => "ok",
+        TransferState::Canceled | TransferState::Canceling => "bad",
+        _ => "warn",
+    }
+}
+
+fn postings_summary(r: &TransferRecord) -> Markup {
+    html! {
+        @for p in r.spec.postings.iter() {
+            div { (p.from.as_str()) " → " (p.to.as_str()) " " (amount(i128::from(p.amount.units()), p.asset.as_str())) }
+        }
+    }
+}
+
+/// A table of transfers, each row linking to its page.
+pub fn transfer_rows(
+    id: &str,
+    rows: &[TransferRecord],
+    extra: &dyn Fn(&TransferRecord) -> Markup,
+) -> Markup {
+    html! {
+        div .scroll {
+            table id=(id) {
+                thead { tr { th { "Id" } th { "State" } th { "Postings" } th { "Accepted (UTC)" } th {} } }
+                tbody {
+                    @for r in rows {
+                        tr .transfer data-id=(r.spec.id.as_str()) {
+                            td { a .transfer-link href=(format!("/console/transfers/{}", r.spec.id.as_str())) { (r.spec.id.as_str()) } }
+                            td .state .(state_class(r.state)) { (r.state.to_string()) }
+                            td { (postings_summary(r)) }
+                            td { (when(r.created_at.as_ms())) }
+                            td { (extra(r)) }
+                        }
+                    }
+                }
+            }
+        }
+        @if rows.is_empty() { p .empty { "None." } }
+    }
+}
+
+/// The transfers page's filters, as given back to the form.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListForm {
+    /// See `TransferFilter`.
+    pub state: Option<String>,
+    /// See `TransferFilter`.
+    pub account: Option<String>,
+    /// See `TransferFilter`.
+    pub asset: Option<String>,
+    /// See `TransferFilter`.
+    pub id_prefix: Option<String>,
+    /// `key=value`.
+    pub metadata: Option<String>,
+    /// `datetime-local`, UTC.
+    pub since: Option<String>,
+    /// `datetime-local`, UTC.
+    pub until: Option<String>,
+    /// Page size.
+    pub limit: Option<String>,
+    /// The cursor.
+    pub before: Option<String>,
+}
+
+/// The transfers page.
+pub fn transfers(
+    form: &ListForm,
+    rows: &[TransferRecord],
+    next: Option<String>,
+    error: Option<Markup>,
+) -> Markup {
+    let val = |o: &Option<String>| o.clone().unwrap_or_default();
+    let states = [
+        "",
+        "initial",
+        "pending",
+        "held",
+        "applied",
+        "canceling",
+        "done",
+        "canceled",
+    ];
+    html! {
+        form #filter .filters method="get" action="/console/transfers" {
+            label { "State " select name="state" {
+                @for s in states {
+                    option value=(s) selected[form.state.as_deref().unwrap_or("") == s] { (if s.is_empty() { "any" } else { s }) }
+                }
+            } }
+            label { "Account " input name="account" value=(val(&form.account)); }
+            label { "Asset " input name="asset" value=(val(&form.asset)) size="8"; }
+            label { "Id prefix " input name="id_prefix" value=(val(&form.id_prefix)); }
+            label { "Metadata " input name="metadata" placeholder="key=value" value=(val(&form.metadata)); }
+            label { "Since (UTC) " input type="datetime-local" step="1" name="since" value=(val(&form.since)); }
+            label { "Until (UTC) " input type="datetime-local" step="1" name="until" value=(val(&form.until)); }
+            label { "Per page " input type="number" name="limit" min="1" max="1000" value=(form.limit.clone().unwrap_or_else(|| "50".into())) size="5"; }
+            button type="submit" { "Filter" }
+        }
+        @if let Some(e) = error { (e) }
+        (transfer_rows("transfers", rows, &|_| html! {}))
+        @if let Some(next) = next {
+            a #next-page .button href=(next) { "Older →" }
+        }
+    }
+}
+
+/// One transfer: postings, state, timeline, each account's intent, and the actions an
+/// admin may take.
+pub fn transfer(
+    v: &Viewer<'_>,
+    r: &TransferRecord,
+    intents: &[(String, Option<IntentState>)],
+    refund_id: &str,
+) -> Markup {
+    let id = r.spec.id.as_str();
+    let action = |what: &str| format!("/console/transfers/{id}/{what}");
+    html! {
+        dl .facts {
+            dt { "Id" } dd #transfer-id { (id) }
+            dt { "State" } dd #state .(state_class(r.state)) { (r.state.to_string()) }
+            dt { "Kind" } dd { (if matches!(r.spec.kind, xfer_core::TransferKind::Hold { .. }) { "hold" } else { "transfer" }) }
+            @if let Some(reason) = &r.reason { dt { "Reason" } dd #reason { (reason.to_string()) } }
+            @if let Some(of) = &r.spec.refund_of {
+                dt { "Refund of" } dd { a href=(format!("/console/transfers/{}", of.as_str())) { (of.as_str()) } }
+            }
+            @if let Some(by) = &r.refunded_by {
+                dt { "Refunded by" } dd #refunded-by { a href=(format!("/console/transfers/{}", by.as_str())) { (by.as_str()) } }
+            }
+            dt { "Accepted (UTC)" } dd { (when(r.created_at.as_ms())) }
+            dt { "Last change (UTC)" } dd { (when(r.updated_at.as_ms())) }
+            dt { "Deadline (UTC)" } dd { (when(r.deadline.as_ms())) }
+            @if let Some(h) = r.hold_expires_at { dt { "Hold expires (UTC)" } dd { (when(h.as_ms())) } }
+            dt { "Owner" } dd { (r.owner.as_ref().map_or("none".to_string(), |o| o.to_string())) " · epoch " (r.epoch) }
+            dt { "Metadata" } dd { code { (r.spec.metadata) } }
+        }
+        h2 { "Postings" }
+        div .scroll { table #postings {
+            thead { tr { th { "From" } th { "To" } th { "Amount" } } }
+            tbody { @for p in r.spec.postings.iter() {
+                tr {
+                    td { a href=(format!("/console/accounts/{}", p.from.as_str())) { (p.from.as_str()) } }
+                    td { a href=(format!("/console/accounts/{}", p.to.as_str())) { (p.to.as_str()) } }
+                    td .num { (amount(i128::from(p.amount.units()), p.asset.as_str())) }
+                }
+            } }
+        } }
+        h2 { "Timeline" }
+        ol #timeline {
+            @for step in super::timeline(r) {
+                li data-state=(step.state) {
+                    span .when { (when(step.at)) } " "
+                    strong { (step.state) }
+                    @if let Some(by) = &step.by { " by " (by) }
+                    @if let Some(note) = &step.note { " · " (note) }
+                }
+            }
+        }
+        h2 { "Intents" }
+        div .scroll { table #intents {
+            thead { tr { th { "Account" } th { "Intent" } } }
+            tbody { @for (account, state) in intents {
+                tr { td { (account) } td .intent { (match state {
+                    Some(IntentState::Open) => "open",
+                    Some(IntentState::Posted) => "posted",
+                    Some(IntentState::Released) => "released",
+                    None => "none",
+                }) } }
+            } }
+        } }
+        @if v.admin() {
+            h2 { "Actions" }
+            div .actions {
+                @if !r.state.is_terminal() {
+                    form #redrive method="post" action=(action("redrive")) {
+                        (csrf(v)) button type="submit" { "Re-drive" }
+                    }
+                }
+                @if r.state == TransferState::Held {
+                    form #capture method="post" action=(action("capture")) {
+                        (csrf(v)) button type="submit" { "Capture" }
+                    }
+                    form #void method="post" action=(action("void")) {
+                        (csrf(v)) button type="submit" .danger { "Void" }
+                    }
+                }
+                @if r.state == TransferState::Done && r.refunded_by.is_none() && r.spec.refund_of.is_none() {
+                    form #refund method="post" action=(action("refund")) {
+                        (csrf(v))
+                        input type="hidden" name="refund_id" value=(refund_id);
+                        label { input type="checkbox" name="confirm" value="yes" required; " Refund every posting of " (id) " in full" }
+                        button type="submit" .danger { "Refund" }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The stuck transfers, each with why and (admin) a re-drive.
+pub fn stuck(v: &Viewer<'_>, rows: &[(TransferRecord, String)]) -> Markup {
+    let records: Vec<TransferRecord> = rows.iter().map(|(r, _)| r.clone()).collect();
+    let why = |r: &TransferRecord| {
+        rows.iter()
+            .find(|(x, _)| x.spec.id == r.spec.id)
+            .map(|(_, w)| w.clone())
+            .unwrap_or_default()
+    };
+    html! {
+        p .hint { "Unfinished past their lease or hold: the sweeper finishes them on its next pass; re-drive one now." }
+        (transfer_rows("stuck", &records, &|r| html! {
+            span .why { (why(r)) }
+            @if v.admin() {
+                form .redrive method="post" action=(format!("/console/transfers/{}/redrive", r.spec.id.as_str())) {
+                    (csrf(v)) button type="submit" { "Re-drive" }
+                }
+            }
+        }))
+    }
+}
+
+/// The canceled transfers with their reasons.
+pub fn canceled(rows: &[TransferRecord], next: Option<String>) -> Markup {
+    html! {
+        (transfer_rows("canceled", rows, &|r| html! {
+            span .reason { (r.reason.as_ref().map(|x| x.to_string()).unwrap_or_default()) }
+        }))
+        @if let Some(next) = next { a #next-page .button href=(next) { "More →" } }
+    }
+}
+
+/// The accounts page: a search by id prefix and a page of accounts.
+pub fn accounts(prefix: &str, rows: &[Account], next: Option<String>) -> Markup {
+    html! {
+        form #account-search .filters method="get" action="/console/accounts" {
+            label { "Id starts with " input name="prefix" value=(prefix); }
+            button type="submit" { "Search" }
+        }
+        div .scroll { table #accounts {
+            thead { tr { th { "Id" } th { "Asset" } th { "Balance" } th { "Available" } th { "Status" } } }
+            tbody { @for a in rows {
+                tr .account data-id=(a.id.as_str()) {
+                    td { a .account-link href=(format!("/console/accounts/{}", a.id.as_str())) { (a.id.as_str()) } }
+                    td { (a.asset.as_str()) }
+                    td .num { (amount(i128::from(a.balance), a.asset.as_str())) }
+                    td .num { (amount(a.available(), a.asset.as_str())) }
+                    td { (format!("{:?}", a.status).to_lowercase()) }
+                }
+            } }
+        } }
+        @if rows.is_empty() { p .empty { "None." } }
+        @if let Some(next) = next { a #next-page .button href=(next) { "More →" } }
+    }
+}
+
+/// One account: balances, open intents, history, and (admin) close and the lower bound.
+pub fn account(
+    v: &Viewer<'_>,
+    a: &Account,
+    history: &[TransferRecord],
+    next: Option<String>,
+) -> Markup {
+    let asset = a.asset.as_str();
+    let id = a.id.as_str();
+    html! {
+        dl #balances .facts {
+            dt { "Asset" } dd { (asset) }
+            dt { "Status" } dd #account-status { (format!("{:?}", a.status).to_lowercase()) }
+            dt { "Posted" } dd .num { (amount(i128::from(a.balance), asset)) }
+            dt { "Reserved" } dd .num { (amount(i128::from(a.reserved), asset)) }
+            dt { "Incoming" } dd .num { (amount(i128::from(a.incoming), asset)) }
+            dt { "Available" } dd .num #available { (amount(a.available(), asset)) }
+            dt { "Lower bound" } dd #lower-bound-value { (bound(a.lower_bound)) }
+        }
+        h2 { "Open intents" }
+        ul #open-intents {
+            @for (t, i) in a.intents.iter().filter(|(_, i)| i.state == IntentState::Open) {
+                li { a href=(format!("/console/transfers/{}", t.as_str())) { (t.as_str()) }
+                     " debit " (amount(i128::from(i.debit), asset)) ", credit " (amount(i128::from(i.credit), asset)) }
+            }
+        }
+        h2 { "History, newest first" }
+        (transfer_rows("history", history, &|_| html! {}))
+        @if let Some(next) = next { a #next-page .button href=(next) { "Older →" } }
+        @if v.admin() {
+            h2 { "Actions" }
+            div .actions {
+                form #lower-bound method="post" action=(format!("/console/accounts/{id}/lower_bound")) {
+                    (csrf(v))
+                    label { "Lower bound " input name="lower_bound" value=(bound(a.lower_bound)) size="12"; }
+                    button type="submit" { "Change" }
+                }
+                form #close method="post" action=(format!("/console/accounts/{id}/close")) {
+                    (csrf(v))
+                    label { input type="checkbox" name="confirm" value="yes" required; " Close " (id) }
+                    button type="submit" .danger { "Close" }
+                }
+            }
+        }
+    }
+}
