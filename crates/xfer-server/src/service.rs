@@ -444,8 +444,18 @@ pub(crate) fn over_one_store(
     store: Arc<dyn xfer_store::Store>,
     clock: Arc<dyn xfer_core::Clock>,
 ) -> Service {
+    over_stores(vec![store], clock)
+}
+
+/// A service over `stores`, one shard each, accounts placed by hash (tests).
+#[cfg(test)]
+pub(crate) fn over_stores(
+    stores: Vec<Arc<dyn xfer_store::Store>>,
+    clock: Arc<dyn xfer_core::Clock>,
+) -> Service {
     use xfer_engine::{Config, Retry, RetryPolicy, Router, SweepConfig, TokioSleeper};
-    let cluster = Arc::new(Cluster::new(vec![store], Router::hash(1)));
+    let n = stores.len();
+    let cluster = Arc::new(Cluster::new(stores, Router::hash(n)));
     let executor = |name: &str| {
         let retry = Retry::new(RetryPolicy::default(), Arc::new(TokioSleeper));
         let owner = xfer_core::OwnerId::new(name).unwrap();

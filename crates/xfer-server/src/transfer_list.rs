@@ -315,6 +315,110 @@ impl Service {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use xfer_core::{Amount, LowerBound, ManualClock, Posting, TransferKind, TransferSpec};
+    use xfer_store::{AccountOp, MemoryStore, Op, Store};
+
+    /// Every page from the newest on, `limit` at a time: the ids, and how many pages.
+    async fn pages(svc: &Service, filter: &TransferFilter, limit: usize) -> (Vec<String>, usize) {
+        let mut from = ListCursor::newest(filter, svc.cluster().shards().len());
+        let (mut ids, mut n) = (Vec::new(), 0);
+        loop {
+            let page = match svc.list_transfers(filter, from, limit).await {
+                Ok(p) => p,
+                Err(_) => panic!("list"),
+            };
+            assert!(page.transfers.len() <= limit);
+            ids.extend(
+                page.transfers
+                    .iter()
+                    .map(|r| r.spec.id.as_str().to_string()),
+            );
+            n += 1;
+            match page.next {
+                Some(next) => from = next,
+                None => return (ids, n),
+            }
+        }
+    }
+
+    /// Three shards, each with more accepted transfers than one read of its feed: every
+    /// page is newest first across shards, every transfer once, whatever the page size and
+    /// filter.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pages_merge_the_shards_newest_first_and_list_each_transfer_once() {
+        let clock = Arc::new(ManualClock::at(Timestamp(1_000_000)));
+        let stores: Vec<Arc<dyn Store>> = (0..3)
+            .map(|_| Arc::new(MemoryStore::new(clock.clone())) as Arc<dyn Store>)
+            .collect();
+        let svc = crate::service::over_stores(stores, clock.clone());
+        let usd = AssetCode::new("USD", "asset").unwrap();
+        let accounts: Vec<AccountId> = (0..6)
+            .map(|i| AccountId::new(&format!("acc-{i}")).unwrap())
+            .collect();
+        for a in &accounts {
+            let create = AccountOp::Create {
+                asset: usd.clone(),
+                lower_bound: LowerBound::Unbounded,
+            };
+            svc.executor()
+                .execute_op(Op::Account(a.clone(), create))
+                .await
+                .unwrap();
+        }
+        let n = 1_000;
+        for i in 0..n {
+            let spec = TransferSpec {
+                id: TransferId::new(&format!("t-{i:04}")).unwrap(),
+                postings: vec![Posting {
+                    from: accounts[i % 6].clone(),
+                    to: accounts[(i + 1 + (i / 6) % 5) % 6].clone(),
+                    asset: usd.clone(),
+                    amount: Amount::new(1, "amount").unwrap(),
+                }]
+                .into(),
+                metadata: format!("{{\"odd\":{}}}", i % 2 == 1),
+                kind: TransferKind::Transfer,
+                refund_of: None,
+                timeout_ms: 60_000,
+            };
+            let answer = svc.submit(vec![spec], true).await;
+            assert!(answer[0].is_ok(), "{:?}", answer[0].as_ref().err());
+            clock.advance_ms(1);
+        }
+        let newest_first: Vec<String> = (0..n).rev().map(|i| format!("t-{i:04}")).collect();
+        for limit in [1_000, 333, 7] {
+            let (ids, count) = pages(&svc, &TransferFilter::default(), limit).await;
+            assert_eq!(ids, newest_first, "limit {limit}");
+            assert_eq!(count, n.div_ceil(limit), "limit {limit}: pages");
+        }
+        let odd = TransferFilter {
+            metadata: Some(("odd".into(), "true".into())),
+            ..TransferFilter::default()
+        };
+        let (ids, _) = pages(&svc, &odd, 50).await;
+        let want: Vec<String> = newest_first
+            .iter()
+            .filter(|id| id[2..].parse::<usize>().unwrap() % 2 == 1)
+            .cloned()
+            .collect();
+        assert_eq!(ids, want, "the odd ones");
+        let window = TransferFilter {
+            created_since: Some(Timestamp(1_000_000 + 100)),
+            created_before: Some(Timestamp(1_000_000 + 110)),
+            ..TransferFilter::default()
+        };
+        let (ids, _) = pages(&svc, &window, 3).await;
+        let want: Vec<String> = (100..110).rev().map(|i| format!("t-{i:04}")).collect();
+        assert_eq!(ids, want, "a window of creation times");
+        let rare = TransferFilter {
+            id_prefix: Some("t-000".into()),
+            ..TransferFilter::default()
+        };
+        let (ids, _) = pages(&svc, &rare, 4).await;
+        let want: Vec<String> = (0..10).rev().map(|i| format!("t-{i:04}")).collect();
+        assert_eq!(ids, want, "a prefix far back");
+    }
 
     #[test]
     fn metadata_matches_a_key_of_a_json_object_only() {
