@@ -212,6 +212,37 @@ pub enum Command {
         #[arg(long)]
         state: Option<String>,
     },
+    /// Transfers newest first, filtered (back to the change feed's retention; by --account
+    /// on every store).
+    Transfers {
+        /// Only transfers now in this state (done, canceled, held, …).
+        #[arg(long)]
+        state: Option<String>,
+        /// Only transfers with a posting from or to this account.
+        #[arg(long)]
+        account: Option<String>,
+        /// Only transfers with a posting of this asset.
+        #[arg(long)]
+        asset: Option<String>,
+        /// Only transfers whose id starts with this.
+        #[arg(long)]
+        id_prefix: Option<String>,
+        /// Only transfers whose metadata (a JSON object) has key=value.
+        #[arg(long)]
+        metadata: Option<String>,
+        /// Only transfers accepted at or after this time (ms since the epoch).
+        #[arg(long)]
+        created_since_ms: Option<u64>,
+        /// Only transfers accepted before this time (ms since the epoch).
+        #[arg(long)]
+        created_before_ms: Option<u64>,
+        /// Continue from this cursor (the `next_before` of the previous page).
+        #[arg(long)]
+        before: Option<String>,
+        /// Page size.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
     /// Totals per asset, transfers in flight, leaks (admin). Exits 3 if not clean.
     Audit {
         /// Also compute every balance again from zero out of the transfer records and name
@@ -494,6 +525,47 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
             } else {
                 transfers_table(page["transfers"].as_array().map_or(&[], |v| v));
                 if let Some(next) = page["next_before"].as_u64() {
+                    println!("more: --before {next}");
+                }
+            }
+        }
+        Command::Transfers {
+            state,
+            account,
+            asset,
+            id_prefix,
+            metadata,
+            created_since_ms,
+            created_before_ms,
+            before,
+            limit,
+        } => {
+            let mut query: Vec<(&str, String)> = vec![("limit", limit.to_string())];
+            let given = [
+                ("state", state),
+                ("account", account),
+                ("asset", asset),
+                ("id_prefix", id_prefix),
+                ("metadata", metadata),
+                ("created_since_ms", created_since_ms.map(|n| n.to_string())),
+                (
+                    "created_before_ms",
+                    created_before_ms.map(|n| n.to_string()),
+                ),
+                ("before", before),
+            ];
+            query.extend(given.into_iter().filter_map(|(k, v)| Some((k, v?))));
+            let query: Vec<String> = query
+                .iter()
+                .map(|(k, v)| format!("{k}={}", segment(v)))
+                .collect();
+            let query = query.join("&");
+            let page = client.get(&format!("/v1/transfers?{query}")).await?.ok()?;
+            if json_out {
+                print_json(&page);
+            } else {
+                transfers_table(page["transfers"].as_array().map_or(&[], |v| v));
+                if let Some(next) = page["next_before"].as_str() {
                     println!("more: --before {next}");
                 }
             }
