@@ -12,6 +12,7 @@
 //! re-drive, which only moves the lease) keeps none. The step's time is the record's
 //! `updated_at` after the write, the writer's clock (`created_at` when accepted).
 
+use xfer_core::mutant::{self, Mutant};
 use xfer_core::{Step, Timeline, Timestamp, TransferId, TransferRecord, TransferState};
 
 /// What [`step_of`] compares of a record before a step: its state, epoch and refund link.
@@ -29,7 +30,13 @@ pub fn step_of(before: Option<Before<'_>>, after: &TransferRecord) -> Option<Ste
     let Some((state, epoch, refunded_by)) = before else {
         return Some(after.step_at(after.created_at));
     };
-    if state != after.state || epoch != after.epoch {
+    if state != after.state {
+        return Some(after.step_at(after.updated_at));
+    }
+    if epoch != after.epoch {
+        if mutant::is(Mutant::TimelineSkipsTakeover) {
+            return None;
+        }
         return Some(after.step_at(after.updated_at));
     }
     if after.refunded_by.is_some() && after.refunded_by.as_ref() != refunded_by {
