@@ -10,6 +10,7 @@
 //! - [`hash`]: [`FastMap`], [`FastSet`], [`FastState`]: the hasher of maps keyed by ids.
 //! - [`transfer`]: [`TransferSpec`] (what the client asks), [`TransferRecord`] (what the log
 //!   keeps), [`TransferState`] and its allowed transitions, and the per-account [`Leg`]s.
+//! - [`timeline`]: [`Timeline`], the bounded list of [`Step`]s a transfer record keeps.
 //! - [`rng`]: [`Rng`], the deterministic generator the simulator and fault injection use.
 //! - [`mutant`]: known-bad protocol variants, compiled only with the `mutants` feature.
 
@@ -22,6 +23,7 @@ pub mod mutant;
 pub mod rejection;
 pub mod rng;
 pub mod time;
+pub mod timeline;
 pub mod transfer;
 
 pub use account::{Account, AccountStatus, Intent, IntentState, LowerBound};
@@ -33,6 +35,7 @@ pub use mutant::Mutant;
 pub use rejection::{Code, Rejection};
 pub use rng::Rng;
 pub use time::{Clock, ManualClock, SystemClock, Timestamp};
+pub use timeline::{Step, Timeline, TIMELINE_STEPS_MAX};
 pub use transfer::Posting;
 pub use transfer::{
     CancelReason, Leg, Legs, Postings, TransferKind, TransferRecord, TransferSpec, TransferState,

@@ -42,11 +42,14 @@ pub enum Mutant {
     OnePhaseIgnoresRecord,
     /// A record written done (a one-phase commit) makes only its `accepted` event.
     OnePhaseSkipsDoneEvent,
+    /// A take-over (a claim or settle that keeps the state, new owner and epoch) adds no
+    /// step to the record's timeline.
+    TimelineSkipsTakeover,
 }
 
 impl Mutant {
     /// Every mutant, in a stable order.
-    pub const ALL: [Mutant; 18] = [
+    pub const ALL: [Mutant; 19] = [
         Mutant::CreditAtPrepare,
         Mutant::DebitWithoutBalanceCheck,
         Mutant::DoublePost,
@@ -65,6 +68,7 @@ impl Mutant {
         Mutant::ReportUndurableDecision,
         Mutant::OnePhaseIgnoresRecord,
         Mutant::OnePhaseSkipsDoneEvent,
+        Mutant::TimelineSkipsTakeover,
     ];
 
     /// Its command-line name.
@@ -88,6 +92,7 @@ impl Mutant {
             Mutant::ReportUndurableDecision => "report-undurable-decision",
             Mutant::OnePhaseIgnoresRecord => "one-phase-ignores-record",
             Mutant::OnePhaseSkipsDoneEvent => "one-phase-skips-done-event",
+            Mutant::TimelineSkipsTakeover => "timeline-skips-takeover",
         }
     }
 
@@ -113,6 +118,7 @@ impl Mutant {
             Mutant::ReportUndurableDecision => "a decision reported before it is durable",
             Mutant::OnePhaseIgnoresRecord => "a repeated one-phase commit moves the amounts again",
             Mutant::OnePhaseSkipsDoneEvent => "a one-phase commit makes no `done` event",
+            Mutant::TimelineSkipsTakeover => "a take-over adds no timeline step",
             Mutant::DuplicateAnswersStaleState => {
                 "a duplicate submission is told the stored state as final"
             }

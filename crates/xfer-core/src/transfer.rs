@@ -13,6 +13,7 @@ use crate::amount::{Amount, AssetCode, AMOUNT_MAX};
 use crate::id::{AccountId, OwnerId, TransferId};
 use crate::rejection::{Code, Rejection};
 use crate::time::Timestamp;
+use crate::timeline::{Step, Timeline};
 use std::fmt;
 use std::sync::Arc;
 
@@ -334,7 +335,7 @@ pub struct TransferRecord {
     pub state: TransferState,
     /// When it was accepted (the acceptor's clock).
     pub created_at: Timestamp,
-    /// Last state or owner change (the writer's clock).
+    /// Last state, owner or refund link change (the writer's clock).
     pub updated_at: Timestamp,
     /// Stores refuse its prepares from this instant on (their own clocks).
     pub deadline: Timestamp,
@@ -350,6 +351,14 @@ pub struct TransferRecord {
     pub reason: Option<CancelReason>,
     /// For a `done` transfer: the refund that reverses it.
     pub refunded_by: Option<TransferId>,
+    /// The states it passed through (`timeline.rs`): its first step and its latest, at most
+    /// 16; older steps in the middle are dropped. Written by the store in the step that
+    /// changes the record (`xfer_store::timeline::step_of`). Not part of this type's serde
+    /// encoding, which the embedded store's log keeps as it was: an inserted record's
+    /// timeline is its first step, made again from the record; the embedded store's tables
+    /// write it after the record.
+    #[serde(skip)]
+    pub timeline: Timeline,
 }
 
 impl TransferRecord {
@@ -373,6 +382,31 @@ impl TransferRecord {
             epoch: 0,
             reason: None,
             refunded_by: None,
+            timeline: Timeline::default(),
+        }
+        .accepted()
+    }
+
+    /// The record with its timeline its first step: accepted as it is, at `created_at`.
+    pub fn accepted(mut self) -> TransferRecord {
+        self.timeline = Timeline::of(vec![self.step_at(self.created_at)]);
+        self
+    }
+
+    /// The timeline step of this record as it is, written at `at` (the cancel reason only
+    /// on a step to `canceling` or `canceled`; no refund).
+    pub fn step_at(&self, at: Timestamp) -> Step {
+        let canceled = matches!(
+            self.state,
+            TransferState::Canceling | TransferState::Canceled
+        );
+        Step {
+            at,
+            state: self.state,
+            owner: self.owner.clone(),
+            epoch: self.epoch,
+            reason: if canceled { self.reason.clone() } else { None },
+            refund: None,
         }
     }
 
@@ -394,6 +428,7 @@ impl TransferRecord {
             epoch: 1,
             ..TransferRecord::accept(spec, now, 0)
         }
+        .accepted()
     }
 
     /// The transfer's id.

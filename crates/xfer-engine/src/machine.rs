@@ -525,7 +525,7 @@ impl Machine {
                 now,
             ),
             TransferState::Pending => match refund_of {
-                Some(original) => self.link(original, None),
+                Some(original) => self.link(original, None, now),
                 None => self.prepare_all(),
             },
             TransferState::Applied if past_deadline && mutant::is(Mutant::CancelAfterApplied) => {
@@ -543,7 +543,7 @@ impl Machine {
         }
     }
 
-    fn link(&mut self, original: TransferId, replacing: Option<TransferId>) {
+    fn link(&mut self, original: TransferId, replacing: Option<TransferId>, now: Timestamp) {
         let postings = self
             .seen
             .as_ref()
@@ -555,6 +555,7 @@ impl Machine {
             refund: self.id.clone(),
             replacing: replacing.clone(),
             postings,
+            now,
         };
         self.enter(Phase::Linking { replacing });
         self.request(Op::Transfer(original, op));
@@ -745,7 +746,7 @@ impl Machine {
                     self.request(op);
                 }
                 // Unlinked since, or linked to us: try again.
-                _ => self.link(self.original(), None),
+                _ => self.link(self.original(), None, now),
             },
             _ => self.cancel_refund(Code::OriginalAlreadyRefunded, now),
         }
@@ -755,7 +756,7 @@ impl Machine {
         match reply {
             // A canceled refund can never post: its link may be taken over.
             Reply::Unchanged(r) if r.state == TransferState::Canceled => {
-                self.link(self.original(), Some(rival))
+                self.link(self.original(), Some(rival), now)
             }
             _ => self.cancel_refund(Code::OriginalAlreadyRefunded, now),
         }

@@ -489,6 +489,17 @@ fn schemas() -> Value {
                   "description": "null: every type"},
         "description": {"type": ["string", "null"]},
         "created_at_ms": {"type": "integer"}}});
+    // Apart: one `json!` of every schema would pass the macro's recursion limit.
+    let timeline = json!({"type": "array", "maxItems": 16,
+        "description": "every state it passed through, oldest first, each as one write left its record: the first step (accepted) and the latest, at most 16; older steps in the middle are dropped",
+        "items": {"type": "object", "required": ["at_ms", "state", "owner", "epoch"], "properties": {
+            "at_ms": {"type": "integer", "description": "when, on the writer's clock"},
+            "state": {"enum": ["initial", "pending", "applied", "held", "canceling", "done", "canceled"]},
+            "owner": {"type": ["string", "null"], "description": "the executor that owns it after the step"},
+            "epoch": {"type": "integer"},
+            "reason": {"type": "object", "description": "on a step to canceling or canceled: why", "properties": {
+                "code": {"type": "string"}, "account": {"type": "string"}, "message": {"type": "string"}}},
+            "refund_id": {"type": "string", "description": "on a refund link: the refund"}}}});
     json!({
         "Error": {"type": "object", "required": ["code", "message"], "properties": {
             "code": {"type": "string", "description": "stable snake_case code"},
@@ -570,7 +581,8 @@ fn schemas() -> Value {
             "reason": {"type": ["object", "null"], "properties": {
                 "code": {"type": "string"}, "account": {"type": "string"}, "message": {"type": "string"}}},
             "created_at_ms": {"type": "integer"}, "updated_at_ms": {"type": "integer"},
-            "deadline_ms": {"type": "integer"}, "hold_expires_at_ms": {"type": ["integer", "null"]}}}
+            "deadline_ms": {"type": "integer"}, "hold_expires_at_ms": {"type": ["integer", "null"]},
+            "timeline": timeline}}
     })
 }
 

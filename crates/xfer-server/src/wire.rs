@@ -296,6 +296,29 @@ pub struct TransferOut {
     pub deadline_ms: u64,
     /// For a hold: when it expires uncaptured.
     pub hold_expires_at_ms: Option<u64>,
+    /// Every state it passed through, oldest first: its first step (accepted) and its
+    /// latest, at most 16 (older steps in the middle are dropped).
+    #[serde(default)]
+    pub timeline: Vec<StepOut>,
+}
+
+/// One step of a transfer's timeline: its record as one write left it.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub struct StepOut {
+    /// When, on the writer's clock (as `updated_at_ms`).
+    pub at_ms: u64,
+    /// The state after the write.
+    pub state: String,
+    /// The executor that owns it after the write (none once finished).
+    pub owner: Option<String>,
+    /// The owner's epoch after the write.
+    pub epoch: u64,
+    /// On a step to `canceling` or `canceled`: why.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub reason: Option<ReasonOut>,
+    /// On a refund link's step: the refund.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub refund_id: Option<String>,
 }
 
 /// One change-feed event as the API writes it.
@@ -374,6 +397,19 @@ impl From<&TransferRecord> for TransferOut {
             updated_at_ms: r.updated_at.as_ms(),
             deadline_ms: r.deadline.as_ms(),
             hold_expires_at_ms: r.hold_expires_at.map(|t| t.as_ms()),
+            timeline: r
+                .timeline
+                .steps()
+                .iter()
+                .map(|s| StepOut {
+                    at_ms: s.at.as_ms(),
+                    state: s.state.as_str().to_string(),
+                    owner: s.owner.as_ref().map(|o| o.to_string()),
+                    epoch: s.epoch,
+                    reason: s.reason.as_ref().map(reason),
+                    refund_id: s.refund.as_ref().map(|r| r.to_string()),
+                })
+                .collect(),
         }
     }
 }

@@ -13,7 +13,7 @@ use xfer_engine::Router;
 use xfer_store::MemoryShard;
 
 /// Every guarantee a checker judges, by the name violations carry.
-pub const GUARANTEES: [&str; 11] = [
+pub const GUARANTEES: [&str; 12] = [
     "conservation",
     "no_overdraft",
     "atomicity",
@@ -25,6 +25,7 @@ pub const GUARANTEES: [&str; 11] = [
     "acknowledged",
     "durable",
     "events",
+    "timeline",
 ];
 
 /// A broken guarantee.
@@ -45,6 +46,9 @@ pub struct Checker {
     pub violations: Vec<Violation>,
     /// When each transfer became terminal (simulated time).
     pub terminal_at: BTreeMap<TransferId, u64>,
+    /// How far apart two writers' clocks may be: a timeline's times, each its writer's,
+    /// may go back by as much from one writer to the next.
+    pub clock_skew_ms: u64,
 }
 
 impl Checker {
@@ -105,6 +109,9 @@ impl Checker {
         }
         if after.state.is_terminal() {
             self.terminal_at.entry(after.id().clone()).or_insert(at_ms);
+        }
+        if let Err(e) = timeline_fits(after, self.clock_skew_ms) {
+            self.record("timeline", at_ms, format!("{}: {e}", after.id()));
         }
     }
 
@@ -523,4 +530,54 @@ impl Checker {
             }
         }
     }
+}
+
+/// Whether a record's timeline says what happened to it (`xfer_store::timeline`): it starts
+/// with the accepted step (`initial` or `pending`, at `created_at`), its last step is the
+/// record's state, owner and epoch, epochs never decrease, no time is before the accepted
+/// step's by more than the writers' clocks may disagree, each step changes something the
+/// one before did not say (a repeat adds none), a terminal state is only followed by refund
+/// links, and it is bounded.
+pub fn timeline_fits(r: &TransferRecord, clock_skew_ms: u64) -> Result<(), String> {
+    let steps = r.timeline.steps();
+    let (Some(first), Some(last)) = (steps.first(), steps.last()) else {
+        return Err("no timeline".into());
+    };
+    if first.at != r.created_at
+        || !matches!(first.state, TransferState::Initial | TransferState::Pending)
+    {
+        return Err(format!(
+            "first step {} at {}, accepted at {}",
+            first.state, first.at, r.created_at
+        ));
+    }
+    if (last.state, last.owner.as_ref(), last.epoch) != (r.state, r.owner.as_ref(), r.epoch) {
+        return Err(format!(
+            "last step {} {:?} epoch {}, the record {} {:?} epoch {}",
+            last.state, last.owner, last.epoch, r.state, r.owner, r.epoch
+        ));
+    }
+    if steps.len() > xfer_core::TIMELINE_STEPS_MAX {
+        return Err(format!("{} steps", steps.len()));
+    }
+    for w in steps.windows(2) {
+        let (a, b) = (&w[0], &w[1]);
+        if b.epoch < a.epoch {
+            return Err(format!("epoch {} after {}", b.epoch, a.epoch));
+        }
+        // Steps are in the order they were written, each at its writer's clock when it made
+        // the op: an op resent unchanged and written late (a zombie's finish after a
+        // take-over, a claim after a decision) carries a time before the step before it.
+        // No step is written before the transfer was accepted, though.
+        if b.at.as_ms() + clock_skew_ms < first.at.as_ms() {
+            return Err(format!("time {} before accepted at {}", b.at, first.at));
+        }
+        if a.state.is_terminal() && (b.state != a.state || b.refund.is_none()) {
+            return Err(format!("{} after {}", b.state, a.state));
+        }
+        if (a.state, &a.owner, a.epoch, &a.refund) == (b.state, &b.owner, b.epoch, &b.refund) {
+            return Err(format!("a step repeated: {} epoch {}", b.state, b.epoch));
+        }
+    }
+    Ok(())
 }

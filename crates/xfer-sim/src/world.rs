@@ -200,6 +200,7 @@ impl World {
         let mut rng = Rng::new(cfg.seed);
         let workload = Workload::new(&cfg, rng.fork());
         let skewed = cfg.has(FaultKind::Skew);
+        let clock_skew_ms = cfg.protocol.skew_ms;
         let half = cfg.protocol.skew_ms as i64 / 2;
         let skew = |rng: &mut Rng| {
             if skewed {
@@ -245,7 +246,10 @@ impl World {
             procs,
             shards,
             workload,
-            checker: Checker::default(),
+            checker: Checker {
+                clock_skew_ms,
+                ..Checker::default()
+            },
             stats: RunStats::default(),
             generated: 0,
             heal_at: None,

@@ -14,6 +14,7 @@
 //! tombstone run key = shard: u16 BE ‖ checkpoint LSN: u64 BE ‖ number: u32 BE
 //!            -> (latest horizon, [(account, transfer, intent)])
 //! accounts value = the account without its tombstones (they are in the runs)
+//! live, done value = record ‖ timeline: [step]            (StoredRecord; no timeline: derived)
 //! ```
 //!
 //! Ids never contain a 0 byte, so the history key's separator keeps one account's runs
@@ -22,7 +23,9 @@
 //! account never overlap.
 
 use serde::{Deserialize, Serialize};
-use xfer_core::{Account, AccountId, Intent, IntentState, Timestamp, TransferId};
+use xfer_core::{
+    Account, AccountId, Intent, IntentState, Timeline, Timestamp, TransferId, TransferRecord,
+};
 use xfer_store::Op;
 
 /// What one log record says to do, as written.
@@ -78,6 +81,34 @@ impl Entry {
             Entry::Ops { shard, .. } | Entry::Prune { shard, .. } => *shard,
         }
     }
+}
+
+/// A transfer record as the `live` and `done` tables keep it: the record's own encoding
+/// (which leaves its timeline out: the log's inserts carry none), then its timeline.
+pub struct StoredRecord<'a>(pub &'a TransferRecord);
+
+impl Serialize for StoredRecord<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeTuple;
+        let mut t = s.serialize_tuple(2)?;
+        t.serialize_element(self.0)?;
+        t.serialize_element(&self.0.timeline)?;
+        t.end()
+    }
+}
+
+/// Decodes a `live` or `done` value ([`StoredRecord`]). A value written before records kept
+/// their timeline ends after the record: its timeline is derived, the record's one step as
+/// it is now (`xfer_store::timeline::derived`).
+pub fn decode_record(bytes: &[u8]) -> Result<TransferRecord, String> {
+    let (mut r, rest) =
+        postcard::take_from_bytes::<TransferRecord>(bytes).map_err(|e| e.to_string())?;
+    r.timeline = if rest.is_empty() {
+        xfer_store::timeline::derived(&r)
+    } else {
+        decode::<Timeline>(rest)?
+    };
+    Ok(r)
 }
 
 /// Encodes `value` (infallible for the domain types: no maps with non-string keys, no
@@ -380,6 +411,94 @@ mod tests {
         longer.push(0);
         assert!(decode::<Entry>(&longer).is_err());
         assert!(decode::<Entry>(&bytes[..bytes.len() - 1]).is_err());
+    }
+
+    /// A data directory written before records kept their timeline still reads: its
+    /// `live`/`done` values end after the record (the timeline is derived: one step as the
+    /// record is), and a refund link in its log has no clock (its entry's is given at
+    /// replay). New values carry the timeline; a link with a clock reads back with it.
+    #[test]
+    fn records_and_links_written_before_timelines_still_decode() {
+        use xfer_core::{Posting, TransferKind, TransferSpec, TransferState};
+        use xfer_store::TransferOp;
+        let spec = TransferSpec {
+            id: TransferId::new("t1").unwrap(),
+            postings: vec![Posting {
+                from: AccountId::new("a").unwrap(),
+                to: AccountId::new("b").unwrap(),
+                asset: AssetCode::new("USD", "asset").unwrap(),
+                amount: xfer_core::Amount::new(5, "amount").unwrap(),
+            }]
+            .into(),
+            metadata: String::new(),
+            kind: TransferKind::Transfer,
+            refund_of: None,
+            timeout_ms: 1_000,
+        };
+        let mut r = TransferRecord::accept(spec, Timestamp(10), 0);
+        r.state = TransferState::Done;
+        r.updated_at = Timestamp(20);
+        let old = postcard::to_allocvec(&r).unwrap();
+        let back = decode_record(&old).unwrap();
+        let steps = back.timeline.steps();
+        assert_eq!(steps.len(), 1);
+        assert_eq!(
+            (steps[0].at, steps[0].state),
+            (Timestamp(20), TransferState::Done)
+        );
+        r.timeline.push(r.step_at(Timestamp(20)));
+        let new = encode(&StoredRecord(&r));
+        assert_eq!(decode_record(&new).unwrap(), r);
+        assert!(decode_record(&new[..new.len() - 1]).is_err());
+
+        /// `TransferOp::LinkRefund` as it was encoded before it had a clock.
+        #[derive(serde::Serialize)]
+        enum OldOp {
+            #[allow(dead_code)]
+            Account,
+            Transfer(TransferId, OldTransferOp),
+        }
+        #[derive(serde::Serialize)]
+        #[allow(dead_code)]
+        enum OldTransferOp {
+            Insert,
+            Claim,
+            Decide,
+            Capture,
+            Void,
+            Finish,
+            LinkRefund {
+                refund: TransferId,
+                replacing: Option<TransferId>,
+                postings: Vec<Posting>,
+            },
+        }
+        for replacing in [None, Some(TransferId::new("r0").unwrap())] {
+            let old = OldOp::Transfer(
+                TransferId::new("t1").unwrap(),
+                OldTransferOp::LinkRefund {
+                    refund: TransferId::new("r1").unwrap(),
+                    replacing: replacing.clone(),
+                    postings: r.spec.reversed_postings(),
+                },
+            );
+            let link = |now| {
+                Op::Transfer(
+                    TransferId::new("t1").unwrap(),
+                    TransferOp::LinkRefund {
+                        refund: TransferId::new("r1").unwrap(),
+                        replacing: replacing.clone(),
+                        postings: r.spec.reversed_postings(),
+                        now,
+                    },
+                )
+            };
+            let unknown = link(xfer_store::op::LINK_NOW_UNKNOWN);
+            assert_eq!(decode::<Op>(&encode(&old)).unwrap(), unknown);
+            assert_eq!(encode(&unknown), encode(&old), "encoded as before");
+            let clocked = link(Timestamp(1_700_000_000_000));
+            assert_eq!(decode::<Op>(&encode(&clocked)).unwrap(), clocked);
+        }
     }
 
     /// The scratch buffer writes what postcard's own `Vec` output writes: pieces of every

@@ -235,6 +235,19 @@ fn decode_tail(
     Ok(per_shard)
 }
 
+/// Gives a refund link logged before the op had a clock (`TransferOp::LinkRefund`'s
+/// `now` read as `LINK_NOW_UNKNOWN`) its entry's store clock: the record's `updated_at` and
+/// the link's timeline step take it.
+fn clock_old_links(ops: &mut [Op], entry_now: xfer_core::Timestamp) {
+    for op in ops {
+        if let Op::Transfer(_, TransferOp::LinkRefund { now, .. }) = op {
+            if *now == xfer_store::op::LINK_NOW_UNKNOWN {
+                *now = entry_now;
+            }
+        }
+    }
+}
+
 /// Applies one shard's log entries, in order, as the original calls did.
 fn replay(
     tables: &Tables,
@@ -244,7 +257,8 @@ fn replay(
 ) -> Result<(), StoreError> {
     for (lsn, _, entry) in entries {
         match entry {
-            Entry::Ops { now, ops, .. } => {
+            Entry::Ops { now, mut ops, .. } => {
+                clock_old_links(&mut ops, now);
                 fetch_finished(tables, s, shard, &ops)?;
                 for (step, op) in (0..).zip(&ops) {
                     let made = shard.mem.events_added();

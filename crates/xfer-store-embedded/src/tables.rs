@@ -48,7 +48,7 @@ pub use history::HISTORY_RUN_MAX;
 pub use meta::ShardMeta;
 pub use tombstones::TOMBSTONE_RUN_MAX;
 
-use crate::codec::{decode, record_key, AccountWithoutTombstones};
+use crate::codec::{decode, decode_record, record_key, AccountWithoutTombstones, StoredRecord};
 use crate::tables::done::DoneTable;
 use crate::tables::events::EventsTable;
 use crate::tables::history::HistoryTable;
@@ -170,7 +170,7 @@ impl Tables {
         let mut live = FastSet::default();
         for item in self.live.prefix(prefix) {
             let (k, v) = item.into_inner().map_err(unavailable("live"))?;
-            let r: TransferRecord = decode(&v).map_err(|e| corrupted("live", &k, e))?;
+            let r = decode_record(&v).map_err(|e| corrupted("live", &k, e))?;
             live.insert(r.spec.id.clone());
             into.restore_transfer(r);
         }
@@ -352,7 +352,7 @@ impl Tables {
                     }
                     batch.insert_done(key, r);
                 } else {
-                    batch.insert(&self.live, key, &**r);
+                    batch.insert(&self.live, key, &StoredRecord(r));
                 }
             }
         }

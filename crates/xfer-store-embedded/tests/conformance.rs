@@ -144,6 +144,7 @@ impl Store for Cycling {
 async fn conformance_as_it_runs() {
     xfer_store::conformance::run_all(|| Cycling::new(Mode::Plain)).await;
     xfer_store::conformance::run_events(|| async { Cycling::new(Mode::Plain) }).await;
+    xfer_store::conformance::run_timelines(|| async { Cycling::new(Mode::Plain) }).await;
     xfer_store::conformance::run_one_phase_committing(|| async { Cycling::new(Mode::Plain) }).await;
 }
 
@@ -151,6 +152,8 @@ async fn conformance_as_it_runs() {
 async fn conformance_checkpointing_after_every_call() {
     xfer_store::conformance::run_all(|| Cycling::new(Mode::CheckpointEachCall)).await;
     xfer_store::conformance::run_events(|| async { Cycling::new(Mode::CheckpointEachCall) }).await;
+    xfer_store::conformance::run_timelines(|| async { Cycling::new(Mode::CheckpointEachCall) })
+        .await;
     xfer_store::conformance::run_one_phase_committing(|| async {
         Cycling::new(Mode::CheckpointEachCall)
     })
@@ -161,6 +164,7 @@ async fn conformance_checkpointing_after_every_call() {
 async fn conformance_closing_and_reopening_after_every_call() {
     xfer_store::conformance::run_all(|| Cycling::new(Mode::CloseEachCall)).await;
     xfer_store::conformance::run_events(|| async { Cycling::new(Mode::CloseEachCall) }).await;
+    xfer_store::conformance::run_timelines(|| async { Cycling::new(Mode::CloseEachCall) }).await;
     xfer_store::conformance::run_one_phase_committing(|| async {
         Cycling::new(Mode::CloseEachCall)
     })
@@ -171,6 +175,7 @@ async fn conformance_closing_and_reopening_after_every_call() {
 async fn conformance_crashing_and_recovering_after_every_call() {
     xfer_store::conformance::run_all(|| Cycling::new(Mode::CrashEachCall)).await;
     xfer_store::conformance::run_events(|| async { Cycling::new(Mode::CrashEachCall) }).await;
+    xfer_store::conformance::run_timelines(|| async { Cycling::new(Mode::CrashEachCall) }).await;
     xfer_store::conformance::run_one_phase_committing(|| async {
         Cycling::new(Mode::CrashEachCall)
     })

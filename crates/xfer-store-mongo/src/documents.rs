@@ -8,7 +8,8 @@
 //!             hseq, tomb_min?, _op?}
 //! transfers: {_id, spec (JSON text), reversed (JSON text), state, created_at, updated_at,
 //!             deadline, hold_expires_at, owner, lease_until, epoch, reason (JSON text),
-//!             refunded_by, wake?, _op?}
+//!             refunded_by, timeline: [{at, state, owner, epoch, reason, refund}], wake?,
+//!             _op?}
 //! history:   {_id: {a: account, q: seq}, t: transfer}
 //! ```
 //!
@@ -23,8 +24,8 @@
 
 use mongodb::bson::{doc, Bson, Document};
 use xfer_core::{
-    Account, AccountId, AccountStatus, AssetCode, Intent, IntentState, LowerBound, OwnerId,
-    Timestamp, TransferId, TransferRecord, TransferState,
+    Account, AccountId, AccountStatus, AssetCode, Intent, IntentState, LowerBound, OwnerId, Step,
+    Timeline, Timestamp, TransferId, TransferRecord, TransferState, TIMELINE_STEPS_MAX,
 };
 
 /// The key of `transfer`'s intent in an account's `intents`.
@@ -152,6 +153,8 @@ pub(crate) fn transfer_document(r: &TransferRecord) -> Document {
         "epoch": i64::try_from(r.epoch).unwrap_or(i64::MAX),
         "reason": r.reason.as_ref().map(json),
         "refunded_by": r.refunded_by.as_ref().map(|t| t.as_str()),
+        // Its first step (`timeline::step_of` of a record written new).
+        "timeline": xfer_store::timeline::step_of(None, r).iter().map(step_document).collect::<Vec<_>>(),
     };
     if let Some(w) = r.wake_at() {
         d.insert("wake", ms(w));
@@ -172,7 +175,7 @@ pub(crate) fn transfer(d: &Document) -> Result<TransferRecord, String> {
         Some(_) => Some(Timestamp(unsigned(d, "hold_expires_at")?)),
     };
     let id = |s: &str, f: &str| TransferId::new(s).map_err(|e| format!("{f}: {}", e.message));
-    Ok(TransferRecord {
+    let record = TransferRecord {
         spec,
         state: word(text(d, "state")?)?,
         created_at: Timestamp(unsigned(d, "created_at")?),
@@ -188,6 +191,58 @@ pub(crate) fn transfer(d: &Document) -> Result<TransferRecord, String> {
         reason,
         refunded_by: opt_text(d, "refunded_by")?
             .map(|t| id(t, "refunded_by"))
+            .transpose()?,
+        timeline: Timeline::default(),
+    };
+    let timeline = match d.get("timeline") {
+        // Written before timelines (`timeline::derived`).
+        None | Some(Bson::Null) => xfer_store::timeline::derived(&record),
+        Some(Bson::Array(steps)) => {
+            if steps.len() > TIMELINE_STEPS_MAX {
+                return Err(format!("a timeline of {} steps", steps.len()));
+            }
+            let steps = steps
+                .iter()
+                .map(|s| match s {
+                    Bson::Document(s) => step(s),
+                    other => Err(format!("timeline step {other}")),
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            Timeline::of(steps)
+        }
+        Some(other) => return Err(format!("timeline {other}")),
+    };
+    Ok(TransferRecord { timeline, ..record })
+}
+
+/// A timeline step as the document keeps it: `{at, state, owner, epoch, reason (JSON text),
+/// refund}`.
+pub(crate) fn step_document(s: &Step) -> Document {
+    doc! {
+        "at": ms(s.at),
+        "state": state_word(s.state),
+        "owner": s.owner.as_ref().map(|o| o.as_str()),
+        "epoch": i64::try_from(s.epoch).unwrap_or(i64::MAX),
+        "reason": s.reason.as_ref().map(json),
+        "refund": s.refund.as_ref().map(|t| t.as_str()),
+    }
+}
+
+fn step(d: &Document) -> Result<Step, String> {
+    Ok(Step {
+        at: Timestamp(unsigned(d, "at")?),
+        state: word(text(d, "state")?)?,
+        owner: match opt_text(d, "owner")? {
+            Some(o) => Some(OwnerId::new(o).map_err(|e| format!("owner: {}", e.message))?),
+            None => None,
+        },
+        epoch: unsigned(d, "epoch")?,
+        reason: match opt_text(d, "reason")? {
+            Some(r) => Some(serde_json::from_str(r).map_err(|e| format!("reason: {e}"))?),
+            None => None,
+        },
+        refund: opt_text(d, "refund")?
+            .map(|t| TransferId::new(t).map_err(|e| format!("refund: {}", e.message)))
             .transpose()?,
     })
 }

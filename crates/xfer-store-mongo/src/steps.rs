@@ -19,7 +19,7 @@
 
 use crate::documents::{intent_key, json, ms};
 use mongodb::bson::{doc, Bson, Document};
-use xfer_core::{CancelReason, LowerBound, Timestamp, TransferState};
+use xfer_core::{CancelReason, LowerBound, Timestamp, TransferState, TIMELINE_STEPS_MAX};
 use xfer_store::{AccountOp, TransferOp};
 
 /// One step's update: the pipeline, and whether an absent document is created.
@@ -360,6 +360,62 @@ pub(crate) fn account(op: &AccountOp, now: Timestamp, token: i64) -> Option<Upda
     }
 }
 
+/// What `timeline::step_of` compares, as the step finds the document: `_was`, its state,
+/// epoch and refund link, and its timeline (one written before timelines: its one step as
+/// it is, `timeline::derived`).
+fn was() -> Document {
+    let derived = vec![Bson::Document(step_doc("$updated_at", "$refunded_by"))];
+    doc! {"$set": {"_was": {
+        "s": "$state", "e": "$epoch", "r": "$refunded_by",
+        "tl": {"$ifNull": ["$timeline", derived]},
+    }}}
+}
+
+/// A timeline step of the document as the stage before left it, at `at`, carrying `refund`
+/// (`TransferRecord::step_at`: the reason only on a step to canceling or canceled).
+fn step_doc(at: &str, refund: impl Into<Bson>) -> Document {
+    doc! {
+        "at": at, "state": "$state", "owner": "$owner", "epoch": "$epoch",
+        "reason": {"$cond": [in_states(&["canceling", "canceled"]), "$reason", Bson::Null]},
+        "refund": refund.into(),
+    }
+}
+
+/// `timeline::step_of` from `_was` to the document as the step left it, appended in the
+/// same update (`$concatArrays`), past 16 steps without the oldest after the first
+/// (`$slice`); then `_was` goes.
+fn timeline_step() -> Vec<Document> {
+    let push = |step: Document| {
+        let kept = doc! {"$cond": [
+            {"$gte": [{"$size": "$_was.tl"}, TIMELINE_STEPS_MAX as i64]},
+            {"$concatArrays": [
+                {"$slice": ["$_was.tl", 1]},
+                {"$slice": ["$_was.tl", 2, TIMELINE_STEPS_MAX as i64 - 2]},
+            ]},
+            "$_was.tl",
+        ]};
+        doc! {"$concatArrays": [kept, [step]]}
+    };
+    let moved = doc! {"$or": [
+        {"$ne": ["$state", "$_was.s"]},
+        {"$ne": ["$epoch", "$_was.e"]},
+    ]};
+    let linked = doc! {"$and": [
+        {"$ne": ["$refunded_by", Bson::Null]},
+        {"$ne": ["$refunded_by", "$_was.r"]},
+    ]};
+    vec![
+        doc! {"$set": {"timeline": {"$switch": {
+            "branches": [
+                {"case": moved, "then": push(step_doc("$updated_at", Bson::Null))},
+                {"case": linked, "then": push(step_doc("$updated_at", "$refunded_by"))},
+            ],
+            "default": {"$ifNull": ["$timeline", "$$REMOVE"]},
+        }}}},
+        doc! {"$unset": "_was"},
+    ]
+}
+
 /// `TransferRecord::wake_at` of the document as the stage before left it.
 fn wake() -> Document {
     doc! {"$set": {"wake": {"$switch": {
@@ -477,6 +533,7 @@ pub(crate) fn transfer(op: &TransferOp, store_now: Timestamp, token: i64) -> Opt
             refund,
             replacing,
             postings,
+            now,
         } => {
             let replaceable = match replacing {
                 Some(r) => {
@@ -492,7 +549,7 @@ pub(crate) fn transfer(op: &TransferOp, store_now: Timestamp, token: i64) -> Opt
                 {"$ne": ["$refunded_by", refund.as_str()]},
                 replaceable,
             ]};
-            let set = doc! {"refunded_by": refund.as_str()};
+            let set = doc! {"refunded_by": refund.as_str(), "updated_at": ms(*now)};
             (Bson::from(condition), set, "linked")
         }
         TransferOp::Redrive { now } => {
@@ -507,8 +564,10 @@ pub(crate) fn transfer(op: &TransferOp, store_now: Timestamp, token: i64) -> Opt
             )
         }
     };
-    let mut pipeline = guarded(condition, set, Record::Marker(token), outcome);
+    let mut pipeline = vec![was()];
+    pipeline.extend(guarded(condition, set, Record::Marker(token), outcome));
     pipeline.push(wake());
+    pipeline.extend(timeline_step());
     Some(Update {
         pipeline,
         upsert: false,

@@ -16,4 +16,5 @@ async fn conformance() {
         settings.server, settings.version, settings.topology, settings.engine
     );
     xfer_store::conformance::run_all_opened(|| databases.open()).await;
+    xfer_store::conformance::run_timelines(|| databases.open()).await;
 }

@@ -48,6 +48,7 @@ impl MysqlConfig {
 const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("schema.sql")),
     (2, include_str!("migration_2.sql")),
+    (3, include_str!("migration_3.sql")),
 ];
 
 /// What every new connection runs first: UTC (so `xfer_now_ms` is exact) and read committed (a
@@ -256,7 +257,13 @@ async fn migrate(conn: &mut Conn, database: &str) -> Result<(), mysql_async::Err
             if let Some(drop) = drop_first(&statement) {
                 conn.query_drop(drop).await?;
             }
-            conn.query_drop(statement).await?;
+            match conn.query_drop(&statement).await {
+                // A column a crashed run of this migration added already (MySQL has no
+                // `ADD COLUMN IF NOT EXISTS`).
+                Err(mysql_async::Error::Server(e))
+                    if e.code == 1060 && statement.trim_start().starts_with("ALTER TABLE") => {}
+                other => other?,
+            }
         }
         conn.exec_drop("INSERT INTO migrations (version) VALUES (?)", (version,))
             .await?;
@@ -290,7 +297,7 @@ fn drop_first(statement: &str) -> Option<String> {
     }
     let kind = words
         .next()
-        .filter(|k| ["FUNCTION", "PROCEDURE"].contains(k))?;
+        .filter(|k| ["FUNCTION", "PROCEDURE", "TRIGGER"].contains(k))?;
     let name = words.next()?.split('(').next()?;
     Some(format!("DROP {kind} IF EXISTS {name}"))
 }

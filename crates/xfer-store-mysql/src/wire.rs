@@ -166,9 +166,10 @@ pub(crate) fn encode(op: &Op) -> Value {
                     refund,
                     replacing,
                     postings,
+                    now,
                 } => json!({
                     "k": "link_refund", "refund": refund, "replacing": replacing,
-                    "postings": text(postings),
+                    "postings": text(postings), "now": ms(*now),
                 }),
                 TransferOp::Redrive { now } => json!({"k": "redrive", "now": ms(*now)}),
                 TransferOp::Get => json!({"k": "get"}),

@@ -13,5 +13,6 @@ async fn conformance() {
     let settings = first.durability().await.expect("settings");
     println!("server: {} {}", settings.server, settings.version);
     xfer_store::conformance::run_all_opened(|| databases.open()).await;
+    xfer_store::conformance::run_timelines(|| databases.open()).await;
     xfer_store::conformance::run_one_phase_committing(|| databases.open()).await;
 }

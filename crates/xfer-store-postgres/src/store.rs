@@ -54,6 +54,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (3, include_str!("migration_3.sql")),
     (4, include_str!("migration_4.sql")),
     (5, include_str!("migration_5.sql")),
+    (6, include_str!("migration_6.sql")),
 ];
 
 const EXECUTE: &str = "SELECT r::text FROM execute($1::text::jsonb) AS r";

@@ -92,8 +92,9 @@ pub(crate) fn encode(op: &Op) -> Value {
                     refund,
                     replacing,
                     postings,
+                    now,
                 } => {
-                    json!({"k": "link_refund", "refund": refund, "replacing": replacing, "postings": postings})
+                    json!({"k": "link_refund", "refund": refund, "replacing": replacing, "postings": postings, "now": ms(*now)})
                 }
                 TransferOp::Redrive { now } => json!({"k": "redrive", "now": ms(*now)}),
                 TransferOp::Get => json!({"k": "get"}),

@@ -9,6 +9,7 @@ use common::Schemas;
 async fn conformance() {
     let schemas = Schemas::new("conf");
     xfer_store::conformance::run_all_opened(|| schemas.open()).await;
+    xfer_store::conformance::run_timelines(|| schemas.open()).await;
     xfer_store::conformance::run_one_phase_committing(|| schemas.open()).await;
     xfer_store::conformance::run_events(|| schemas.open()).await;
 }

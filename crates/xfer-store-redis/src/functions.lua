@@ -1,4 +1,4 @@
-#!lua name=xfer_2
+#!lua name=xfer_3
 -- xfer's Redis shard: every protocol step as one server-side function on one record.
 --
 -- Loaded once per server (FUNCTION LOAD REPLACE when a store opens). A function runs
@@ -17,7 +17,9 @@
 --   {p}:h:<account>   sorted set: the account's history, "<seq> <transfer>" scored by seq
 --   {p}:t:<transfer>  hash: spec (JSON), rev (the reversed postings, JSON), state, created,
 --                     updated, deadline, hold, owner, lease, epoch, reason (JSON),
---                     refunded_by (absent fields: none)
+--                     refunded_by (absent fields: none), tl (the timeline: its steps as
+--                     JSON, timeline.rs; absent in a record written before it: derived),
+--                     tn (how many steps tl holds)
 --   {p}:accounts, {p}:transfers   sorted sets of ids (score 0: byte order, for paging)
 --   {p}:due           sorted set: non-terminal transfers scored by their wake time
 --   {p}:tombs         sorted set: "<account> <transfer>" of every tombstone, by horizon
@@ -519,6 +521,70 @@ local function feed(events, key, tid, before, refunded_before)
   end
 end
 
+-- ---------------------------------------------------------------------------------------
+-- The timeline (timeline.rs `step_of`): a step each time a step changes the record's state,
+-- its epoch or its refund link, written in the step's own FCALL. Each step is `Step`'s JSON,
+-- '{"at":…}'; ids and reasons never hold a quote, so ',{"at":' is found only where a step
+-- starts, which is how the second step is found to drop it past the bound.
+local TIMELINE_MAX = 16
+
+-- One step: the record's state, owner and epoch after a write at `at` (strings as the hash
+-- holds them; owner, reason, refund may be nil), the reason only on a step to canceling or
+-- canceled (`TransferRecord::step_at`).
+local function step_json(at, state, owner, epoch, reason, refund)
+  if state ~= 'canceling' and state ~= 'canceled' then
+    reason = nil
+  end
+  return '{"at":' .. at .. ',"state":"' .. state .. '","owner":'
+    .. (owner and ('"' .. owner .. '"') or 'null') .. ',"epoch":' .. epoch
+    .. ',"reason":' .. (reason or 'null') .. ',"refund":'
+    .. (refund and ('"' .. refund .. '"') or 'null') .. '}'
+end
+
+-- `Timeline::push`: `tl` (n steps) with `step` appended, past the bound without the oldest
+-- step after the first.
+local function timeline_push(tl, n, step)
+  if n >= TIMELINE_MAX then
+    local second = string.find(tl, ',{"at":', 1, true)
+    local third = string.find(tl, ',{"at":', second + 1, true)
+    tl = string.sub(tl, 1, second - 1) .. string.sub(tl, third)
+    n = n - 1
+  end
+  return string.sub(tl, 1, -2) .. ',' .. step .. ']', n + 1
+end
+
+-- A record written new: its first step, at its creation.
+local function first_step(key)
+  local f = redis.call('HMGET', key, 'created', 'state', 'owner', 'epoch', 'reason')
+  redis.call('HSET', key, 'tl', '[' .. step_json(f[1], f[2], f[3], f[4], f[5], nil) .. ']',
+    'tn', 1)
+end
+
+-- The step of record `key`'s write from `b` (its fields before: state, epoch, refunded_by,
+-- tl, tn, updated, owner, reason), read from the record as the step left it.
+local function keep_step(key, b)
+  local f = redis.call('HMGET', key, 'state', 'owner', 'epoch', 'reason', 'updated',
+    'refunded_by')
+  local state, owner, epoch, reason, updated, refunded = f[1], f[2], f[3], f[4], f[5], f[6]
+  local step
+  if state ~= b.state or epoch ~= b.epoch then
+    step = step_json(updated, state, owner, epoch, reason, nil)
+  elseif refunded and refunded ~= b.refunded_by then
+    step = step_json(updated, state, owner, epoch, reason, refunded)
+  end
+  if not step then
+    return
+  end
+  local tl, n = b.tl, tonumber(b.tn or '0')
+  if not tl then
+    -- Written before timelines: its one step as it was (`timeline::derived`).
+    tl, n = '[' .. step_json(b.updated, b.state, b.owner, b.epoch, b.reason, b.refunded_by)
+      .. ']', 1
+  end
+  tl, n = timeline_push(tl, n, step)
+  redis.call('HSET', key, 'tl', tl, 'tn', n)
+end
+
 -- Keeps the due index in step with the record: TransferRecord::wake_at.
 local function index_wake(key, due, tid)
   local f = redis.call('HMGET', key, 'state', 'lease', 'hold')
@@ -546,13 +612,15 @@ local function transfer(keys, args)
       redis.call('ZADD', index, 0, tid)
       index_wake(key, due, tid)
       feed(events, key, tid, nil, nil)
+      first_step(key)
       return transfer_reply('transfer', key)
     end
     -- Same id: the client compares the bodies (nothing changes either way).
     return transfer_reply('unchanged', key)
   end
 
-  local f = redis.call('HMGET', key, 'state', 'epoch', 'lease', 'hold', 'refunded_by', 'rev')
+  local f = redis.call('HMGET', key, 'state', 'epoch', 'lease', 'hold', 'refunded_by', 'rev',
+    'tl', 'tn', 'updated', 'owner', 'reason')
   local state, epoch, lease, hold, refunded_by, rev = f[1], f[2], f[3], f[4], f[5], f[6]
   if not state then
     return { 'not_found' }
@@ -620,7 +688,7 @@ local function transfer(keys, args)
       changed = true
     end
   elseif k == 'link_refund' then
-    local refund, replacing, postings = args[3], args[4], args[5]
+    local refund, replacing, postings, at = args[3], args[4], args[5], args[6]
     if state ~= 'done' then
       return { 'refused', 'original_is_not_done' }
     end
@@ -630,7 +698,7 @@ local function transfer(keys, args)
     if refunded_by == refund then
       -- linked by this refund before: a repeat
     elseif not refunded_by or refunded_by == replacing then
-      redis.call('HSET', key, 'refunded_by', refund)
+      redis.call('HSET', key, 'refunded_by', refund, 'updated', at)
       changed = true
     else
       return { 'refused', 'original_already_refunded' }
@@ -647,6 +715,8 @@ local function transfer(keys, args)
   if changed then
     index_wake(key, due, tid)
     feed(events, key, tid, state, refunded_by)
+    keep_step(key, { state = state, epoch = epoch, refunded_by = refunded_by, tl = f[7],
+      tn = f[8], updated = f[9], owner = f[10], reason = f[11] })
     return transfer_reply('transfer', key)
   end
   return transfer_reply('unchanged', key)
@@ -691,12 +761,15 @@ local function one_phase(keys, args)
     redis.call('HSET', key, unpack(args, 5 + 4 * n))
     index_wake(key, due, tid)
     feed(events, key, tid, nil, nil)
+    first_step(key)
     return { 'inserted' }
   end
-  -- The record as `record::one_phase_done` keeps it: done, no owner, updated when created.
-  local fields, created = {}, nil
+  -- The record as `record::one_phase_done` keeps it: done, no owner, updated when created,
+  -- its timeline the insert's step and the finish's.
+  local fields, created, sent = {}, nil, {}
   for j = 5 + 4 * n, #args, 2 do
     local f, v = args[j], args[j + 1]
+    sent[f] = v
     if f == 'state' then
       v = 'done'
     end
@@ -710,6 +783,11 @@ local function one_phase(keys, args)
       created = v
     end
   end
+  table.insert(fields, 'tl')
+  table.insert(fields, '[' .. step_json(created, sent.state, sent.owner, sent.epoch, nil, nil)
+    .. ',' .. step_json(created, 'done', nil, sent.epoch, nil, nil) .. ']')
+  table.insert(fields, 'tn')
+  table.insert(fields, 2)
   redis.call('HSET', key, unpack(fields))
   emit(events, tid, 'accepted', created)
   emit(events, tid, 'done', created)
@@ -751,11 +829,11 @@ local function trim_events(keys, args)
   return #ids
 end
 
-redis.register_function('xfer_2_account', account)
-redis.register_function('xfer_2_transfer', transfer)
-redis.register_function('xfer_2_one_phase', one_phase)
-redis.register_function { function_name = 'xfer_2_tombs_due', callback = tombs_due,
+redis.register_function('xfer_3_account', account)
+redis.register_function('xfer_3_transfer', transfer)
+redis.register_function('xfer_3_one_phase', one_phase)
+redis.register_function { function_name = 'xfer_3_tombs_due', callback = tombs_due,
   flags = { 'no-writes' } }
-redis.register_function { function_name = 'xfer_2_events', callback = events_after,
+redis.register_function { function_name = 'xfer_3_events', callback = events_after,
   flags = { 'no-writes' } }
-redis.register_function('xfer_2_trim_events', trim_events)
+redis.register_function('xfer_3_trim_events', trim_events)

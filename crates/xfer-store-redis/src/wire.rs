@@ -13,7 +13,8 @@ use serde::Deserialize;
 use std::sync::Arc;
 use xfer_core::{
     Account, AccountId, AccountStatus, AssetCode, CancelReason, Code, Intent, IntentState,
-    LowerBound, OwnerId, Timestamp, TransferId, TransferRecord, TransferSpec, TransferState,
+    LowerBound, OwnerId, Timeline, Timestamp, TransferId, TransferRecord, TransferSpec,
+    TransferState,
 };
 use xfer_store::record::one_phase_reply;
 use xfer_store::{
@@ -21,12 +22,12 @@ use xfer_store::{
     ReleaseOutcome, Reply, TransferOp,
 };
 
-pub(crate) const ACCOUNT_FN: &str = "xfer_2_account";
-pub(crate) const TRANSFER_FN: &str = "xfer_2_transfer";
-pub(crate) const ONE_PHASE_FN: &str = "xfer_2_one_phase";
-pub(crate) const TOMBS_DUE_FN: &str = "xfer_2_tombs_due";
-pub(crate) const EVENTS_FN: &str = "xfer_2_events";
-pub(crate) const TRIM_EVENTS_FN: &str = "xfer_2_trim_events";
+pub(crate) const ACCOUNT_FN: &str = "xfer_3_account";
+pub(crate) const TRANSFER_FN: &str = "xfer_3_transfer";
+pub(crate) const ONE_PHASE_FN: &str = "xfer_3_one_phase";
+pub(crate) const TOMBS_DUE_FN: &str = "xfer_3_tombs_due";
+pub(crate) const EVENTS_FN: &str = "xfer_3_events";
+pub(crate) const TRIM_EVENTS_FN: &str = "xfer_3_trim_events";
 
 /// A timestamp as the functions store it: milliseconds, a saturated "never" as `i64::MAX`.
 pub(crate) fn ms(t: Timestamp) -> String {
@@ -165,6 +166,7 @@ pub(crate) fn command(keys: &Keys, op: &Op) -> Cmd {
                     refund,
                     replacing,
                     postings,
+                    now,
                 } => {
                     args.extend([
                         refund.to_string(),
@@ -173,6 +175,7 @@ pub(crate) fn command(keys: &Keys, op: &Op) -> Cmd {
                             .map(|r| r.to_string())
                             .unwrap_or_default(),
                         json(postings),
+                        ms(*now),
                     ]);
                     "link_refund"
                 }
@@ -280,7 +283,7 @@ pub(crate) fn position(id: &str) -> Result<FeedPosition, String> {
     })
 }
 
-/// The answer of `xfer_2_events`: the last id the stream dropped, and its entries.
+/// The answer of `xfer_3_events`: the last id the stream dropped, and its entries.
 pub(crate) fn event_page(v: Value) -> Result<EventPage, String> {
     let Value::Array(mut parts) = v else {
         return Err(format!("expected an array, got {v:?}"));
@@ -469,6 +472,7 @@ pub(crate) fn transfer(flat: &[String]) -> Result<TransferRecord, String> {
     let (mut spec, mut state, mut created, mut updated) = (None, None, None, None);
     let (mut deadline, mut lease, mut epoch) = (None, None, None);
     let (mut hold, mut owner, mut reason, mut refunded_by) = (None, None, None, None);
+    let mut timeline = None;
     let stamp = |v: &str, what| num::<u64>(v, what).map(Timestamp);
     for (k, v) in pairs(flat)? {
         match k {
@@ -492,11 +496,17 @@ pub(crate) fn transfer(flat: &[String]) -> Result<TransferRecord, String> {
                 )
             }
             "refunded_by" => refunded_by = Some(TransferId::new(v).map_err(|e| e.to_string())?),
+            "tl" => {
+                timeline = Some(
+                    serde_json::from_str::<Timeline>(v).map_err(|e| format!("timeline: {e}"))?,
+                )
+            }
+            "tn" => {}
             _ => return Err(format!("unknown transfer field {k:?}")),
         }
     }
     let missing = |f: &str| format!("transfer without {f}");
-    Ok(TransferRecord {
+    let record = TransferRecord {
         spec: spec.ok_or_else(|| missing("spec"))?.into(),
         state: state.ok_or_else(|| missing("state"))?,
         created_at: created.ok_or_else(|| missing("created"))?,
@@ -508,6 +518,12 @@ pub(crate) fn transfer(flat: &[String]) -> Result<TransferRecord, String> {
         epoch: epoch.ok_or_else(|| missing("epoch"))?,
         reason,
         refunded_by,
+        timeline: Timeline::default(),
+    };
+    Ok(TransferRecord {
+        // None in a record written before timelines (`timeline::derived`).
+        timeline: timeline.unwrap_or_else(|| xfer_store::timeline::derived(&record)),
+        ..record
     })
 }
 

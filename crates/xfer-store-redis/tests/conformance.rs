@@ -9,6 +9,7 @@ use common::{Server, Shards};
 async fn conformance_on_a_single_server() {
     let shards = Shards::new(Server::Single, "conf");
     xfer_store::conformance::run_all_opened(|| shards.open()).await;
+    xfer_store::conformance::run_timelines(|| shards.open()).await;
     xfer_store::conformance::run_one_phase_committing(|| shards.open()).await;
     xfer_store::conformance::run_events(|| shards.open()).await;
 }
@@ -17,6 +18,7 @@ async fn conformance_on_a_single_server() {
 async fn conformance_on_a_cluster() {
     let shards = Shards::new(Server::Cluster, "conf");
     xfer_store::conformance::run_all_opened(|| shards.open()).await;
+    xfer_store::conformance::run_timelines(|| shards.open()).await;
     xfer_store::conformance::run_one_phase_committing(|| shards.open()).await;
     xfer_store::conformance::run_events(|| shards.open()).await;
 }

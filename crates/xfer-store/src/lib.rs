@@ -5,6 +5,7 @@
 //! any).
 //!
 //! - [`op`]: the operations ([`Op`]) and their answers ([`Reply`]).
+//! - [`timeline`]: which steps a transfer record's timeline keeps ([`timeline::step_of`]).
 //! - [`record`]: what each operation means, as pure functions of one record.
 //! - [`event`]: the change feed's [`Event`]s, which a step makes ([`event::events_of`]).
 //! - [`error`]: [`StoreError`], why a call failed, and [`BoxFuture`], how calls answer.
@@ -40,6 +41,7 @@ pub mod record;
 pub mod reply_json;
 pub mod shard;
 pub mod store;
+pub mod timeline;
 
 pub use coalesce::Coalesce;
 pub use event::{Event, EventKind, EventPage, FeedPosition};

@@ -129,6 +129,12 @@ pub enum TransferOp {
     /// On the original of a refund: record that `refund` reverses it. Succeeds if the
     /// original is `done` with the same postings reversed and is not refunded yet, or was
     /// refunded by `replacing` (a refund known to be canceled), or by `refund` itself.
+    /// Encoded as it was before it had a clock when `now` is [`LINK_NOW_UNKNOWN`]
+    /// (`link_wire`), so that a log written before still reads.
+    #[serde(
+        serialize_with = "link_wire::serialize",
+        deserialize_with = "link_wire::deserialize"
+    )]
     LinkRefund {
         /// The refund.
         refund: TransferId,
@@ -136,6 +142,8 @@ pub enum TransferOp {
         replacing: Option<TransferId>,
         /// The refund's postings, checked against the original's reversed.
         postings: Vec<xfer_core::Posting>,
+        /// The linker's clock: the record's `updated_at` and its timeline step's time.
+        now: Timestamp,
     },
     /// Make a non-terminal transfer's lease lapse now, so the next sweep re-drives it.
     Redrive {
@@ -319,5 +327,76 @@ impl fmt::Display for Reply {
             Reply::Refused(c) => write!(f, "refused: {c}"),
             Reply::NotFound => f.write_str("not found"),
         }
+    }
+}
+
+/// A [`TransferOp::LinkRefund`] read from an encoding made before the op had a clock (the
+/// embedded store's log): its reader gives it one (the log entry's clock).
+pub const LINK_NOW_UNKNOWN: Timestamp = Timestamp(0);
+
+/// The encoding of [`TransferOp::LinkRefund`]: its fields in order, as a struct variant's,
+/// but `replacing` and `now` share one tag byte where an `Option` has its own, bit 0 for
+/// `replacing` (an `Option`'s tag, 0 or 1) and bit 1 for a clock that follows. An op
+/// encoded before it had a clock reads with [`LINK_NOW_UNKNOWN`]; one with that clock
+/// encodes as it did.
+mod link_wire {
+    use super::LINK_NOW_UNKNOWN;
+    use serde::de::{Error, SeqAccess, Visitor};
+    use serde::ser::SerializeTuple;
+    use serde::{Deserializer, Serializer};
+    use std::fmt;
+    use xfer_core::{Posting, Timestamp, TransferId};
+
+    type Fields = (TransferId, Option<TransferId>, Vec<Posting>, Timestamp);
+
+    pub(super) fn serialize<S: Serializer>(
+        refund: &TransferId,
+        replacing: &Option<TransferId>,
+        postings: &Vec<Posting>,
+        now: &Timestamp,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        let clock = *now != LINK_NOW_UNKNOWN;
+        let tag = u8::from(replacing.is_some()) | (u8::from(clock) << 1);
+        let mut t = s.serialize_tuple(5)?;
+        t.serialize_element(refund)?;
+        t.serialize_element(&tag)?;
+        if let Some(r) = replacing {
+            t.serialize_element(r)?;
+        }
+        if clock {
+            t.serialize_element(now)?;
+        }
+        t.serialize_element(postings)?;
+        t.end()
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Fields, D::Error> {
+        struct Fields4;
+        impl<'de> Visitor<'de> for Fields4 {
+            type Value = Fields;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a refund link")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Fields, A::Error> {
+                let missing = || A::Error::custom("a refund link ends early");
+                let refund: TransferId = seq.next_element()?.ok_or_else(missing)?;
+                let tag: u8 = seq.next_element()?.ok_or_else(missing)?;
+                if tag > 3 {
+                    return Err(A::Error::custom(format!("refund link tag {tag}")));
+                }
+                let replacing = match tag & 1 {
+                    1 => Some(seq.next_element::<TransferId>()?.ok_or_else(missing)?),
+                    _ => None,
+                };
+                let now = match tag & 2 {
+                    2 => seq.next_element::<Timestamp>()?.ok_or_else(missing)?,
+                    _ => LINK_NOW_UNKNOWN,
+                };
+                let postings: Vec<Posting> = seq.next_element()?.ok_or_else(missing)?;
+                Ok((refund, replacing, postings, now))
+            }
+        }
+        d.deserialize_tuple(5, Fields4)
     }
 }

@@ -6,6 +6,7 @@
 //! leaves it exactly as it was.
 
 use crate::op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
+use crate::timeline;
 use std::sync::Arc;
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{
@@ -321,12 +322,16 @@ pub fn one_phase_move(a: &mut Account, leg: &Leg) {
 }
 
 /// The record a one-phase commit keeps: `rec` (as the submitter inserts it, claimed) done,
-/// with no owner and `updated_at` its `created_at`, so that every store keeps the same.
+/// with no owner and `updated_at` its `created_at`, so that every store keeps the same. Its
+/// timeline is the insert's and the finish's, both at `created_at`: accepted (`pending`,
+/// claimed by the submitter, epoch 1), then `done`, as the two-phase path would keep them.
 pub fn one_phase_done(rec: &TransferRecord) -> TransferRecord {
     let mut done = rec.clone();
+    timeline::keep(None, &mut done);
     done.state = TransferState::Done;
     done.owner = None;
     done.updated_at = done.created_at;
+    timeline::keep(Some(timeline::before(rec)), &mut done);
     done
 }
 
@@ -443,7 +448,16 @@ fn set_lower_bound(a: &mut Account, lower_bound: LowerBound) -> Reply {
 pub fn apply_transfer_absent(op: &TransferOp) -> (Option<Arc<TransferRecord>>, Reply) {
     match op {
         TransferOp::Insert(new) | TransferOp::OnePhase(new) => {
-            (Some(Arc::clone(new)), Reply::Transfer(Arc::clone(new)))
+            // Its timeline its first step: as the engine made it, else (decoded from a log
+            // entry, which does not carry it, or made by hand) a copy made so.
+            let kept = if timeline::is_as_inserted(new) {
+                Arc::clone(new)
+            } else {
+                let mut r = TransferRecord::clone(new);
+                timeline::keep(None, &mut r);
+                Arc::new(r)
+            };
+            (Some(Arc::clone(&kept)), Reply::Transfer(kept))
         }
         _ => (None, Reply::NotFound),
     }
@@ -481,6 +495,8 @@ pub fn apply_transfer_to(
     store_now: Timestamp,
 ) -> TransferStep {
     use TransferState::*;
+    // What the timeline compares (`timeline::step_of`); the link is nearly always none.
+    let (state, epoch, refunded_by) = (rec.state, rec.epoch, rec.refunded_by.clone());
     let changed = match op {
         TransferOp::Insert(new) | TransferOp::OnePhase(new) => {
             if rec.spec.same_body(&new.spec) {
@@ -591,6 +607,7 @@ pub fn apply_transfer_to(
             refund,
             replacing,
             postings,
+            now,
         } => {
             if rec.state != Done {
                 return TransferStep::Answered(Reply::Refused(Code::OriginalIsNotDone));
@@ -605,6 +622,7 @@ pub fn apply_transfer_to(
                 }
                 _ => {
                     rec.refunded_by = Some(refund.clone());
+                    rec.updated_at = *now;
                     true
                 }
             }
@@ -619,6 +637,7 @@ pub fn apply_transfer_to(
         TransferOp::Get => false,
     };
     if changed {
+        timeline::keep(Some((state, epoch, refunded_by.as_ref())), rec);
         TransferStep::Changed
     } else {
         TransferStep::Unchanged

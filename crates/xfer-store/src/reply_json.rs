@@ -11,7 +11,8 @@ use serde::Deserialize;
 use std::sync::Arc;
 use xfer_core::{
     Account, AccountId, AccountStatus, AssetCode, CancelReason, Code, Intent, IntentState,
-    LowerBound, OwnerId, Timestamp, TransferId, TransferRecord, TransferSpec, TransferState,
+    LowerBound, OwnerId, Timeline, Timestamp, TransferId, TransferRecord, TransferSpec,
+    TransferState,
 };
 
 /// A row of the transfers table, as JSON.
@@ -28,11 +29,15 @@ struct TransferRow {
     epoch: u64,
     reason: Option<CancelReason>,
     refunded_by: Option<TransferId>,
+    /// Its steps as `Step`'s JSON, oldest first; none in a row written before timelines.
+    #[serde(default)]
+    timeline: Option<Timeline>,
 }
 
 impl From<TransferRow> for TransferRecord {
     fn from(r: TransferRow) -> TransferRecord {
-        TransferRecord {
+        let timeline = r.timeline;
+        let record = TransferRecord {
             spec: r.spec.into(),
             state: r.state,
             created_at: Timestamp(r.created_at),
@@ -44,6 +49,11 @@ impl From<TransferRow> for TransferRecord {
             epoch: r.epoch,
             reason: r.reason,
             refunded_by: r.refunded_by,
+            timeline: Timeline::default(),
+        };
+        TransferRecord {
+            timeline: timeline.unwrap_or_else(|| crate::timeline::derived(&record)),
+            ..record
         }
     }
 }

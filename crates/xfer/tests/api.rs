@@ -964,6 +964,7 @@ async fn holds_and_refunds(ts: &TestServer) {
         a.text
     );
     assert_eq!(ts.transfer("big").await["refunded_by"], "r-big-2");
+    timelines(ts).await;
     // The canceled refund, resubmitted, is answered from its record; a third conflicts.
     let a = ts
         .post("/v1/transfers/big/refund", &json!({"id": "r-big-1"}))
@@ -996,6 +997,76 @@ async fn holds_and_refunds(ts: &TestServer) {
 }
 
 /// The ids of every page of a history read from `first` on, following `next_before`.
+/// Each transfer's timeline over `GET /v1/transfers/{id}`: every state it passed through,
+/// each with its time, owner and epoch, the reason of a cancel and the refund of a link, as
+/// the store's own steps wrote them (`xfer_store::timeline`).
+async fn timelines(ts: &TestServer) {
+    let steps = |t: &Value| -> Vec<Value> {
+        let steps = t["timeline"].as_array().expect("a timeline").clone();
+        assert_eq!(
+            steps[0]["at_ms"], t["created_at_ms"],
+            "accepted when created: {t}"
+        );
+        assert!(
+            steps
+                .windows(2)
+                .all(|w| w[0]["at_ms"].as_u64() <= w[1]["at_ms"].as_u64()),
+            "in order: {t}"
+        );
+        let last = steps.last().expect("a step");
+        assert_eq!(
+            (&last["state"], &last["owner"]),
+            (&t["state"], &t["owner"]),
+            "{t}"
+        );
+        steps
+    };
+    let states = |steps: &[Value]| -> Vec<String> {
+        steps
+            .iter()
+            .map(|s| match s.get("refund_id") {
+                Some(r) => format!("{} {}", s["state"].as_str().unwrap(), r.as_str().unwrap()),
+                None => s["state"].as_str().unwrap().to_string(),
+            })
+            .collect()
+    };
+    // A hold captured, then refunded: the capture takes it over (a new epoch).
+    let h1 = steps(&ts.transfer("h-1").await);
+    assert_eq!(
+        states(&h1),
+        ["pending", "held", "applied", "done", "done r-1"],
+        "{h1:?}"
+    );
+    assert!(
+        h1[0]["owner"].is_string(),
+        "claimed by its submitter: {h1:?}"
+    );
+    assert_eq!(h1[0]["epoch"], 1);
+    assert_eq!(h1[2]["epoch"], 2, "the capturer's epoch: {h1:?}");
+    assert!(h1[3]["owner"].is_null(), "finished: no owner");
+    assert!(h1.iter().all(|s| s.get("reason").is_none()), "{h1:?}");
+    // A hold voided: the cancel and the end carry the reason.
+    let h2 = steps(&ts.transfer("h-2").await);
+    assert_eq!(
+        states(&h2),
+        ["pending", "held", "canceling", "canceled"],
+        "{h2:?}"
+    );
+    assert_eq!(h2[2]["reason"]["code"], "voided");
+    assert_eq!(h2[3]["reason"]["code"], "voided");
+    // A refund canceled, and the one that replaced its link.
+    let big = steps(&ts.transfer("big").await);
+    assert_eq!(
+        states(&big[big.len() - 2..]),
+        ["done r-big-1", "done r-big-2"],
+        "{big:?}"
+    );
+    let r1 = steps(&ts.transfer("r-big-1").await);
+    let last = r1.last().unwrap();
+    assert_eq!(last["state"], "canceled", "{r1:?}");
+    assert!(last["reason"]["code"].is_string(), "{r1:?}");
+}
+
 async fn history_pages(ts: &TestServer, first: &str) -> Vec<Vec<String>> {
     let mut pages = Vec::new();
     let mut path = first.to_string();

@@ -2,7 +2,7 @@
 //! ingests its finished transfers, sorted, as tables of their own (fjall's ingestion: no
 //! journal, no memtable inserts; synced); a transfer is read back only when asked for.
 
-use crate::codec::{self, decode, record_key};
+use crate::codec::{self, decode_record, record_key};
 use crate::tables::keyspace::{corrupted, leveled, unavailable};
 use fjall::{Database, Keyspace, KeyspaceCreateOptions};
 use xfer_core::{TransferId, TransferRecord};
@@ -69,7 +69,10 @@ fn key_order<V>(entries: &[(Vec<u8>, V)]) -> impl Iterator<Item = usize> {
 
 /// A finished transfer's key and encoded value for `done`.
 pub(super) fn entry(key: Vec<u8>, record: &TransferRecord) -> (Vec<u8>, fjall::Slice) {
-    (key, codec::with_encoded(record, |b| fjall::Slice::from(b)))
+    (
+        key,
+        codec::with_encoded(&codec::StoredRecord(record), |b| fjall::Slice::from(b)),
+    )
 }
 
 /// The `done` table. See the module docs.
@@ -95,7 +98,9 @@ impl DoneTable {
         let key = record_key(shard, id.as_bytes());
         match self.keyspace.get(&key).map_err(unavailable("done"))? {
             None => Ok(None),
-            Some(v) => decode(&v).map(Some).map_err(|e| corrupted("done", &key, e)),
+            Some(v) => decode_record(&v)
+                .map(Some)
+                .map_err(|e| corrupted("done", &key, e)),
         }
     }
 
@@ -137,7 +142,7 @@ impl DoneTable {
                 break;
             }
             let (k, v) = item.into_inner().map_err(unavailable("done"))?;
-            let r: TransferRecord = decode(&v).map_err(|e| corrupted("done", &k, e))?;
+            let r = decode_record(&v).map_err(|e| corrupted("done", &k, e))?;
             if Some(&r.spec.id) != after {
                 out.push(r);
             }
