@@ -444,27 +444,41 @@ pub struct Step {
     pub note: Option<String>,
 }
 
-/// `r`'s timeline: its acceptance, then where it is now and who wrote it.
+/// `r`'s timeline as its record keeps it (`xfer_core::Timeline`); a record written before
+/// timelines shows its acceptance and where it is now.
 pub fn timeline(r: &xfer_core::TransferRecord) -> Vec<Step> {
-    let mut steps = vec![Step {
-        at: r.created_at.as_ms(),
-        state: TransferState::Initial.to_string(),
-        by: None,
-        note: Some("accepted".into()),
-    }];
-    if r.state != TransferState::Initial {
-        steps.push(Step {
-            at: r.updated_at.as_ms(),
-            state: r.state.to_string(),
-            by: r.owner.as_ref().map(|o| format!("{o} (epoch {})", r.epoch)),
-            note: r
+    let kept = r.timeline.steps();
+    if kept.is_empty() {
+        let mut steps = vec![Step {
+            at: r.created_at.as_ms(),
+            state: TransferState::Initial.to_string(),
+            by: None,
+            note: Some("accepted".into()),
+        }];
+        if r.state != TransferState::Initial {
+            steps.push(Step {
+                at: r.updated_at.as_ms(),
+                state: r.state.to_string(),
+                by: r.owner.as_ref().map(|o| format!("{o} (epoch {})", r.epoch)),
+                note: r.reason.as_ref().map(|x| x.to_string()),
+            });
+        }
+        return steps;
+    }
+    kept.iter()
+        .enumerate()
+        .map(|(i, s)| Step {
+            at: s.at.as_ms(),
+            state: s.state.to_string(),
+            by: s.owner.as_ref().map(|o| format!("{o} (epoch {})", s.epoch)),
+            note: s
                 .reason
                 .as_ref()
                 .map(|x| x.to_string())
-                .or_else(|| r.refunded_by.as_ref().map(|b| format!("refunded by {b}"))),
-        });
-    }
-    steps
+                .or_else(|| s.refund.as_ref().map(|x| format!("refunded by {x}")))
+                .or_else(|| (i == 0).then(|| "accepted".to_string())),
+        })
+        .collect()
 }
 
 async fn transfer(
