@@ -16,8 +16,12 @@
 //! 16 × 60 bytes encoded, however long it is stuck.
 //!
 //! Shared, not copied: a record is copied at every step (see `TransferRecord::spec`), and
-//! a timeline is one pointer (`Arc<[Step]>`, none while empty), so a copy of a record
-//! copies no steps; a step that appends makes one new list (`docs/benchmarks.md#timeline`).
+//! a timeline is one pointer (none while empty) to its steps, so a copy of a record copies
+//! no steps. The steps sit in one allocation with room for three in place (accepted,
+//! decided, finished: most transfers' whole timeline), and a step is appended in place
+//! where no copy of the record shares them, as the shard's record mostly is: most
+//! transfers allocate their timeline once or twice, where a list made anew per step cost a
+//! tenth of the embedded store's throughput (`docs/benchmarks.md#timeline-in-place`).
 
 use crate::id::{OwnerId, TransferId};
 use crate::time::Timestamp;
@@ -39,16 +43,20 @@ pub struct Step {
     pub owner: Option<OwnerId>,
     /// The epoch after the write.
     pub epoch: u64,
-    /// Why it is canceled, on a step to `canceling` or `canceled`.
-    pub reason: Option<CancelReason>,
+    /// Why it is canceled, on a step to `canceling` or `canceled`. Boxed, as the refund: a
+    /// step is moved and copied whole, and most have neither (`docs/benchmarks.md#timeline-in-place`).
+    pub reason: Option<Box<CancelReason>>,
     /// The refund the write linked, on a refund link's step.
-    pub refund: Option<TransferId>,
+    pub refund: Option<Box<TransferId>>,
 }
+
+/// Steps held in one allocation, three of them in place.
+type Steps = smallvec::SmallVec<[Step; 3]>;
 
 /// The steps of one transfer, oldest first, at most [`TIMELINE_STEPS_MAX`]. Encoded as a
 /// list of steps.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Timeline(Option<Arc<[Step]>>);
+pub struct Timeline(Option<Arc<Steps>>);
 
 impl Timeline {
     /// A timeline of `steps`, oldest first: the first and the latest kept past the bound.
@@ -59,12 +67,19 @@ impl Timeline {
         if steps.len() > TIMELINE_STEPS_MAX {
             steps.drain(1..steps.len() + 1 - TIMELINE_STEPS_MAX);
         }
-        Timeline(Some(steps.into()))
+        Timeline(Some(Arc::new(Steps::from_vec(steps))))
+    }
+
+    /// A timeline of one step.
+    pub fn one(step: Step) -> Timeline {
+        let mut steps = Steps::new();
+        steps.push(step);
+        Timeline(Some(Arc::new(steps)))
     }
 
     /// The steps, oldest first.
     pub fn steps(&self) -> &[Step] {
-        self.0.as_deref().unwrap_or(&[])
+        self.0.as_ref().map_or(&[], |s| s.as_slice())
     }
 
     /// The latest step, if any.
@@ -82,23 +97,16 @@ impl Timeline {
         self.0.is_none()
     }
 
-    /// Appends `step`, dropping the oldest step after the first past the bound. Makes one
-    /// new list; copies of the record that shared the old one keep it.
+    /// Appends `step`, dropping the oldest step after the first past the bound: in place
+    /// where nothing else shares the steps, else into a copy (copies of the record that
+    /// shared them keep them as they were).
     pub fn push(&mut self, step: Step) {
-        let old = self.steps();
-        let keep_from = if old.len() >= TIMELINE_STEPS_MAX {
-            2
-        } else {
-            1
-        };
-        let mut steps = Vec::with_capacity(old.len().min(TIMELINE_STEPS_MAX - 1) + 1);
-        if let Some(first) = old.first() {
-            steps.push(first.clone());
-            steps.extend(old.iter().skip(keep_from).cloned());
+        let steps = Arc::make_mut(self.0.get_or_insert_with(Default::default));
+        if steps.len() >= TIMELINE_STEPS_MAX {
+            steps.remove(1);
         }
         steps.push(step);
         debug_assert!(steps.len() <= TIMELINE_STEPS_MAX, "bounded");
-        self.0 = Some(steps.into());
     }
 }
 
@@ -154,10 +162,17 @@ mod tests {
 
     #[test]
     fn a_copy_shares_the_steps_and_a_push_leaves_the_copy_as_it_was() {
-        let mut t = Timeline::of(vec![step(1)]);
+        let mut t = Timeline::one(step(1));
         let copy = t.clone();
         t.push(step(2));
         assert_eq!(copy.len(), 1);
         assert_eq!(t.len(), 2);
+        // Unshared: appended in place, in the same allocation while there is room.
+        let at = |t: &Timeline| t.0.as_ref().map(Arc::as_ptr);
+        drop(copy);
+        let before = at(&t);
+        t.push(step(3));
+        assert_eq!(at(&t), before, "in place");
+        assert_eq!(t.len(), 3);
     }
 }

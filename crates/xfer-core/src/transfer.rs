@@ -365,6 +365,11 @@ impl TransferRecord {
     /// A freshly accepted record in `initial`, claimable by anyone after `claim_grace_ms`
     /// (so a sweeper runs it if the acceptor dies before its claim).
     pub fn accept(spec: TransferSpec, now: Timestamp, claim_grace_ms: u64) -> TransferRecord {
+        TransferRecord::unstepped(spec, now, claim_grace_ms).accepted()
+    }
+
+    /// [`TransferRecord::accept`]'s record without its timeline.
+    fn unstepped(spec: TransferSpec, now: Timestamp, claim_grace_ms: u64) -> TransferRecord {
         let deadline = now.plus_ms(spec.timeout_ms);
         let hold_expires_at = match spec.kind {
             TransferKind::Hold { ttl_ms } => Some(now.plus_ms(ttl_ms)),
@@ -384,12 +389,11 @@ impl TransferRecord {
             refunded_by: None,
             timeline: Timeline::default(),
         }
-        .accepted()
     }
 
     /// The record with its timeline its first step: accepted as it is, at `created_at`.
     pub fn accepted(mut self) -> TransferRecord {
-        self.timeline = Timeline::of(vec![self.step_at(self.created_at)]);
+        self.timeline = Timeline::one(self.step_at(self.created_at));
         self
     }
 
@@ -405,7 +409,11 @@ impl TransferRecord {
             state: self.state,
             owner: self.owner.clone(),
             epoch: self.epoch,
-            reason: if canceled { self.reason.clone() } else { None },
+            reason: if canceled {
+                self.reason.clone().map(Box::new)
+            } else {
+                None
+            },
             refund: None,
         }
     }
@@ -426,7 +434,7 @@ impl TransferRecord {
             owner: Some(owner),
             lease_until,
             epoch: 1,
-            ..TransferRecord::accept(spec, now, 0)
+            ..TransferRecord::unstepped(spec, now, 0)
         }
         .accepted()
     }

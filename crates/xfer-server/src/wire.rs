@@ -406,7 +406,7 @@ impl From<&TransferRecord> for TransferOut {
                     state: s.state.as_str().to_string(),
                     owner: s.owner.as_ref().map(|o| o.to_string()),
                     epoch: s.epoch,
-                    reason: s.reason.as_ref().map(reason),
+                    reason: s.reason.as_deref().map(reason),
                     refund_id: s.refund.as_ref().map(|r| r.to_string()),
                 })
                 .collect(),

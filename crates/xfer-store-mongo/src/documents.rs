@@ -243,7 +243,8 @@ fn step(d: &Document) -> Result<Step, String> {
         },
         refund: opt_text(d, "refund")?
             .map(|t| TransferId::new(t).map_err(|e| format!("refund: {}", e.message)))
-            .transpose()?,
+            .transpose()?
+            .map(Box::new),
     })
 }
 

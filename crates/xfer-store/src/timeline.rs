@@ -41,7 +41,7 @@ pub fn step_of(before: Option<Before<'_>>, after: &TransferRecord) -> Option<Ste
     }
     if after.refunded_by.is_some() && after.refunded_by.as_ref() != refunded_by {
         return Some(Step {
-            refund: after.refunded_by.clone(),
+            refund: after.refunded_by.clone().map(Box::new),
             ..after.step_at(after.updated_at)
         });
     }
@@ -55,7 +55,7 @@ pub fn keep(before: Option<Before<'_>>, after: &mut TransferRecord) {
         return;
     };
     if before.is_none() {
-        after.timeline = Timeline::of(vec![step]);
+        after.timeline = Timeline::one(step);
     } else {
         after.timeline.push(step);
     }
@@ -65,16 +65,26 @@ pub fn keep(before: Option<Before<'_>>, after: &mut TransferRecord) {
 /// the engine made (`TransferRecord::accept`) has it; one decoded from a log entry, which
 /// does not carry the timeline, has none.
 pub fn is_as_inserted(r: &TransferRecord) -> bool {
-    r.timeline.len() == 1 && step_of(None, r).as_ref() == r.timeline.last()
+    // Field by field, without making the step: this is every insert's cost.
+    let [s] = r.timeline.steps() else {
+        return false;
+    };
+    let canceled = matches!(r.state, TransferState::Canceling | TransferState::Canceled);
+    s.at == r.created_at
+        && s.state == r.state
+        && s.epoch == r.epoch
+        && s.owner == r.owner
+        && s.refund.is_none()
+        && s.reason.as_deref() == r.reason.as_ref().filter(|_| canceled)
 }
 
 /// The timeline a record read from a store written before timelines gets: its one step as
 /// it is now, at its last change (`updated_at`). What came before is unknown.
 pub fn derived(r: &TransferRecord) -> Timeline {
-    Timeline::of(vec![Step {
-        refund: r.refunded_by.clone(),
+    Timeline::one(Step {
+        refund: r.refunded_by.clone().map(Box::new),
         ..r.step_at(r.updated_at)
-    }])
+    })
 }
 
 /// The time of a timeline's first step, if any.

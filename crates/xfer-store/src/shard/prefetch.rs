@@ -107,5 +107,8 @@ pub fn transfer_lines(r: &Arc<TransferRecord>) -> impl Sized {
         r.reason.is_some(),
         r.deadline,
         r.state,
+        // The timeline's own allocation: its counts and first step, which a step that
+        // appends in place reads and writes next to.
+        r.timeline.steps().first().map(|s| s.epoch),
     )
 }
