@@ -157,7 +157,7 @@ pub async fn run_events<S: Store, F: std::future::Future<Output = S>>(open_store
     }
 }
 
-/// For every store: the timelines the steps of [`every_state`], a take-over past the bound
+/// For every store: the timelines the steps of `every_state`, a take-over past the bound
 /// and a re-drive leave on their records are the Memory store's (`timeline::step_of`), as
 /// read back by `Get` and by the listing.
 pub async fn run_timelines<S: Store, F: std::future::Future<Output = S>>(
