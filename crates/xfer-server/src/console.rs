@@ -186,14 +186,24 @@ fn viewer<'a>(s: &'a Session, app: &App) -> Viewer<'a> {
     }
 }
 
-/// A service error as the API would write it: its code and message.
-fn error_markup(e: ExecError) -> Markup {
+/// A service error's code and message, as the API would write them.
+fn code_and_message(e: ExecError) -> (String, String) {
     let api: ApiError = e.into();
     let v = serde_json::to_value(&api).unwrap_or_default();
-    view::error(
-        v["code"].as_str().unwrap_or("error"),
-        v["message"].as_str().unwrap_or(""),
-    )
+    let text = |k: &str| v[k].as_str().unwrap_or("").to_string();
+    (text("code"), text("message"))
+}
+
+/// A service error as the API would write it: its code and message.
+fn error_markup(e: ExecError) -> Markup {
+    let (code, message) = code_and_message(e);
+    view::error(&code, &message)
+}
+
+/// What a refused action says: the code and message of its error.
+fn refused(what: &str, e: ExecError) -> String {
+    let (code, message) = code_and_message(e);
+    format!("{what} refused: {code}: {message}")
 }
 
 fn error_page(s: &Session, app: &App, title: &str, e: ExecError) -> Response {
@@ -531,15 +541,7 @@ async fn transfer(
 fn outcome(what: &str, result: Result<xfer_core::TransferRecord, ExecError>) -> String {
     match result {
         Ok(r) => format!("{what}: {} is {}", r.spec.id.as_str(), r.state),
-        Err(e) => {
-            let api: ApiError = e.into();
-            let v = serde_json::to_value(&api).unwrap_or_default();
-            format!(
-                "{what} refused: {}: {}",
-                v["code"].as_str().unwrap_or("error"),
-                v["message"].as_str().unwrap_or("")
-            )
-        }
+        Err(e) => refused(what, e),
     }
 }
 
@@ -808,15 +810,7 @@ async fn account_action(
             a.id.as_str(),
             format!("{:?}", a.status).to_lowercase()
         ),
-        Err(e) => {
-            let api: ApiError = e.into();
-            let v = serde_json::to_value(&api).unwrap_or_default();
-            format!(
-                "{what} refused: {}: {}",
-                v["code"].as_str().unwrap_or("error"),
-                v["message"].as_str().unwrap_or("")
-            )
-        }
+        Err(e) => refused(what, e),
     };
     let text = match action.as_str() {
         "close" if form.get("confirm").map(String::as_str) == Some("yes") => {
