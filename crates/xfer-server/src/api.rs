@@ -16,7 +16,7 @@ pub use crate::routes::{Route, ROUTES};
 use crate::service::{Action, Service};
 use crate::sink::webhook::Webhooks;
 use crate::stats::Overview;
-use crate::transfer_list::{ListCursor, ListError, TransferFilter};
+use crate::transfer_list::{metadata_pair, ListCursor, ListError, TransferFilter};
 use crate::wire::{
     self, AccountCreate, AccountOut, BatchIn, BatchItemOut, EventOut, LowerBoundChange, RefundIn,
     TransferIn, TransferOut, BATCH_MAX,
@@ -50,7 +50,7 @@ pub struct App {
     /// The overview's shard kinds and last audit.
     pub overview: Overview,
     /// The console's signed-in browsers.
-    pub sessions: crate::console::session::Sessions,
+    pub sign_ins: crate::console::sign_in::SignIns,
 }
 
 type Shared = State<Arc<App>>;
@@ -646,13 +646,12 @@ impl ListQuery {
     /// The filter it asks for; a refusal names the parameter at fault.
     fn filter(&self) -> Result<TransferFilter, ApiError> {
         let bad = |field: &str, why: String| ApiError::api(ApiCode::InvalidQuery, Some(field), why);
-        let metadata = match &self.metadata {
-            None => None,
-            Some(m) => match m.split_once('=') {
-                Some((k, v)) if !k.is_empty() => Some((k.to_string(), v.to_string())),
-                _ => return Err(bad("metadata", format!("{m:?}: expected key=value"))),
-            },
-        };
+        let metadata = self
+            .metadata
+            .as_deref()
+            .map(metadata_pair)
+            .transpose()
+            .map_err(|why| bad("metadata", why))?;
         let id_prefix = match self.id_prefix.as_deref() {
             Some("") => return Err(bad("id_prefix", "must not be empty".into())),
             p => p.map(str::to_string),
@@ -777,18 +776,7 @@ async fn stuck(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
     let items: Vec<serde_json::Value> = records
         .iter()
         .map(|r| {
-            let why = match (r.state, r.hold_expires_at) {
-                (TransferState::Held, Some(at)) => format!(
-                    "hold expired {} ms ago and was not voided yet",
-                    now.as_ms().saturating_sub(at.as_ms())
-                ),
-                _ => format!(
-                    "{} since {} ms ago: owner {} lapsed and no sweeper finished it",
-                    r.state,
-                    now.as_ms().saturating_sub(r.updated_at.as_ms()),
-                    r.owner.as_ref().map_or("(none)".to_string(), |o| o.to_string()),
-                ),
-            };
+            let why = Service::why_stuck(r, now);
             json!({"transfer": TransferOut::from(r), "why": why, "lease_until_ms": r.lease_until.as_ms()})
         })
         .collect();

@@ -3,19 +3,19 @@
 //!
 //! Every asset is inside the binary and the Content-Security-Policy allows nothing else.
 //! A browser signs in with an API token, exchanged for a session cookie
-//! (`console/session.rs`); with no token configured (loopback only) a session of admin
+//! (`console/sign_in.rs`); with no token configured (loopback only) a session of admin
 //! scope is opened on the first visit, as the API lets every call through. Reads need a
 //! session; every action is a POST form that carries the session's CSRF token and needs
 //! the admin scope.
 
-pub mod session;
+pub mod sign_in;
 pub mod view;
 
 use crate::api::App;
 use crate::auth::Scope;
 use crate::error::ApiError;
-use crate::service::Action;
-use crate::transfer_list::{ListCursor, ListError, TransferFilter};
+use crate::service::{Action, Service};
+use crate::transfer_list::{metadata_pair, ListCursor, ListError, TransferFilter};
 use axum::body::Bytes;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode, Uri};
@@ -23,7 +23,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use maud::Markup;
-use session::{cookie_id, random_hex, same_secret, Session, COOKIE, SESSION_MS};
+use sign_in::{cookie_id, random_hex, same_secret, SignIn, COOKIE, SIGN_IN_MS};
 use std::collections::HashMap;
 use std::sync::Arc;
 use view::{ListForm, Viewer};
@@ -118,23 +118,23 @@ fn page(status: StatusCode, markup: Markup) -> Response {
 fn session_cookie(id: &str) -> HeaderValue {
     HeaderValue::from_str(&format!(
         "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/console; Max-Age={}",
-        SESSION_MS / 1000
+        SIGN_IN_MS / 1000
     ))
     .expect("hex is a header value")
 }
 
 /// The session a page is read in: the cookie's, or on a server without tokens a new one
 /// of admin scope (set, then the page asked for again); else the way to sign in.
-fn gate(app: &App, headers: &HeaderMap, uri: &Uri) -> Result<(String, Session), Box<Response>> {
+fn gate(app: &App, headers: &HeaderMap, uri: &Uri) -> Result<(String, SignIn), Box<Response>> {
     let now = app.svc.now();
     let cookie = headers.get(header::COOKIE).and_then(|v| v.to_str().ok());
     if let Some(id) = cookie_id(cookie) {
-        if let Some(s) = app.sessions.get(&id, now) {
+        if let Some(s) = app.sign_ins.get(&id, now) {
             return Ok((id, s));
         }
     }
     if app.tokens.is_empty() {
-        let id = app.sessions.open(Scope::Admin, now);
+        let id = app.sign_ins.open(Scope::Admin, now);
         let mut r = see_other(&uri.to_string());
         r.headers_mut()
             .insert(header::SET_COOKIE, session_cookie(&id));
@@ -161,7 +161,7 @@ fn gate_post(
     let Some(id) = cookie_id(cookie) else {
         return Err(refuse("no session: sign in first"));
     };
-    let Some(s) = app.sessions.get(&id, app.svc.now()) else {
+    let Some(s) = app.sign_ins.get(&id, app.svc.now()) else {
         return Err(refuse("the session has ended: sign in again"));
     };
     let form: HashMap<String, String> = serde_urlencoded::from_bytes(body)
@@ -177,7 +177,7 @@ fn gate_post(
     Ok((id, form))
 }
 
-fn viewer<'a>(s: &'a Session, app: &App) -> Viewer<'a> {
+fn viewer<'a>(s: &'a SignIn, app: &App) -> Viewer<'a> {
     Viewer {
         scope: s.scope,
         csrf: &s.csrf,
@@ -206,7 +206,7 @@ fn refused(what: &str, e: ExecError) -> String {
     format!("{what} refused: {code}: {message}")
 }
 
-fn error_page(s: &Session, app: &App, title: &str, e: ExecError) -> Response {
+fn error_page(s: &SignIn, app: &App, title: &str, e: ExecError) -> Response {
     let v = viewer(s, app);
     page(
         StatusCode::OK,
@@ -232,7 +232,7 @@ async fn login(State(app): Shared, body: Bytes) -> Response {
             view::login(Some("unauthorized: unknown token")),
         );
     };
-    let id = app.sessions.open(scope, app.svc.now());
+    let id = app.sign_ins.open(scope, app.svc.now());
     let mut r = see_other("/console");
     r.headers_mut()
         .insert(header::SET_COOKIE, session_cookie(&id));
@@ -244,7 +244,7 @@ async fn logout(State(app): Shared, headers: HeaderMap, body: Bytes) -> Response
         Ok(x) => x,
         Err(r) => return *r,
     };
-    app.sessions.close(&id);
+    app.sign_ins.close(&id);
     let mut r = see_other("/console/login");
     r.headers_mut().insert(
         header::SET_COOKIE,
@@ -319,13 +319,10 @@ fn filter_of(f: &ListForm) -> Result<(TransferFilter, usize), (String, String)> 
                 .map_err(|_| bad("state", format!("{s:?} is not a state")))?,
         ),
     };
-    let metadata = match given(&f.metadata) {
-        None => None,
-        Some(m) => match m.split_once('=') {
-            Some((k, v)) if !k.is_empty() => Some((k.to_string(), v.to_string())),
-            _ => return Err(bad("metadata", format!("{m:?}: expected key=value"))),
-        },
-    };
+    let metadata = given(&f.metadata)
+        .map(metadata_pair)
+        .transpose()
+        .map_err(|why| bad("metadata", why))?;
     let limit = match given(&f.limit) {
         None => PAGE,
         Some(l) => match l.parse::<usize>() {
@@ -610,7 +607,7 @@ async fn transfer_action(
             )
         }
     };
-    app.sessions.flash(&sid, text);
+    app.sign_ins.flash(&sid, text);
     see_other(&to)
 }
 
@@ -621,24 +618,11 @@ async fn stuck(State(app): Shared, headers: HeaderMap, uri: Uri) -> Response {
     };
     match app.svc.stuck(200).await {
         Ok(records) => {
-            let now = app.svc.now().as_ms();
+            let now = app.svc.now();
             let rows: Vec<_> = records
                 .into_iter()
                 .map(|r| {
-                    let why = match (r.state, r.hold_expires_at) {
-                        (TransferState::Held, Some(at)) => format!(
-                            "hold expired {} s ago, not voided yet",
-                            now.saturating_sub(at.as_ms()) / 1000
-                        ),
-                        _ => format!(
-                            "{} for {} s; owner {} lapsed",
-                            r.state,
-                            now.saturating_sub(r.updated_at.as_ms()) / 1000,
-                            r.owner
-                                .as_ref()
-                                .map_or("(none)".to_string(), |o| o.to_string())
-                        ),
-                    };
+                    let why = Service::why_stuck(&r, now);
                     (r, why)
                 })
                 .collect();
@@ -842,6 +826,6 @@ async fn account_action(
             )
         }
     };
-    app.sessions.flash(&sid, text);
+    app.sign_ins.flash(&sid, text);
     see_other(&back)
 }

@@ -67,7 +67,7 @@ impl Server {
                     .map(crate::config::ShardSpec::kind)
                     .collect(),
             ),
-            sessions: Default::default(),
+            sign_ins: Default::default(),
         });
 
         let listener = tokio::net::TcpListener::bind(cfg.listen)

@@ -213,6 +213,24 @@ impl Service {
         Ok(all)
     }
 
+    /// Why `r`, listed by [`Service::stuck`], is stuck, as of `now`.
+    pub fn why_stuck(r: &TransferRecord, now: xfer_core::Timestamp) -> String {
+        match (r.state, r.hold_expires_at) {
+            (xfer_core::TransferState::Held, Some(at)) => format!(
+                "hold expired {} ms ago and was not voided yet",
+                now.as_ms().saturating_sub(at.as_ms())
+            ),
+            _ => format!(
+                "{} since {} ms ago: owner {} lapsed and no sweeper finished it",
+                r.state,
+                now.as_ms().saturating_sub(r.updated_at.as_ms()),
+                r.owner
+                    .as_ref()
+                    .map_or("(none)".to_string(), |o| o.to_string()),
+            ),
+        }
+    }
+
     /// Submits transfers (see the module docs). `wait`: drive them to their outcome before
     /// answering; otherwise answer once each is durably inserted and drive it in the
     /// background. Results in the order of `specs`. Small requests that wait are driven

@@ -82,11 +82,12 @@ impl Overview {
         let now = svc.now();
         let m = svc.metrics();
         let audit = self.audit(svc, now).await?;
+        let (latency_count, latency_sum_seconds) = m.transfer_latency();
         Ok(Stats {
             at_ms: now.as_ms(),
             answered: m.transfers_answered(),
-            latency_count: m.transfer_latency().0,
-            latency_sum_seconds: m.transfer_latency().1,
+            latency_count,
+            latency_sum_seconds,
             in_flight: m.transfers_in_flight(),
             stuck: m.transfers_stuck(),
             canceled_last_hour: canceled_since(svc, Timestamp(now.as_ms().saturating_sub(HOUR_MS)))

@@ -70,6 +70,14 @@ impl TransferFilter {
     }
 }
 
+/// A metadata filter as written, `key=value`, as the pair it asks for.
+pub fn metadata_pair(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{text:?}: expected key=value")),
+    }
+}
+
 /// Whether `metadata` is a JSON object whose `key` is `value`.
 fn metadata_has(metadata: &str, key: &str, value: &str) -> bool {
     let Ok(serde_json::Value::Object(m)) = serde_json::from_str(metadata) else {

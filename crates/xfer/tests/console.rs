@@ -21,15 +21,14 @@
 
 mod common;
 
-use common::{postgres_admin, postgres_base, reap};
+use common::{postgres_admin, postgres_base, reap, Serve};
 use fantoccini::elements::Element;
 use fantoccini::{ClientBuilder, Locator};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -50,9 +49,9 @@ const WAIT: Duration = Duration::from_secs(10);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_signs_in_filters_and_shows_a_transfer_and_its_timeline() {
     let tmp = tempfile::tempdir().expect("a temp dir");
-    let serve = Xfer::embedded(tmp.path(), "serve");
+    let serve = embedded(tmp.path(), "serve");
     serve.ready().await;
-    let api = serve.api();
+    let api = admin_client(&serve);
     opening(&api).await;
     for n in 1..=3 {
         pay(&api, &format!("pay-{n}"), "alice", "bob", 10, "done").await;
@@ -62,7 +61,7 @@ async fn console_signs_in_filters_and_shows_a_transfer_and_its_timeline() {
     hold(&api, "hold-1", "alice", "bob", 5).await;
     // alice: 900 - 30 = 870 posted, 5 reserved.
 
-    let b = Browser::open(&serve.url, tmp.path()).await;
+    let b = Browser::open(serve.url(), tmp.path()).await;
     // No session: `/` goes to /console, which goes to the login page.
     b.go("/").await;
     b.wait_path(
@@ -417,9 +416,9 @@ async fn a_stuck_transfer_is_redriven_from_the_console() {
     // what another server leaves unfinished stays stuck (after 200 ms past its lease).
     let mut args = store("console");
     args.extend(["--sweep-interval-ms", "3600000", "--stuck-after-ms", "200"].map(String::from));
-    let console = Xfer::start(&args, tmp.path(), "console");
+    let console = serve(&args, tmp.path(), "console");
     console.ready().await;
-    let api = console.api();
+    let api = admin_client(&console);
     create(&api, "issuer", json!("unbounded")).await;
     for i in 0..8 {
         create(&api, &format!("c{i}"), json!(0)).await;
@@ -439,12 +438,12 @@ async fn a_stuck_transfer_is_redriven_from_the_console() {
     for attempt in 0..4 {
         let mut args = store(&format!("victim-{attempt}"));
         args.extend(["--sweep-interval-ms", "3600000"].map(String::from));
-        let victim = Xfer::start(&args, tmp.path(), &format!("victim-{attempt}"));
+        let victim = serve(&args, tmp.path(), &format!("victim-{attempt}"));
         victim.ready().await;
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = tokio::task::JoinSet::new();
         for t in 0..16u64 {
-            let (c, stop) = (victim.api(), stop.clone());
+            let (c, stop) = (admin_client(&victim), stop.clone());
             tasks.spawn(async move {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
@@ -492,7 +491,7 @@ async fn a_stuck_transfer_is_redriven_from_the_console() {
     );
     println!("{} transfers stuck", stuck.len());
 
-    let b = Browser::open(&console.url, tmp.path()).await;
+    let b = Browser::open(console.url(), tmp.path()).await;
     b.sign_in(ADMIN).await;
     // Not asserted: the overview's count is the last sweep's, and this server's sweeper
     // ran once, before anything was stuck.
@@ -547,9 +546,9 @@ async fn a_stuck_transfer_is_redriven_from_the_console() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refunding_twice_quickly_refunds_once() {
     let tmp = tempfile::tempdir().expect("a temp dir");
-    let serve = Xfer::embedded(tmp.path(), "serve");
+    let serve = embedded(tmp.path(), "serve");
     serve.ready().await;
-    let api = serve.api();
+    let api = admin_client(&serve);
     opening(&api).await;
     pay(&api, "buy-1", "alice", "bob", 100, "done").await;
     assert_eq!(
@@ -557,7 +556,7 @@ async fn refunding_twice_quickly_refunds_once() {
         (800, 100)
     );
 
-    let b = Browser::open(&serve.url, tmp.path()).await;
+    let b = Browser::open(serve.url(), tmp.path()).await;
     b.sign_in(ADMIN).await;
     b.go("/console/transfers/buy-1").await;
     assert_eq!(b.text("#state").await, "done");
@@ -637,16 +636,16 @@ async fn refunding_twice_quickly_refunds_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_session_sees_no_buttons_and_a_post_without_csrf_is_refused() {
     let tmp = tempfile::tempdir().expect("a temp dir");
-    let serve = Xfer::embedded(tmp.path(), "serve");
+    let serve = embedded(tmp.path(), "serve");
     serve.ready().await;
-    let api = serve.api();
+    let api = admin_client(&serve);
     opening(&api).await;
     pay(&api, "buy-1", "alice", "bob", 100, "done").await;
     hold(&api, "hold-1", "alice", "bob", 5).await;
-    let addr = serve.url.trim_start_matches("http://").to_string();
+    let addr = serve.url().trim_start_matches("http://").to_string();
 
     // The admin's forms, and what they send.
-    let b = Browser::open(&serve.url, tmp.path()).await;
+    let b = Browser::open(serve.url(), tmp.path()).await;
     b.sign_in(ADMIN).await;
     b.go("/console/transfers/hold-1").await;
     b.el("form#redrive").await;
@@ -760,12 +759,23 @@ async fn a_read_session_sees_no_buttons_and_a_post_without_csrf_is_refused() {
 // ---------------------------------------------------------------------------------------
 
 /// One `xfer serve` process with the flags given (and `--listen 127.0.0.1:0`).
-struct Xfer {
-    child: Child,
-    url: String,
-    /// Kept open so that the server's stdout never breaks.
-    _stdout: BufReader<ChildStdout>,
-    log: PathBuf,
+/// `xfer serve` on the embedded store in `dir/data`, with both tokens.
+fn embedded(dir: &Path, name: &str) -> Serve {
+    let data = dir.join("data").display().to_string();
+    let mut args = vec!["--data-dir".to_string(), data];
+    args.extend(token_args());
+    serve(&args, dir, name)
+}
+
+/// `xfer serve ARGS` (logs to `logs/NAME.log`), with no timing but the test's own.
+fn serve(args: &[String], logs: &Path, name: &str) -> Serve {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Serve::start_args(&args, logs, name)
+}
+
+/// A client of `s` with the admin token.
+fn admin_client(s: &Serve) -> Client {
+    s.client_with(Some(ADMIN))
 }
 
 fn token_args() -> Vec<String> {
@@ -775,90 +785,6 @@ fn token_args() -> Vec<String> {
         "--auth-token".into(),
         format!("{READER}:read"),
     ]
-}
-
-impl Xfer {
-    /// On the embedded store in `dir/data`, with both tokens.
-    fn embedded(dir: &Path, name: &str) -> Xfer {
-        let mut args = vec![
-            "--data-dir".to_string(),
-            dir.join("data").display().to_string(),
-        ];
-        args.extend(token_args());
-        Xfer::start(&args, dir, name)
-    }
-
-    /// Starts `xfer serve ARGS` (logs to `logs/NAME.log`) and reads its listening line.
-    fn start(args: &[String], logs: &Path, name: &str) -> Xfer {
-        let log = logs.join(format!("{name}.log"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_xfer"))
-            .arg("serve")
-            .args(args)
-            .args(["--listen", "127.0.0.1:0", "--shutdown-grace-ms", "3000"])
-            .env_remove("XFER_CONFIG")
-            .env_remove("XFER_TOKENS")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).expect("a log file"))
-            .spawn()
-            .expect("xfer serve starts");
-        let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut line = String::new();
-        stdout
-            .read_line(&mut line)
-            .expect("reading the listening line");
-        let Some(url) = line.trim().strip_prefix("xfer serve: listening on ") else {
-            reap(&mut child);
-            panic!(
-                "no listening line (got {line:?}); log:\n{}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-        };
-        Xfer {
-            url: url.to_string(),
-            child,
-            _stdout: stdout,
-            log,
-        }
-    }
-
-    /// A client with the admin token.
-    fn api(&self) -> Client {
-        Client::new(&self.url, Some(ADMIN.into())).expect("a client")
-    }
-
-    fn log_text(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Waits (at most 20 s) until `/readyz` answers 200.
-    async fn ready(&self) {
-        let c = self.api();
-        for _ in 0..1_000 {
-            if c.get("/readyz").await.is_ok_and(|a| a.status == 200) {
-                return;
-            }
-            TokioSleeper.sleep(20).await;
-        }
-        panic!("not ready after 20 s; log:\n{}", self.log_text());
-    }
-
-    /// SIGKILL, then reap.
-    fn kill(mut self) {
-        common::sigkill(&mut self.child);
-    }
-
-    /// SIGTERM, then the exit status.
-    fn terminate(mut self) -> std::process::ExitStatus {
-        let log = self.log.clone();
-        common::sigterm(&mut self.child, &log)
-    }
-}
-
-impl Drop for Xfer {
-    fn drop(&mut self) {
-        reap(&mut self.child);
-    }
 }
 
 async fn create(c: &Client, id: &str, lower_bound: Value) {

@@ -41,12 +41,19 @@ impl Serve {
     /// Starts `xfer serve` with `args` besides the test's timing (logs to `logs/NAME.log`)
     /// and reads its listening line.
     pub fn start_with(args: &[&str], logs: &Path, name: &str) -> Serve {
+        let mut all = vec!["--sweep-interval-ms", "100", "--lease-ms", "1000"];
+        all.extend_from_slice(args);
+        Serve::start_args(&all, logs, name)
+    }
+
+    /// Starts `xfer serve` with `args` and no timing of the test's (a test that sets its
+    /// own sweep interval), as [`Serve::start_with`].
+    pub fn start_args(args: &[&str], logs: &Path, name: &str) -> Serve {
         let log = logs.join(format!("{name}.log"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_xfer"))
             .arg("serve")
             .args(args)
             .args(["--listen", "127.0.0.1:0"])
-            .args(["--sweep-interval-ms", "100", "--lease-ms", "1000"])
             .args(["--shutdown-grace-ms", "3000"])
             .env_remove("XFER_CONFIG")
             .env_remove("XFER_TOKENS")
@@ -77,7 +84,17 @@ impl Serve {
     }
 
     pub fn client(&self) -> Client {
-        Client::new(&self.url, None).expect("a client")
+        self.client_with(None)
+    }
+
+    /// A client sending `token`.
+    pub fn client_with(&self, token: Option<&str>) -> Client {
+        Client::new(&self.url, token.map(String::from)).expect("a client")
+    }
+
+    /// Where it listens (`http://…`).
+    pub fn url(&self) -> &str {
+        &self.url
     }
 
     pub fn log_text(&self) -> String {

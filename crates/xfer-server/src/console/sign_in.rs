@@ -1,6 +1,6 @@
-//! The console's sessions: a bearer token exchanged once at sign-in for a random session id
-//! in an HttpOnly, SameSite=Strict cookie, kept in memory with the token's scope and a
-//! CSRF token that every state-changing form carries back. A restart signs everyone out.
+//! The console's sign-ins: a bearer token exchanged once for a random id in an HttpOnly,
+//! SameSite=Strict cookie, kept in memory with the token's scope and a CSRF token that
+//! every state-changing form carries back. A restart signs everyone out.
 
 use crate::auth::Scope;
 use ring::rand::{SecureRandom, SystemRandom};
@@ -8,16 +8,16 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use xfer_core::Timestamp;
 
-/// The session cookie's name.
+/// The sign-in cookie's name.
 pub const COOKIE: &str = "xfer_session";
-/// How long a session lasts after sign-in.
-pub const SESSION_MS: u64 = 8 * 3_600_000;
-/// Sessions kept at most: past it, the oldest go first.
-const SESSIONS_MAX: usize = 10_000;
+/// How long a sign-in lasts.
+pub const SIGN_IN_MS: u64 = 8 * 3_600_000;
+/// SignIns kept at most: past it, the oldest go first.
+const SIGN_INS_MAX: usize = 10_000;
 
 /// One signed-in browser.
 #[derive(Clone, Debug)]
-pub struct Session {
+pub struct SignIn {
     /// What its token may do.
     pub scope: Scope,
     /// The token its forms must send back.
@@ -28,10 +28,10 @@ pub struct Session {
     pub flash: Option<String>,
 }
 
-/// Every session, by id.
+/// Every sign-in, by id.
 #[derive(Default)]
-pub struct Sessions {
-    map: Mutex<HashMap<String, Session>>,
+pub struct SignIns {
+    map: Mutex<HashMap<String, SignIn>>,
 }
 
 /// `n` random bytes as hex.
@@ -43,13 +43,13 @@ pub fn random_hex(n: usize) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-impl Sessions {
-    /// A new session of `scope` from `now`: its id.
+impl SignIns {
+    /// A new sign-in of `scope` from `now`: its id.
     pub fn open(&self, scope: Scope, now: Timestamp) -> String {
         let id = random_hex(32);
         let mut map = self.map.lock().expect("not poisoned");
         map.retain(|_, s| s.expires > now);
-        if map.len() >= SESSIONS_MAX {
+        if map.len() >= SIGN_INS_MAX {
             if let Some(oldest) = map
                 .iter()
                 .min_by_key(|(_, s)| s.expires)
@@ -60,18 +60,18 @@ impl Sessions {
         }
         map.insert(
             id.clone(),
-            Session {
+            SignIn {
                 scope,
                 csrf: random_hex(32),
-                expires: Timestamp(now.as_ms() + SESSION_MS),
+                expires: Timestamp(now.as_ms() + SIGN_IN_MS),
                 flash: None,
             },
         );
         id
     }
 
-    /// The live session `id`, taking its flash message.
-    pub fn get(&self, id: &str, now: Timestamp) -> Option<Session> {
+    /// The live sign-in `id`, taking its flash message.
+    pub fn get(&self, id: &str, now: Timestamp) -> Option<SignIn> {
         let mut map = self.map.lock().expect("not poisoned");
         match map.get_mut(id) {
             Some(s) if s.expires > now => {
@@ -87,20 +87,20 @@ impl Sessions {
         }
     }
 
-    /// Leaves `text` for session `id`'s next page.
+    /// Leaves `text` for sign-in `id`'s next page.
     pub fn flash(&self, id: &str, text: String) {
         if let Some(s) = self.map.lock().expect("not poisoned").get_mut(id) {
             s.flash = Some(text);
         }
     }
 
-    /// Ends session `id`.
+    /// Ends sign-in `id`.
     pub fn close(&self, id: &str) {
         self.map.lock().expect("not poisoned").remove(id);
     }
 }
 
-/// The session id in a `Cookie` header, if any.
+/// The sign-in id in a `Cookie` header, if any.
 pub fn cookie_id(header: Option<&str>) -> Option<String> {
     header?
         .split(';')
@@ -123,8 +123,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_session_lives_until_it_expires_or_closes_and_its_flash_shows_once() {
-        let s = Sessions::default();
+    fn a_sign_in_lives_until_it_expires_or_closes_and_its_flash_shows_once() {
+        let s = SignIns::default();
         let id = s.open(Scope::Read, Timestamp(1_000));
         assert_eq!(id.len(), 64);
         let got = s.get(&id, Timestamp(2_000)).expect("live");
@@ -136,7 +136,7 @@ mod tests {
         );
         assert_eq!(s.get(&id, Timestamp(2_000)).unwrap().flash, None);
         assert!(
-            s.get(&id, Timestamp(1_000 + SESSION_MS)).is_none(),
+            s.get(&id, Timestamp(1_000 + SIGN_IN_MS)).is_none(),
             "expired"
         );
         let other = s.open(Scope::Admin, Timestamp(1_000));
