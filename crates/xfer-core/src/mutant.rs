@@ -45,11 +45,14 @@ pub enum Mutant {
     /// A take-over (a claim or settle that keeps the state, new owner and epoch) adds no
     /// step to the record's timeline.
     TimelineSkipsTakeover,
+    /// A refund link checks each amount against the original's but not the sum of the
+    /// refunds already linked.
+    RefundSumUnchecked,
 }
 
 impl Mutant {
     /// Every mutant, in a stable order.
-    pub const ALL: [Mutant; 19] = [
+    pub const ALL: [Mutant; 20] = [
         Mutant::CreditAtPrepare,
         Mutant::DebitWithoutBalanceCheck,
         Mutant::DoublePost,
@@ -69,6 +72,7 @@ impl Mutant {
         Mutant::OnePhaseIgnoresRecord,
         Mutant::OnePhaseSkipsDoneEvent,
         Mutant::TimelineSkipsTakeover,
+        Mutant::RefundSumUnchecked,
     ];
 
     /// Its command-line name.
@@ -93,6 +97,7 @@ impl Mutant {
             Mutant::OnePhaseIgnoresRecord => "one-phase-ignores-record",
             Mutant::OnePhaseSkipsDoneEvent => "one-phase-skips-done-event",
             Mutant::TimelineSkipsTakeover => "timeline-skips-takeover",
+            Mutant::RefundSumUnchecked => "refund-sum-unchecked",
         }
     }
 
@@ -119,6 +124,7 @@ impl Mutant {
             Mutant::OnePhaseIgnoresRecord => "a repeated one-phase commit moves the amounts again",
             Mutant::OnePhaseSkipsDoneEvent => "a one-phase commit makes no `done` event",
             Mutant::TimelineSkipsTakeover => "a take-over adds no timeline step",
+            Mutant::RefundSumUnchecked => "a refund link ignores the refunds linked before",
             Mutant::DuplicateAnswersStaleState => {
                 "a duplicate submission is told the stored state as final"
             }

@@ -43,6 +43,8 @@ pub enum Code {
     OriginalIsNotDone,
     OriginalAlreadyRefunded,
     RefundMustReverseOriginal,
+    RefundExceedsOriginal,
+    TooManyRefunds,
 }
 
 impl Code {
@@ -83,6 +85,8 @@ impl Code {
             Code::OriginalIsNotDone => "original_is_not_done",
             Code::OriginalAlreadyRefunded => "original_already_refunded",
             Code::RefundMustReverseOriginal => "refund_must_reverse_original",
+            Code::RefundExceedsOriginal => "refund_exceeds_original",
+            Code::TooManyRefunds => "too_many_refunds",
         }
     }
 
@@ -99,6 +103,8 @@ impl Code {
                 | Code::HoldAlreadyVoided
                 | Code::OriginalIsNotDone
                 | Code::OriginalAlreadyRefunded
+                | Code::RefundExceedsOriginal
+                | Code::TooManyRefunds
         )
     }
 }

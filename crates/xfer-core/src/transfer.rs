@@ -323,6 +323,19 @@ impl fmt::Display for CancelReason {
     }
 }
 
+/// At most this many refunds link to one transfer (a canceled refund's link is replaced).
+pub const REFUNDS_MAX: usize = 16;
+
+/// A refund linked to the transfer it reverses: the refund, and how much it takes back of
+/// each of the original's postings, in their order.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RefundLink {
+    /// The refund.
+    pub refund: TransferId,
+    /// Of each of the original's postings, in order, the amount the refund moves back.
+    pub amounts: Vec<Amount>,
+}
+
 /// The transfer log's record of one transfer.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TransferRecord {
@@ -349,8 +362,16 @@ pub struct TransferRecord {
     pub epoch: u64,
     /// Why it was canceled.
     pub reason: Option<CancelReason>,
-    /// For a `done` transfer: the refund that reverses it.
+    /// For a `done` transfer: the latest refund linked to it (the last of `refunds`). Its
+    /// change is the timeline's refund step and the `refunded` event.
     pub refunded_by: Option<TransferId>,
+    /// For a `done` transfer: the refunds linked to it, oldest first, at most
+    /// [`REFUNDS_MAX`]; their amounts never sum above the original's, posting by posting.
+    /// Empty in a record written before partial refunds, whose one refund took everything
+    /// back ([`TransferRecord::refund_links`]). Not part of this type's serde encoding, as
+    /// `timeline`.
+    #[serde(skip)]
+    pub refunds: Vec<RefundLink>,
     /// The states it passed through (`timeline.rs`): its first step and its latest, at most
     /// 16; older steps in the middle are dropped. Written by the store in the step that
     /// changes the record (`xfer_store::timeline::step_of`). Not part of this type's serde
@@ -387,8 +408,33 @@ impl TransferRecord {
             epoch: 0,
             reason: None,
             refunded_by: None,
+            refunds: Vec::new(),
             timeline: Timeline::default(),
         }
+    }
+
+    /// The refunds linked to it, oldest first: `refunds`, or for a record written before
+    /// partial refunds its one refund taking back every posting's whole amount.
+    pub fn refund_links(&self) -> std::borrow::Cow<'_, [RefundLink]> {
+        match (&self.refunded_by, self.refunds.is_empty()) {
+            (Some(refund), true) => std::borrow::Cow::Owned(vec![RefundLink {
+                refund: refund.clone(),
+                amounts: self.spec.postings.iter().map(|p| p.amount).collect(),
+            }]),
+            _ => std::borrow::Cow::Borrowed(&self.refunds),
+        }
+    }
+
+    /// How much of each posting the linked refunds take back, in the postings' order
+    /// (canceled refunds whose links were not yet replaced included).
+    pub fn refunded_units(&self) -> Vec<u64> {
+        let mut sums = vec![0u64; self.spec.postings.len()];
+        for link in self.refund_links().iter() {
+            for (sum, a) in sums.iter_mut().zip(&link.amounts) {
+                *sum = sum.saturating_add(a.units());
+            }
+        }
+        sums
     }
 
     /// The record with its timeline its first step: accepted as it is, at `created_at`.

@@ -84,14 +84,19 @@ enum Phase {
     Claiming,
     Capturing,
     Voiding,
-    /// Refund: linking the original to this transfer, possibly replacing a canceled refund.
+    /// Refund: linking the original to this transfer, possibly replacing canceled refunds.
     Linking {
-        replacing: Option<TransferId>,
+        replacing: Vec<TransferId>,
     },
-    /// Refund: the original is linked elsewhere; reading the original.
-    ReadingOriginal,
-    /// Refund: reading the refund that holds the link, to see whether it was canceled.
-    ReadingRival(TransferId),
+    /// Refund: the refunds linked before leave too little; reading the original.
+    ReadingOriginal(Code),
+    /// Refund: reading the refunds linked to the original (`left`, the next last) to see
+    /// which were canceled, so that their links may be replaced; `code` refused the link.
+    ReadingRivals {
+        left: Vec<TransferId>,
+        canceled: Vec<TransferId>,
+        code: Code,
+    },
     /// Each leg's prepare; done when none waits for its reply.
     Preparing,
     Deciding,
@@ -355,7 +360,9 @@ impl Machine {
             Phase::Claiming => "claiming",
             Phase::Capturing => "capturing",
             Phase::Voiding => "voiding",
-            Phase::Linking { .. } | Phase::ReadingOriginal | Phase::ReadingRival(_) => "linking",
+            Phase::Linking { .. } | Phase::ReadingOriginal(_) | Phase::ReadingRivals { .. } => {
+                "linking"
+            }
             Phase::Preparing => "preparing",
             Phase::Deciding => "deciding",
             Phase::Posting => "posting",
@@ -426,8 +433,12 @@ impl Machine {
             Phase::Capturing => self.on_captured(reply, now, TransferState::Applied),
             Phase::Voiding => self.on_captured(reply, now, TransferState::Canceling),
             Phase::Linking { replacing } => self.on_linked(reply, replacing, now),
-            Phase::ReadingOriginal => self.on_read_original(reply, now),
-            Phase::ReadingRival(rival) => self.on_read_rival(reply, rival, now),
+            Phase::ReadingOriginal(code) => self.on_read_original(reply, code, now),
+            Phase::ReadingRivals {
+                left,
+                canceled,
+                code,
+            } => self.on_read_rival(reply, left, canceled, code, now),
             Phase::Preparing => self.on_prepared(leg, reply, now),
             Phase::Deciding => self.on_decided(reply, now),
             Phase::Posting => self.on_posted(leg, reply, now),
@@ -525,7 +536,7 @@ impl Machine {
                 now,
             ),
             TransferState::Pending => match refund_of {
-                Some(original) => self.link(original, None, now),
+                Some(original) => self.link(original, Vec::new(), now),
                 None => self.prepare_all(),
             },
             TransferState::Applied if past_deadline && mutant::is(Mutant::CancelAfterApplied) => {
@@ -543,7 +554,7 @@ impl Machine {
         }
     }
 
-    fn link(&mut self, original: TransferId, replacing: Option<TransferId>, now: Timestamp) {
+    fn link(&mut self, original: TransferId, replacing: Vec<TransferId>, now: Timestamp) {
         let postings = self
             .seen
             .as_ref()
@@ -723,12 +734,18 @@ impl Machine {
         }
     }
 
-    fn on_linked(&mut self, reply: Reply, replacing: Option<TransferId>, now: Timestamp) {
+    fn on_linked(&mut self, reply: Reply, replacing: Vec<TransferId>, now: Timestamp) {
         match reply {
             Reply::Transfer(_) | Reply::Unchanged(_) => self.prepare_all(),
-            Reply::Refused(Code::OriginalAlreadyRefunded) if replacing.is_none() => {
+            // The refunds linked before leave too little: if some were canceled, their
+            // links may be replaced. A link that replaced some and is still refused ends it.
+            Reply::Refused(
+                code @ (Code::OriginalAlreadyRefunded
+                | Code::RefundExceedsOriginal
+                | Code::TooManyRefunds),
+            ) if replacing.is_empty() => {
                 let original = self.original();
-                self.enter(Phase::ReadingOriginal);
+                self.enter(Phase::ReadingOriginal(code));
                 self.request(Op::Transfer(original, TransferOp::Get));
             }
             Reply::Refused(code) => self.cancel_refund(code, now),
@@ -737,29 +754,61 @@ impl Machine {
         }
     }
 
-    fn on_read_original(&mut self, reply: Reply, now: Timestamp) {
+    fn on_read_original(&mut self, reply: Reply, code: Code, now: Timestamp) {
         match reply {
-            Reply::Unchanged(orig) | Reply::Transfer(orig) => match orig.refunded_by.clone() {
-                Some(rival) if rival != self.id => {
-                    let op = Op::Transfer(rival.clone(), TransferOp::Get);
-                    self.enter(Phase::ReadingRival(rival));
-                    self.request(op);
+            Reply::Unchanged(orig) | Reply::Transfer(orig) => {
+                let links = orig.refund_links();
+                if links.iter().any(|l| l.refund == self.id) {
+                    // Linked to us since: the link answers as a repeat.
+                    return self.link(self.original(), Vec::new(), now);
                 }
-                // Unlinked since, or linked to us: try again.
-                _ => self.link(self.original(), None, now),
-            },
-            _ => self.cancel_refund(Code::OriginalAlreadyRefunded, now),
+                // Read newest first: `left` is taken from its end.
+                let left: Vec<TransferId> = links.iter().map(|l| l.refund.clone()).collect();
+                self.read_next_rival(left, Vec::new(), code, now)
+            }
+            _ => self.cancel_refund(code, now),
         }
     }
 
-    fn on_read_rival(&mut self, reply: Reply, rival: TransferId, now: Timestamp) {
-        match reply {
-            // A canceled refund can never post: its link may be taken over.
-            Reply::Unchanged(r) if r.state == TransferState::Canceled => {
-                self.link(self.original(), Some(rival), now)
+    fn read_next_rival(
+        &mut self,
+        mut left: Vec<TransferId>,
+        canceled: Vec<TransferId>,
+        code: Code,
+        now: Timestamp,
+    ) {
+        match left.pop() {
+            Some(rival) => {
+                let op = Op::Transfer(rival, TransferOp::Get);
+                self.enter(Phase::ReadingRivals {
+                    left,
+                    canceled,
+                    code,
+                });
+                self.request(op);
             }
-            _ => self.cancel_refund(Code::OriginalAlreadyRefunded, now),
+            None if canceled.is_empty() => self.cancel_refund(code, now),
+            None => self.link(self.original(), canceled, now),
         }
+    }
+
+    fn on_read_rival(
+        &mut self,
+        reply: Reply,
+        left: Vec<TransferId>,
+        mut canceled: Vec<TransferId>,
+        code: Code,
+        now: Timestamp,
+    ) {
+        match reply {
+            // A canceled refund can never post: its link may be replaced.
+            Reply::Unchanged(r) if r.state == TransferState::Canceled => {
+                canceled.push(r.spec.id.clone())
+            }
+            Reply::Unchanged(_) | Reply::Transfer(_) | Reply::NotFound => {}
+            other => return self.unexpected("read-refund", other),
+        }
+        self.read_next_rival(left, canceled, code, now)
     }
 
     fn original(&self) -> TransferId {

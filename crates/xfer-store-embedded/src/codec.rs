@@ -14,7 +14,8 @@
 //! tombstone run key = shard: u16 BE ‖ checkpoint LSN: u64 BE ‖ number: u32 BE
 //!            -> (latest horizon, [(account, transfer, intent)])
 //! accounts value = the account without its tombstones (they are in the runs)
-//! live, done value = record ‖ timeline: [step]            (StoredRecord; no timeline: derived)
+//! live, done value = record ‖ timeline: [step] ‖ refunds: [refund link], if any
+//!            (StoredRecord; no timeline: derived)
 //! ```
 //!
 //! Ids never contain a 0 byte, so the history key's separator keeps one account's runs
@@ -24,7 +25,8 @@
 
 use serde::{Deserialize, Serialize};
 use xfer_core::{
-    Account, AccountId, Intent, IntentState, Timeline, Timestamp, TransferId, TransferRecord,
+    Account, AccountId, Intent, IntentState, RefundLink, Timeline, Timestamp, TransferId,
+    TransferRecord,
 };
 use xfer_store::Op;
 
@@ -84,30 +86,42 @@ impl Entry {
 }
 
 /// A transfer record as the `live` and `done` tables keep it: the record's own encoding
-/// (which leaves its timeline out: the log's inserts carry none), then its timeline.
+/// (which leaves its timeline and refunds out: the log's inserts carry none), then its
+/// timeline, then its refund links if it has any (most records have none, and their values
+/// stay as they were before partial refunds).
 pub struct StoredRecord<'a>(pub &'a TransferRecord);
 
 impl Serialize for StoredRecord<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeTuple;
-        let mut t = s.serialize_tuple(2)?;
+        let refunds = !self.0.refunds.is_empty();
+        let mut t = s.serialize_tuple(2 + usize::from(refunds))?;
         t.serialize_element(self.0)?;
         t.serialize_element(&self.0.timeline)?;
+        if refunds {
+            t.serialize_element(&self.0.refunds)?;
+        }
         t.end()
     }
 }
 
 /// Decodes a `live` or `done` value ([`StoredRecord`]). A value written before records kept
 /// their timeline ends after the record: its timeline is derived, the record's one step as
-/// it is now (`xfer_store::timeline::derived`).
+/// it is now (`xfer_store::timeline::derived`). One written before partial refunds, or of a
+/// record no refund links, ends after the timeline.
 pub fn decode_record(bytes: &[u8]) -> Result<TransferRecord, String> {
     let (mut r, rest) =
         postcard::take_from_bytes::<TransferRecord>(bytes).map_err(|e| e.to_string())?;
-    r.timeline = if rest.is_empty() {
-        xfer_store::timeline::derived(&r)
-    } else {
-        decode::<Timeline>(rest)?
-    };
+    if rest.is_empty() {
+        r.timeline = xfer_store::timeline::derived(&r);
+        return Ok(r);
+    }
+    let (timeline, rest) =
+        postcard::take_from_bytes::<Timeline>(rest).map_err(|e| e.to_string())?;
+    r.timeline = timeline;
+    if !rest.is_empty() {
+        r.refunds = decode::<Vec<RefundLink>>(rest)?;
+    }
     Ok(r)
 }
 
@@ -474,6 +488,7 @@ mod tests {
             },
         }
         for replacing in [None, Some(TransferId::new("r0").unwrap())] {
+            let replacing_now: Vec<TransferId> = replacing.iter().cloned().collect();
             let old = OldOp::Transfer(
                 TransferId::new("t1").unwrap(),
                 OldTransferOp::LinkRefund {
@@ -487,7 +502,7 @@ mod tests {
                     TransferId::new("t1").unwrap(),
                     TransferOp::LinkRefund {
                         refund: TransferId::new("r1").unwrap(),
-                        replacing: replacing.clone(),
+                        replacing: replacing_now.clone(),
                         postings: r.spec.reversed_postings(),
                         now,
                     },
@@ -498,6 +513,63 @@ mod tests {
             assert_eq!(encode(&unknown), encode(&old), "encoded as before");
             let clocked = link(Timestamp(1_700_000_000_000));
             assert_eq!(decode::<Op>(&encode(&clocked)).unwrap(), clocked);
+        }
+    }
+
+    /// A record with refund links keeps them after its timeline; one without ends after
+    /// its timeline as before; a link replacing several refunds reads back whole.
+    #[test]
+    fn refund_links_and_links_replacing_several_round_trip() {
+        use xfer_core::{Posting, RefundLink, TransferKind, TransferSpec, TransferState};
+        use xfer_store::TransferOp;
+        let amount = |n| xfer_core::Amount::new(n, "amount").unwrap();
+        let spec = TransferSpec {
+            id: TransferId::new("t1").unwrap(),
+            postings: vec![Posting {
+                from: AccountId::new("a").unwrap(),
+                to: AccountId::new("b").unwrap(),
+                asset: AssetCode::new("USD", "asset").unwrap(),
+                amount: amount(5),
+            }]
+            .into(),
+            metadata: String::new(),
+            kind: TransferKind::Transfer,
+            refund_of: None,
+            timeout_ms: 1_000,
+        };
+        let mut r = TransferRecord::accept(spec, Timestamp(10), 0);
+        r.state = TransferState::Done;
+        let plain = encode(&StoredRecord(&r));
+        let timeline_only = {
+            let mut v = postcard::to_allocvec(&r).unwrap();
+            v.extend(postcard::to_allocvec(&r.timeline).unwrap());
+            v
+        };
+        assert_eq!(plain, timeline_only, "no links: as before partial refunds");
+        for (id, n) in [("r1", 2), ("r2", 3)] {
+            r.refunds.push(RefundLink {
+                refund: TransferId::new(id).unwrap(),
+                amounts: vec![amount(n)],
+            });
+        }
+        r.refunded_by = Some(TransferId::new("r2").unwrap());
+        let linked = encode(&StoredRecord(&r));
+        assert_eq!(decode_record(&linked).unwrap(), r);
+        assert!(decode_record(&linked[..linked.len() - 1]).is_err());
+        for replacing in [vec![], vec!["r1"], vec!["r1", "r2"]] {
+            let op = Op::Transfer(
+                TransferId::new("t1").unwrap(),
+                TransferOp::LinkRefund {
+                    refund: TransferId::new("r3").unwrap(),
+                    replacing: replacing
+                        .iter()
+                        .map(|r| TransferId::new(r).unwrap())
+                        .collect(),
+                    postings: r.spec.reversed_postings(),
+                    now: Timestamp(30),
+                },
+            );
+            assert_eq!(decode::<Op>(&encode(&op)).unwrap(), op, "{replacing:?}");
         }
     }
 

@@ -192,6 +192,7 @@ pub(crate) fn transfer(d: &Document) -> Result<TransferRecord, String> {
         refunded_by: opt_text(d, "refunded_by")?
             .map(|t| id(t, "refunded_by"))
             .transpose()?,
+        refunds: Vec::new(),
         timeline: Timeline::default(),
     };
     let timeline = match d.get("timeline") {

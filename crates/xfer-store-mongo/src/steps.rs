@@ -535,7 +535,7 @@ pub(crate) fn transfer(op: &TransferOp, store_now: Timestamp, token: i64) -> Opt
             postings,
             now,
         } => {
-            let replaceable = match replacing {
+            let replaceable = match replacing.first() {
                 Some(r) => {
                     doc! {"$in": ["$refunded_by", [Bson::Null, Bson::String(r.as_str().into())]]}
                 }

@@ -170,10 +170,7 @@ pub(crate) fn command(keys: &Keys, op: &Op) -> Cmd {
                 } => {
                     args.extend([
                         refund.to_string(),
-                        replacing
-                            .as_ref()
-                            .map(|r| r.to_string())
-                            .unwrap_or_default(),
+                        replacing.first().map(|r| r.to_string()).unwrap_or_default(),
                         json(postings),
                         ms(*now),
                     ]);
@@ -518,6 +515,7 @@ pub(crate) fn transfer(flat: &[String]) -> Result<TransferRecord, String> {
         epoch: epoch.ok_or_else(|| missing("epoch"))?,
         reason,
         refunded_by,
+        refunds: Vec::new(),
         timeline: Timeline::default(),
     };
     Ok(TransferRecord {

@@ -45,6 +45,7 @@ pub async fn run_all_opened<S: Store, F: std::future::Future<Output = S>>(
     claims_and_decisions_compare_and_set(&open_store().await).await;
     holds_capture_void_and_expire(&open_store().await).await;
     refunds_link_once(&open_store().await).await;
+    partial_refunds_never_sum_above_the_original(&open_store().await).await;
     sweeper_scan_is_due_first_and_skips_terminal(&open_store().await).await;
     history_is_newest_first_and_paged(&open_store().await).await;
     prune_drops_only_expired_tombstones(&open_store().await).await;
@@ -128,7 +129,7 @@ pub async fn run_events<S: Store, F: std::future::Future<Output = S>>(open_store
     let o1 = record("o1", 0);
     let relink = TransferOp::LinkRefund {
         refund: tid("r2"),
-        replacing: Some(tid("r1")),
+        replacing: vec![tid("r1")],
         postings: o1.spec.reversed_postings(),
         now: at(9_000),
     };
@@ -975,7 +976,7 @@ async fn refunds_link_once(s: &dyn Store) {
     let link =
         |refund: &str, replacing: Option<&str>, postings: Vec<Posting>| TransferOp::LinkRefund {
             refund: tid(refund),
-            replacing: replacing.map(tid),
+            replacing: replacing.map(tid).into_iter().collect(),
             postings,
             now: at(8_000 + refund.len() as u64 * 10 + u64::from(replacing.is_some())),
         };
@@ -1004,6 +1005,223 @@ async fn refunds_link_once(s: &dyn Store) {
     assert_eq!(
         transfer_op(s, "p1", link("r3", None, vec![])).await,
         Reply::Refused(Code::OriginalIsNotDone)
+    );
+}
+
+/// A done transfer of `amounts` from a to b and from c to d, inserted as `id`.
+async fn done_of_two_postings(s: &dyn Store, id: &str, amounts: [u64; 2]) -> TransferRecord {
+    let mut spec = spec(id, TransferKind::Transfer);
+    let posting = |from: &str, to: &str, amount| Posting {
+        from: acct(from),
+        to: acct(to),
+        asset: usd(),
+        amount: Amount::new(amount, "amount").expect("valid"),
+    };
+    spec.postings = vec![posting("a", "b", amounts[0]), posting("c", "d", amounts[1])].into();
+    let mut r = TransferRecord::accept(spec, Timestamp(0), 100);
+    r.state = TransferState::Done;
+    transfer_op(s, id, TransferOp::Insert(Arc::new(r.clone()))).await;
+    r
+}
+
+/// `original`'s postings reversed with `amounts`.
+fn refund_postings(original: &TransferRecord, amounts: &[u64]) -> Vec<Posting> {
+    let mut postings = original.spec.reversed_postings();
+    for (p, a) in postings.iter_mut().zip(amounts) {
+        p.amount = Amount::new(*a, "amount").expect("valid");
+    }
+    postings
+}
+
+fn partial_link(
+    original: &TransferRecord,
+    refund: &str,
+    replacing: &[&str],
+    amounts: &[u64],
+) -> TransferOp {
+    TransferOp::LinkRefund {
+        refund: tid(refund),
+        replacing: replacing.iter().map(|r| tid(r)).collect(),
+        postings: refund_postings(original, amounts),
+        now: at(8_500),
+    }
+}
+
+/// The refunds `id`'s record links, each with its amounts, and its `refunded_by`.
+async fn links_of(s: &dyn Store, id: &str) -> (Vec<(String, Vec<u64>)>, Option<String>) {
+    let r = match transfer_op(s, id, TransferOp::Get).await {
+        Reply::Unchanged(r) => r,
+        other => panic!("get {id}: {other}"),
+    };
+    let links = r
+        .refund_links()
+        .iter()
+        .map(|l| {
+            let amounts = l.amounts.iter().map(|a| a.units()).collect();
+            (l.refund.to_string(), amounts)
+        })
+        .collect();
+    (links, r.refunded_by.as_ref().map(|t| t.to_string()))
+}
+
+fn links(list: &[(&str, &[u64])]) -> Vec<(String, Vec<u64>)> {
+    list.iter()
+        .map(|(r, a)| (r.to_string(), a.to_vec()))
+        .collect()
+}
+
+/// Partial refunds: several per original, posting by posting never above it, each link
+/// judged against the links before it; canceled refunds' links dropped when replaced.
+async fn partial_refunds_never_sum_above_the_original(s: &dyn Store) {
+    let o = done_of_two_postings(s, "o3", [5, 7]).await;
+    let changed = |r: &Reply| matches!(r, Reply::Transfer(_));
+    assert!(changed(
+        &transfer_op(s, "o3", partial_link(&o, "q1", &[], &[2, 3])).await
+    ));
+    assert_eq!(
+        links_of(s, "o3").await,
+        (links(&[("q1", &[2, 3])]), Some("q1".into()))
+    );
+    assert_eq!(
+        transfer_op(s, "o3", partial_link(&o, "q2", &[], &[3, 5])).await,
+        Reply::Refused(Code::RefundExceedsOriginal),
+        "3 + 5 of the second posting's 7"
+    );
+    // Not the original's shape: one posting of two, an amount above the posting's, a
+    // posting not reversed.
+    for postings in [
+        refund_postings(&o, &[1, 1])[..1].to_vec(),
+        refund_postings(&o, &[6, 1]),
+        {
+            let mut p = refund_postings(&o, &[1, 1]);
+            let q = &mut p[1];
+            std::mem::swap(&mut q.from, &mut q.to);
+            p
+        },
+    ] {
+        let op = TransferOp::LinkRefund {
+            refund: tid("q2"),
+            replacing: vec![],
+            postings,
+            now: at(8_500),
+        };
+        assert_eq!(
+            transfer_op(s, "o3", op).await,
+            Reply::Refused(Code::RefundMustReverseOriginal)
+        );
+    }
+    assert!(changed(
+        &transfer_op(s, "o3", partial_link(&o, "q2", &[], &[3, 4])).await
+    ));
+    assert!(
+        matches!(
+            transfer_op(s, "o3", partial_link(&o, "q1", &[], &[2, 3])).await,
+            Reply::Unchanged(_)
+        ),
+        "a repeat of an earlier link"
+    );
+    assert_eq!(
+        links_of(s, "o3").await,
+        (
+            links(&[("q1", &[2, 3]), ("q2", &[3, 4])]),
+            Some("q2".into())
+        )
+    );
+    assert_eq!(
+        transfer_op(s, "o3", partial_link(&o, "q3", &[], &[1, 1])).await,
+        Reply::Refused(Code::OriginalAlreadyRefunded),
+        "5 of 5 and 7 of 7 taken back"
+    );
+    // q1 was canceled: its link goes, q3's comes; an id not linked is ignored.
+    assert!(changed(
+        &transfer_op(s, "o3", partial_link(&o, "q3", &["q1", "zz"], &[1, 1])).await
+    ));
+    assert_eq!(
+        links_of(s, "o3").await,
+        (
+            links(&[("q2", &[3, 4]), ("q3", &[1, 1])]),
+            Some("q3".into())
+        )
+    );
+    assert_eq!(
+        transfer_op(s, "o3", partial_link(&o, "q4", &["q2"], &[5, 7])).await,
+        Reply::Refused(Code::RefundExceedsOriginal),
+        "q3's 1 and 1 stay"
+    );
+    assert_eq!(
+        links_of(s, "o3").await.0.len(),
+        2,
+        "a refused link drops nothing it would replace"
+    );
+    assert!(changed(
+        &transfer_op(s, "o3", partial_link(&o, "q4", &["q2", "q3"], &[5, 7])).await
+    ));
+    assert_eq!(
+        links_of(s, "o3").await,
+        (links(&[("q4", &[5, 7])]), Some("q4".into()))
+    );
+
+    // At most REFUNDS_MAX links.
+    let o = done_of_two_postings(s, "o4", [100, 100]).await;
+    for i in 0..xfer_core::REFUNDS_MAX {
+        let op = partial_link(&o, &format!("m{i}"), &[], &[1, 1]);
+        assert!(changed(&transfer_op(s, "o4", op).await), "link {i}");
+    }
+    let last = partial_link(&o, "m-last", &[], &[1, 1]);
+    assert_eq!(
+        transfer_op(s, "o4", last).await,
+        Reply::Refused(Code::TooManyRefunds)
+    );
+    let last = partial_link(&o, "m-last", &["m0"], &[1, 1]);
+    assert!(changed(&transfer_op(s, "o4", last).await));
+
+    // Two links that together exceed it, in one call and in two at once: one succeeds.
+    let o = done_of_two_postings(s, "o5", [5, 7]).await;
+    let replies = s
+        .execute(vec![
+            Op::Transfer(tid("o5"), partial_link(&o, "c1", &[], &[3, 4])),
+            Op::Transfer(tid("o5"), partial_link(&o, "c2", &[], &[3, 4])),
+        ])
+        .await
+        .expect("batch");
+    assert_eq!(
+        replies.iter().filter(|r| changed(r)).count(),
+        1,
+        "{replies:?}"
+    );
+    assert!(replies.contains(&Reply::Refused(Code::RefundExceedsOriginal)));
+    let o = done_of_two_postings(s, "o6", [5, 7]).await;
+    let (a, b) = futures_util::future::join(
+        transfer_op(s, "o6", partial_link(&o, "c1", &[], &[3, 4])),
+        transfer_op(s, "o6", partial_link(&o, "c2", &[], &[3, 4])),
+    )
+    .await;
+    assert_eq!(
+        [&a, &b].iter().filter(|r| changed(r)).count(),
+        1,
+        "{a} / {b}"
+    );
+    assert_eq!(links_of(s, "o6").await.0.len(), 1);
+
+    // A record written before partial refunds: its one refund took everything back.
+    let mut old = record("o7", 0);
+    old.state = TransferState::Done;
+    old.refunded_by = Some(tid("old"));
+    transfer_op(s, "o7", TransferOp::Insert(Arc::new(old.clone()))).await;
+    assert_eq!(
+        transfer_op(s, "o7", partial_link(&old, "n1", &[], &[1])).await,
+        Reply::Refused(Code::OriginalAlreadyRefunded)
+    );
+    assert!(matches!(
+        transfer_op(s, "o7", partial_link(&old, "old", &[], &[5])).await,
+        Reply::Unchanged(_)
+    ));
+    assert!(changed(
+        &transfer_op(s, "o7", partial_link(&old, "n1", &["old"], &[1])).await
+    ));
+    assert_eq!(
+        links_of(s, "o7").await,
+        (links(&[("n1", &[1])]), Some("n1".into()))
     );
 }
 

@@ -126,11 +126,15 @@ pub enum TransferOp {
         /// The finisher's clock.
         now: Timestamp,
     },
-    /// On the original of a refund: record that `refund` reverses it. Succeeds if the
-    /// original is `done` with the same postings reversed and is not refunded yet, or was
-    /// refunded by `replacing` (a refund known to be canceled), or by `refund` itself.
-    /// Encoded as it was before it had a clock when `now` is [`LINK_NOW_UNKNOWN`]
-    /// (`link_wire`), so that a log written before still reads.
+    /// On the original of a refund: link `refund`, which moves back part or all of it.
+    /// Refused unless the original is `done` and `postings` are its postings in order,
+    /// each reversed with an amount at most the original's. A repeat (`refund` linked
+    /// already) changes nothing. Otherwise the links of `replacing` (refunds known to be
+    /// canceled) are dropped, and the link is added if the refunds linked then still take
+    /// back at most each posting's amount and number at most [`xfer_core::REFUNDS_MAX`]:
+    /// `refunded_by` becomes `refund`. Encoded as it was before it had a clock when `now`
+    /// is [`LINK_NOW_UNKNOWN`] and before it could replace several when `replacing` has
+    /// at most one (`link_wire`), so that a log written before still reads.
     #[serde(
         serialize_with = "link_wire::serialize",
         deserialize_with = "link_wire::deserialize"
@@ -138,8 +142,8 @@ pub enum TransferOp {
     LinkRefund {
         /// The refund.
         refund: TransferId,
-        /// A canceled refund whose link this one replaces.
-        replacing: Option<TransferId>,
+        /// Canceled refunds whose links this one replaces.
+        replacing: Vec<TransferId>,
         /// The refund's postings, checked against the original's reversed.
         postings: Vec<xfer_core::Posting>,
         /// The linker's clock: the record's `updated_at` and its timeline step's time.
@@ -292,8 +296,15 @@ impl fmt::Display for Op {
                 TransferOp::Capture { owner, .. } => write!(f, "transfer {id}: capture owner={owner}"),
                 TransferOp::Void { owner, .. } => write!(f, "transfer {id}: void owner={owner}"),
                 TransferOp::Finish { .. } => write!(f, "transfer {id}: finish"),
-                TransferOp::LinkRefund { refund, replacing, .. } => {
-                    write!(f, "transfer {id}: link-refund {refund} replacing={replacing:?}")
+                TransferOp::LinkRefund { refund, replacing, postings, .. } => {
+                    write!(f, "transfer {id}: link-refund {refund}")?;
+                    for (i, p) in postings.iter().enumerate() {
+                        write!(f, "{}{}", if i == 0 { " amounts=" } else { "," }, p.amount.units())?;
+                    }
+                    for (i, r) in replacing.iter().enumerate() {
+                        write!(f, "{}{r}", if i == 0 { " replacing=" } else { "," })?;
+                    }
+                    Ok(())
                 }
                 TransferOp::Redrive { .. } => write!(f, "transfer {id}: redrive"),
                 TransferOp::Get => write!(f, "transfer {id}: get"),
@@ -335,10 +346,10 @@ impl fmt::Display for Reply {
 pub const LINK_NOW_UNKNOWN: Timestamp = Timestamp(0);
 
 /// The encoding of [`TransferOp::LinkRefund`]: its fields in order, as a struct variant's,
-/// but `replacing` and `now` share one tag byte where an `Option` has its own, bit 0 for
-/// `replacing` (an `Option`'s tag, 0 or 1) and bit 1 for a clock that follows. An op
-/// encoded before it had a clock reads with [`LINK_NOW_UNKNOWN`]; one with that clock
-/// encodes as it did.
+/// but `replacing` and `now` share one tag byte, bit 0 for one refund replaced (as an
+/// `Option`'s tag was), bit 1 for a clock that follows and bit 2 for a list of replaced
+/// refunds. An op encoded before it had a clock reads with [`LINK_NOW_UNKNOWN`]; one with
+/// that clock and at most one refund replaced encodes as it did.
 mod link_wire {
     use super::LINK_NOW_UNKNOWN;
     use serde::de::{Error, SeqAccess, Visitor};
@@ -347,22 +358,25 @@ mod link_wire {
     use std::fmt;
     use xfer_core::{Posting, Timestamp, TransferId};
 
-    type Fields = (TransferId, Option<TransferId>, Vec<Posting>, Timestamp);
+    type Fields = (TransferId, Vec<TransferId>, Vec<Posting>, Timestamp);
 
     pub(super) fn serialize<S: Serializer>(
         refund: &TransferId,
-        replacing: &Option<TransferId>,
+        replacing: &Vec<TransferId>,
         postings: &Vec<Posting>,
         now: &Timestamp,
         s: S,
     ) -> Result<S::Ok, S::Error> {
         let clock = *now != LINK_NOW_UNKNOWN;
-        let tag = u8::from(replacing.is_some()) | (u8::from(clock) << 1);
+        let list = replacing.len() > 1;
+        let tag = u8::from(replacing.len() == 1) | (u8::from(clock) << 1) | (u8::from(list) << 2);
         let mut t = s.serialize_tuple(5)?;
         t.serialize_element(refund)?;
         t.serialize_element(&tag)?;
-        if let Some(r) = replacing {
-            t.serialize_element(r)?;
+        match replacing.as_slice() {
+            [] => {}
+            [one] => t.serialize_element(one)?,
+            many => t.serialize_element(many)?,
         }
         if clock {
             t.serialize_element(now)?;
@@ -382,12 +396,13 @@ mod link_wire {
                 let missing = || A::Error::custom("a refund link ends early");
                 let refund: TransferId = seq.next_element()?.ok_or_else(missing)?;
                 let tag: u8 = seq.next_element()?.ok_or_else(missing)?;
-                if tag > 3 {
+                if tag > 7 || tag & 5 == 5 {
                     return Err(A::Error::custom(format!("refund link tag {tag}")));
                 }
-                let replacing = match tag & 1 {
-                    1 => Some(seq.next_element::<TransferId>()?.ok_or_else(missing)?),
-                    _ => None,
+                let replacing = match tag & 5 {
+                    1 => vec![seq.next_element::<TransferId>()?.ok_or_else(missing)?],
+                    4 => seq.next_element::<Vec<TransferId>>()?.ok_or_else(missing)?,
+                    _ => Vec::new(),
                 };
                 let now = match tag & 2 {
                     2 => seq.next_element::<Timestamp>()?.ok_or_else(missing)?,

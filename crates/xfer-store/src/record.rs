@@ -10,8 +10,8 @@ use crate::timeline;
 use std::sync::Arc;
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{
-    Account, AccountId, AccountStatus, Code, Intent, IntentState, Leg, LowerBound, Timestamp,
-    TransferId, TransferRecord, TransferState,
+    Account, AccountId, AccountStatus, Code, Intent, IntentState, Leg, LowerBound, Posting,
+    RefundLink, Timestamp, TransferId, TransferRecord, TransferState, REFUNDS_MAX,
 };
 
 /// What an account operation asks of the shard's indexes. It names the transfer by the
@@ -608,25 +608,16 @@ pub fn apply_transfer_to(
             replacing,
             postings,
             now,
-        } => {
-            if rec.state != Done {
-                return TransferStep::Answered(Reply::Refused(Code::OriginalIsNotDone));
+        } => match link_refund(rec, refund, replacing, postings) {
+            Err(code) => return TransferStep::Answered(Reply::Refused(code)),
+            Ok(None) => false,
+            Ok(Some(links)) => {
+                rec.refunds = links;
+                rec.refunded_by = Some(refund.clone());
+                rec.updated_at = *now;
+                true
             }
-            if rec.spec.reversed_postings() != *postings {
-                return TransferStep::Answered(Reply::Refused(Code::RefundMustReverseOriginal));
-            }
-            match &rec.refunded_by {
-                Some(by) if by == refund => false,
-                Some(by) if Some(by) != replacing.as_ref() => {
-                    return TransferStep::Answered(Reply::Refused(Code::OriginalAlreadyRefunded))
-                }
-                _ => {
-                    rec.refunded_by = Some(refund.clone());
-                    rec.updated_at = *now;
-                    true
-                }
-            }
-        }
+        },
         TransferOp::Redrive { now } => {
             let ok = !rec.state.is_terminal() && rec.lease_until > *now;
             if ok {
@@ -642,6 +633,59 @@ pub fn apply_transfer_to(
     } else {
         TransferStep::Unchanged
     }
+}
+
+/// [`TransferOp::LinkRefund`]'s rules on the original `rec`: the refused code, `None` for
+/// a repeat, or the links after.
+fn link_refund(
+    rec: &TransferRecord,
+    refund: &TransferId,
+    replacing: &[TransferId],
+    postings: &[Posting],
+) -> Result<Option<Vec<RefundLink>>, Code> {
+    if rec.state != TransferState::Done {
+        return Err(Code::OriginalIsNotDone);
+    }
+    let original = &rec.spec.postings;
+    let reverses = postings.len() == original.len()
+        && postings.iter().zip(original.iter()).all(|(r, o)| {
+            r.from == o.to && r.to == o.from && r.asset == o.asset && r.amount <= o.amount
+        });
+    if !reverses {
+        return Err(Code::RefundMustReverseOriginal);
+    }
+    let links = rec.refund_links();
+    if links.iter().any(|l| l.refund == *refund) {
+        return Ok(None);
+    }
+    let mut kept: Vec<RefundLink> = links
+        .iter()
+        .filter(|l| !replacing.contains(&l.refund))
+        .cloned()
+        .collect();
+    let taken = |links: &[RefundLink], i: usize| -> u64 {
+        links
+            .iter()
+            .map(|l| l.amounts.get(i).map_or(0, |a| a.units()))
+            .sum()
+    };
+    let full = (0..original.len()).all(|i| taken(&kept, i) == original[i].amount.units());
+    if full {
+        return Err(Code::OriginalAlreadyRefunded);
+    }
+    let exceeds = (0..original.len())
+        .any(|i| taken(&kept, i) + postings[i].amount.units() > original[i].amount.units());
+    if exceeds && !mutant::is(Mutant::RefundSumUnchecked) {
+        return Err(Code::RefundExceedsOriginal);
+    }
+    if kept.len() >= REFUNDS_MAX {
+        return Err(Code::TooManyRefunds);
+    }
+    kept.push(RefundLink {
+        refund: refund.clone(),
+        amounts: postings.iter().map(|p| p.amount).collect(),
+    });
+    Ok(Some(kept))
 }
 
 fn take_ownership(

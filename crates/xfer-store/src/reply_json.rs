@@ -11,7 +11,7 @@ use serde::Deserialize;
 use std::sync::Arc;
 use xfer_core::{
     Account, AccountId, AccountStatus, AssetCode, CancelReason, Code, Intent, IntentState,
-    LowerBound, OwnerId, Timeline, Timestamp, TransferId, TransferRecord, TransferSpec,
+    LowerBound, OwnerId, RefundLink, Timeline, Timestamp, TransferId, TransferRecord, TransferSpec,
     TransferState,
 };
 
@@ -29,6 +29,10 @@ struct TransferRow {
     epoch: u64,
     reason: Option<CancelReason>,
     refunded_by: Option<TransferId>,
+    /// Its refunds as `RefundLink`'s JSON, oldest first; none in a row written before
+    /// partial refunds.
+    #[serde(default)]
+    refunds: Option<Vec<RefundLink>>,
     /// Its steps as `Step`'s JSON, oldest first; none in a row written before timelines.
     #[serde(default)]
     timeline: Option<Timeline>,
@@ -49,6 +53,7 @@ impl From<TransferRow> for TransferRecord {
             epoch: r.epoch,
             reason: r.reason,
             refunded_by: r.refunded_by,
+            refunds: r.refunds.unwrap_or_default(),
             timeline: Timeline::default(),
         };
         TransferRecord {
