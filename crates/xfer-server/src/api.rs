@@ -754,7 +754,11 @@ async fn refund(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b:
     let original_id = wire::transfer_id(&id, "original")?;
     let req: RefundIn = body(&app, &headers, b).await?;
     let refund_id = wire::transfer_id(&req.id, "id")?;
-    let answer = app.svc.refund(original_id, refund_id, req.metadata).await?;
+    let amounts = req.amounts()?;
+    let answer = app
+        .svc
+        .refund(original_id, refund_id, amounts, req.metadata)
+        .await?;
     Ok(json_status(status_of(&answer), answer.out()))
 }
 

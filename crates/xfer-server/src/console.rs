@@ -572,14 +572,16 @@ async fn transfer_action(
                     back,
                 )
             } else {
-                match form
-                    .get("refund_id")
-                    .map(|r| TransferId::parse(r, "refund_id"))
-                {
-                    Some(Ok(rid)) => {
+                match (
+                    form.get("refund_id")
+                        .map(|r| TransferId::parse(r, "refund_id")),
+                    refund_amounts(&form),
+                ) {
+                    (_, Err(text)) => (text, back),
+                    (Some(Ok(rid)), Ok(amounts)) => {
                         let done = app
                             .svc
-                            .refund(tid.clone(), rid.clone(), String::new())
+                            .refund(tid.clone(), rid.clone(), amounts, String::new())
                             .await
                             .map(|x| x.record().clone());
                         let to = if done.is_ok() {
@@ -589,7 +591,7 @@ async fn transfer_action(
                         };
                         (outcome("Refund", done), to)
                     }
-                    _ => (
+                    (_, Ok(_)) => (
                         "Refund refused: the form has no refund id".to_string(),
                         back,
                     ),
@@ -828,4 +830,33 @@ async fn account_action(
     };
     app.sign_ins.flash(&sid, text);
     see_other(&back)
+}
+
+/// The refund form's amounts, one field `amount{i}` per posting: all blank refunds
+/// everything; otherwise every posting needs one.
+fn refund_amounts(form: &HashMap<String, String>) -> Result<crate::refund::RefundAmounts, String> {
+    use crate::refund::RefundAmounts;
+    let mut given = Vec::new();
+    for i in 0.. {
+        match form.get(&format!("amount{i}")) {
+            Some(text) => given.push(text.trim()),
+            None => break,
+        }
+    }
+    if given.iter().all(|t| t.is_empty()) {
+        return Ok(RefundAmounts::Whole);
+    }
+    let mut amounts = Vec::new();
+    for (i, text) in given.iter().enumerate() {
+        let units = text.parse::<u64>().map_err(|_| {
+            format!(
+                "Refund not sent: posting {} needs an amount, a whole number of minor units",
+                i + 1
+            )
+        })?;
+        let amount = xfer_core::Amount::new(units, &format!("amounts[{i}]"))
+            .map_err(|r| format!("Refund not sent: {}: {}", r.code, r.message))?;
+        amounts.push(amount);
+    }
+    Ok(RefundAmounts::Each(amounts))
 }

@@ -38,6 +38,7 @@ pub mod feed;
 pub mod listings;
 pub mod metrics;
 pub mod openapi;
+pub mod refund;
 pub mod routes;
 pub mod server;
 pub mod service;

@@ -3,12 +3,10 @@
 //! history, the canceled transfers and the audit. The handlers call these and decide only
 //! the HTTP answer.
 
-use crate::answer::Answer;
 use crate::service::Service;
-use crate::wire::TIMEOUT_MS_DEFAULT;
 use xfer_core::{
-    Account, AccountId, AssetCode, Code, LowerBound, Rejection, TransferId, TransferKind,
-    TransferRecord, TransferSpec, TransferState,
+    Account, AccountId, AssetCode, Code, LowerBound, Rejection, TransferId, TransferRecord,
+    TransferState,
 };
 use xfer_engine::{AuditReport, ExecError, ReplayReport};
 use xfer_store::{AccountOp, Op, Reply};
@@ -231,66 +229,6 @@ impl Service {
             items: found,
             next: more.then_some(cursor).flatten(),
         })
-    }
-
-    /// Refunds the done transfer `original_id` with a new transfer `refund_id` of its
-    /// reversed postings, linked both ways, waiting for its outcome. Refused before anything
-    /// is written when the original is not done or another live refund holds it.
-    pub async fn refund(
-        &self,
-        original_id: TransferId,
-        refund_id: TransferId,
-        metadata: String,
-    ) -> Result<Answer, ExecError> {
-        let original = self.get_transfer(&original_id).await?;
-        let mine = original.refunded_by.as_ref() == Some(&refund_id);
-        if original.state != TransferState::Done && !mine {
-            return Err(Rejection::new(
-                Code::OriginalIsNotDone,
-                "original",
-                format!(
-                    "{original_id} is {}; only a done transfer can be refunded",
-                    original.state
-                ),
-            )
-            .into());
-        }
-        if let Some(rival) = original.refunded_by.as_ref().filter(|r| **r != refund_id) {
-            // Refused before anything is written, as above, unless the rival refund was
-            // canceled (the protocol lets a new refund take its link over) or this refund
-            // exists already (a resubmission is answered from its record).
-            let taken_over = match self.get_transfer(rival).await {
-                Ok(r) => r.state == TransferState::Canceled,
-                Err(e) if e.code() == Some(Code::TransferNotFound) => true,
-                Err(e) => return Err(e),
-            };
-            let exists = match self.get_transfer(&refund_id).await {
-                Ok(_) => true,
-                Err(e) if e.code() == Some(Code::TransferNotFound) => false,
-                Err(e) => return Err(e),
-            };
-            if !taken_over && !exists {
-                return Err(Rejection::new(
-                    Code::OriginalAlreadyRefunded,
-                    "original",
-                    format!("{original_id} is refunded by {rival}"),
-                )
-                .into());
-            }
-        }
-        let spec = TransferSpec {
-            id: refund_id,
-            postings: original.spec.reversed_postings().into(),
-            metadata,
-            kind: TransferKind::Transfer,
-            refund_of: Some(original_id),
-            timeout_ms: TIMEOUT_MS_DEFAULT,
-        };
-        spec.validate()?;
-        self.submit(vec![spec], true)
-            .await
-            .pop()
-            .expect("one answer")
     }
 
     /// Totals per asset, transfers in flight, leaks.

@@ -261,7 +261,12 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
             transfer(),
         ),
         ("POST", "/v1/transfers/{id}/refund") => (
-            "Refund a done transfer with a linked, offsetting transfer",
+            "Refund a done transfer, whole or in part, with a linked, offsetting transfer. \
+             Several partial refunds may follow one another; together they never move back \
+             more than the original moved, posting by posting (409 \
+             `refund_exceeds_original`; `original_already_refunded` once all is moved back; \
+             `too_many_refunds` past 16). A canceled refund's share may be refunded again. \
+             Without `amount` or `amounts` every posting is refunded whole",
             vec![id_param("the done transfer")],
             Some(body("Refund")),
             transfer(),
@@ -569,7 +574,11 @@ fn schemas() -> Value {
             "at_ms": {"type": "integer", "description": "when it was set aside"},
             "body": schema_ref("Event")}},
         "Refund": {"type": "object", "required": ["id"], "additionalProperties": false,
-            "properties": {"id": id, "metadata": {"type": "string"}}},
+            "properties": {"id": id, "metadata": {"type": "string"},
+                "amount": {"type": "integer", "minimum": 1,
+                    "description": "a partial refund of a transfer of one posting: minor units to move back"},
+                "amounts": {"type": "array", "items": {"type": "integer", "minimum": 1},
+                    "description": "a partial refund: minor units to move back of each of the original's postings, in order"}}},
         "Transfer": {"type": "object", "properties": {
             "id": {"type": "string"},
             "state": {"enum": ["initial", "pending", "applied", "held", "canceling", "done", "canceled"]},
@@ -577,7 +586,11 @@ fn schemas() -> Value {
             "postings": {"type": "array", "items": schema_ref("Posting")},
             "metadata": {"type": "string"},
             "refund_of": {"type": ["string", "null"]},
-            "refunded_by": {"type": ["string", "null"]},
+            "refunded_by": {"type": ["string", "null"], "description": "the latest refund linked"},
+            "refunds": {"type": "array", "description": "the refunds linked, oldest first", "items": {
+                "type": "object", "properties": {"id": {"type": "string"},
+                    "amounts": {"type": "array", "items": {"type": "integer"},
+                        "description": "moved back of each posting, in order"}}}},
             "reason": {"type": ["object", "null"], "properties": {
                 "code": {"type": "string"}, "account": {"type": "string"}, "message": {"type": "string"}}},
             "created_at_ms": {"type": "integer"}, "updated_at_ms": {"type": "integer"},

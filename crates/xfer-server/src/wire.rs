@@ -6,6 +6,7 @@
 //! floating point. Times are milliseconds since the Unix epoch.
 
 use crate::error::{ApiCode, ApiError};
+use crate::refund::RefundAmounts;
 use serde::{Deserialize, Serialize};
 use xfer_core::amount::AMOUNT_MAX;
 use xfer_core::{
@@ -134,9 +135,41 @@ pub struct BatchIn {
 pub struct RefundIn {
     /// The refund's own id (its idempotency key).
     pub id: String,
+    /// A partial refund of a transfer of one posting: how much to move back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount: Option<serde_json::Number>,
+    /// A partial refund: how much of each of the original's postings, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amounts: Option<Vec<serde_json::Number>>,
     /// Opaque client data.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub metadata: String,
+}
+
+impl RefundIn {
+    /// How much it asks to move back (neither `amount` nor `amounts`: everything).
+    pub fn amounts(&self) -> Result<RefundAmounts, ApiError> {
+        match (&self.amount, &self.amounts) {
+            (None, None) => Ok(RefundAmounts::Whole),
+            (Some(a), None) => Ok(RefundAmounts::One(amount(a, "amount")?)),
+            (None, Some(each)) if each.is_empty() => Err(ApiError::api(
+                ApiCode::InvalidValue,
+                Some("amounts"),
+                "no amounts: give one for each of the original's postings",
+            )),
+            (None, Some(each)) => Ok(RefundAmounts::Each(
+                each.iter()
+                    .enumerate()
+                    .map(|(i, a)| amount(a, &format!("amounts[{i}]")))
+                    .collect::<Result<_, _>>()?,
+            )),
+            (Some(_), Some(_)) => Err(ApiError::api(
+                ApiCode::InvalidValue,
+                Some("amounts"),
+                "give `amount` or `amounts`, not both",
+            )),
+        }
+    }
 }
 
 /// Parses an account id from `field`.
@@ -257,6 +290,15 @@ pub struct PostingOut {
     pub amount: u64,
 }
 
+/// A refund linked to the transfer it moves back.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub struct RefundOut {
+    /// The refund's id.
+    pub id: String,
+    /// How much it moves back of each of the original's postings, in order.
+    pub amounts: Vec<u64>,
+}
+
 /// Why a transfer was canceled.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 pub struct ReasonOut {
@@ -284,8 +326,12 @@ pub struct TransferOut {
     pub metadata: String,
     /// For a refund: the transfer it reverses.
     pub refund_of: Option<String>,
-    /// For a refunded transfer: its refund.
+    /// For a refunded transfer: its latest refund.
     pub refunded_by: Option<String>,
+    /// For a refunded transfer: its refunds, oldest first, each with how much it moves
+    /// back of each posting (a refund canceled since keeps its link until another replaces
+    /// it).
+    pub refunds: Vec<RefundOut>,
     /// For a canceled (or canceling) transfer: why.
     pub reason: Option<ReasonOut>,
     /// Accepted at.
@@ -392,6 +438,14 @@ impl From<&TransferRecord> for TransferOut {
             metadata: r.spec.metadata.clone(),
             refund_of: r.spec.refund_of.as_ref().map(|t| t.to_string()),
             refunded_by: r.refunded_by.as_ref().map(|t| t.to_string()),
+            refunds: r
+                .refund_links()
+                .iter()
+                .map(|l| RefundOut {
+                    id: l.refund.to_string(),
+                    amounts: l.amounts.iter().map(|a| a.units()).collect(),
+                })
+                .collect(),
             reason: r.reason.as_ref().map(reason),
             created_at_ms: r.created_at.as_ms(),
             updated_at_ms: r.updated_at.as_ms(),

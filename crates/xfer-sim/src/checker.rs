@@ -352,24 +352,48 @@ impl Checker {
         }
     }
 
-    /// A done transfer is refunded at most once, by the refund its record links.
+    /// A done transfer's done refunds take back at most what it moved, posting by posting,
+    /// and each is linked on its record (only a canceled refund's link may be replaced).
     fn refunds(&mut self, transfers: &BTreeMap<&TransferId, &TransferRecord>, at_ms: u64) {
-        let mut done_refunds: BTreeMap<&TransferId, Vec<&TransferId>> = BTreeMap::new();
+        let mut done_refunds: BTreeMap<&TransferId, Vec<&TransferRecord>> = BTreeMap::new();
         for r in transfers
             .values()
             .filter(|r| r.state == TransferState::Done)
         {
             if let Some(orig) = &r.spec.refund_of {
-                done_refunds.entry(orig).or_default().push(r.id());
+                done_refunds.entry(orig).or_default().push(r);
             }
         }
         for (orig, refunds) in done_refunds {
-            let linked = transfers.get(orig).and_then(|o| o.refunded_by.as_ref());
-            if refunds.len() > 1 || linked != Some(refunds[0]) {
+            let Some(original) = transfers.get(orig) else {
+                self.record("idempotency", at_ms, format!("{orig} refunded but absent"));
+                continue;
+            };
+            let links = original.refund_links();
+            let unlinked: Vec<&TransferId> = refunds
+                .iter()
+                .map(|r| r.id())
+                .filter(|id| !links.iter().any(|l| l.refund == **id))
+                .collect();
+            let mut taken = vec![0u64; original.spec.postings.len()];
+            for r in &refunds {
+                for (t, p) in taken.iter_mut().zip(r.spec.postings.iter()) {
+                    *t += p.amount.units();
+                }
+            }
+            let moved: Vec<u64> = original
+                .spec
+                .postings
+                .iter()
+                .map(|p| p.amount.units())
+                .collect();
+            let over = taken.iter().zip(&moved).any(|(t, m)| t > m);
+            if over || !unlinked.is_empty() {
+                let ids: Vec<&TransferId> = refunds.iter().map(|r| r.id()).collect();
                 self.record(
                     "idempotency",
                     at_ms,
-                    format!("{orig} refunded by {refunds:?}, linked to {linked:?}"),
+                    format!("{orig} moved {moved:?}, its done refunds {ids:?} take back {taken:?}; not linked: {unlinked:?}"),
                 );
             }
         }

@@ -62,6 +62,9 @@ pub struct Workload {
     next_id: u64,
     recent: Vec<TransferSpec>,
     done: Vec<TransferSpec>,
+    /// A second partial refund of the original the last one refunds, sent next: the two
+    /// together usually take back more than it moved.
+    rival_refund: Option<TransferSpec>,
     /// Every submission, by id.
     pub submissions: BTreeMap<TransferId, Vec<Submission>>,
     /// Transfers generated (including duplicates and refunds).
@@ -95,6 +98,7 @@ impl Workload {
             next_id: 0,
             recent: Vec::new(),
             done: Vec::new(),
+            rival_refund: None,
             submissions: BTreeMap::new(),
             transfers: 0,
         }
@@ -254,6 +258,10 @@ impl Workload {
 
     /// The next client action.
     pub fn next_action(&mut self) -> Action {
+        if let Some(spec) = self.rival_refund.take() {
+            self.record(&spec);
+            return Action::Submit(spec);
+        }
         let roll = self.rng.below(100);
         let (usd, points, sku) = (self.usd.clone(), self.points.clone(), self.sku.clone());
         let postings = match roll {
@@ -358,11 +366,30 @@ impl Workload {
             return self.next_action();
         }
         let original = self.done[self.rng.below(self.done.len() as u64) as usize].clone();
-        let timeout = self.timeout();
-        let mut spec = self.spec(original.reversed_postings(), timeout);
-        spec.refund_of = Some(original.id.clone());
+        // Half are whole, half partial; a partial one is often followed by a rival.
+        let partial = self.rng.below(2) == 0;
+        let spec = self.refund_of(&original, partial);
+        if partial && self.rng.below(2) == 0 {
+            self.rival_refund = Some(self.refund_of(&original, true));
+        }
         self.record(&spec);
         Action::Submit(spec)
+    }
+
+    /// A refund of `original`: whole, or of more than half of each posting.
+    fn refund_of(&mut self, original: &TransferSpec, partial: bool) -> TransferSpec {
+        let mut postings = original.reversed_postings();
+        if partial {
+            for p in &mut postings {
+                let whole = p.amount.units();
+                let part = self.rng.range(whole.div_ceil(2), whole);
+                p.amount = Amount::new(part, "amount").expect("at least 1");
+            }
+        }
+        let timeout = self.timeout();
+        let mut spec = self.spec(postings, timeout);
+        spec.refund_of = Some(original.id.clone());
+        spec
     }
 
     /// What a client does after its hold was acknowledged as held: capture, void, or let it

@@ -636,8 +636,9 @@ pub fn apply_transfer_to(
 }
 
 /// [`TransferOp::LinkRefund`]'s rules on the original `rec`: the refused code, `None` for
-/// a repeat, or the links after.
-fn link_refund(
+/// a repeat, or the links after. Every store's link step follows them; a caller may ask
+/// them first, to refuse a refund before it writes anything.
+pub fn link_refund(
     rec: &TransferRecord,
     refund: &TransferId,
     replacing: &[TransferId],

@@ -184,6 +184,10 @@ pub enum Command {
         /// The refund's own id (default: `<id>.refund`).
         #[arg(long)]
         refund_id: Option<String>,
+        /// A partial refund: how many minor units to move back, once per posting of the
+        /// original, in order (default: everything).
+        #[arg(long = "amount", value_name = "UNITS")]
+        amounts: Vec<u64>,
         /// Client data for the refund.
         #[arg(long, default_value = "")]
         metadata: String,
@@ -492,12 +496,16 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
         Command::Refund {
             id,
             refund_id,
+            amounts,
             metadata,
         } => {
             let refund_id = refund_id.unwrap_or_else(|| format!("{id}.refund"));
             let path = format!("/v1/transfers/{}/refund", segment(&id));
+            let mut units: Vec<serde_json::Number> = amounts.into_iter().map(Into::into).collect();
             let body = RefundIn {
                 id: refund_id,
+                amount: (units.len() == 1).then(|| units.remove(0)),
+                amounts: (units.len() > 1).then_some(units),
                 metadata,
             };
             print_transfer(&client.post_body(&path, &body).await?.ok()?);

@@ -706,6 +706,8 @@ async fn points_and_cash(c: &Client, p: &str) -> Result<(), String> {
             &format!("/v1/transfers/{}/refund", segment(&format!("{p}:order1"))),
             &RefundIn {
                 id: format!("{p}:order1.refund"),
+                amount: None,
+                amounts: None,
                 metadata: String::new(),
             },
         )

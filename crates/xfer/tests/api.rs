@@ -996,6 +996,239 @@ async fn holds_and_refunds(ts: &TestServer) {
     );
 }
 
+/// Partial refunds over HTTP: several per transfer, posting by posting never more than it
+/// moved, each refusal by its field and nothing written; a canceled refund's share
+/// refunded again; two at once that together exceed it: one is done.
+async fn partial_refunds(ts: &TestServer) {
+    let refund = |original: &str, body: Value| {
+        let path = format!("/v1/transfers/{original}/refund");
+        async move { ts.post(&path, &body).await }
+    };
+    let links = |t: &Value| -> Vec<(String, Vec<u64>)> {
+        t["refunds"]
+            .as_array()
+            .expect("refunds")
+            .iter()
+            .map(|l| {
+                let amounts = l["amounts"].as_array().expect("amounts");
+                (
+                    l["id"].as_str().expect("id").to_string(),
+                    amounts.iter().map(|a| a.as_u64().expect("units")).collect(),
+                )
+            })
+            .collect()
+    };
+    let done = |a: &Response, what: &str| {
+        assert_eq!(
+            (a.status, a.body["state"].clone()),
+            (200, json!("done")),
+            "{what}: {}",
+            a.text
+        )
+    };
+    ts.pay("pp-fund", "bank", "alice", "USD", 300).await;
+    let (alice, bob) = (ts.balance("alice").await, ts.balance("bob").await);
+    ts.pay("pp-1", "alice", "bob", "USD", 100).await;
+    let a = refund("pp-1", json!({"id": "pp-1-r1", "amount": 30})).await;
+    done(&a, "30 of 100");
+    assert_eq!(a.body["postings"][0]["amount"], 30);
+    assert_eq!(a.body["postings"][0]["from"], "bob");
+    let t = ts.transfer("pp-1").await;
+    assert_eq!(links(&t), [("pp-1-r1".to_string(), vec![30])]);
+    assert_eq!(t["refunded_by"], "pp-1-r1");
+    let a = refund("pp-1", json!({"id": "pp-1-r2", "amount": 71})).await;
+    expect_error(
+        &a,
+        409,
+        "refund_exceeds_original",
+        Some("amount"),
+        "71 more of 100",
+    );
+    ts.expect_no_transfer("pp-1-r2").await;
+    let a = refund("pp-1", json!({"id": "pp-1-r2"})).await;
+    expect_error(
+        &a,
+        409,
+        "refund_exceeds_original",
+        Some("original"),
+        "the whole of 100 again",
+    );
+    done(
+        &refund("pp-1", json!({"id": "pp-1-r2", "amount": 70})).await,
+        "the last 70",
+    );
+    done(
+        &refund("pp-1", json!({"id": "pp-1-r1", "amount": 30})).await,
+        "a repeat",
+    );
+    let a = refund("pp-1", json!({"id": "pp-1-r3", "amount": 1})).await;
+    expect_error(
+        &a,
+        409,
+        "original_already_refunded",
+        Some("original"),
+        "all moved back",
+    );
+    ts.expect_no_transfer("pp-1-r3").await;
+    let t = ts.transfer("pp-1").await;
+    assert_eq!(
+        links(&t),
+        [
+            ("pp-1-r1".to_string(), vec![30]),
+            ("pp-1-r2".to_string(), vec![70])
+        ]
+    );
+    assert_eq!(t["refunded_by"], "pp-1-r2");
+    assert_eq!(
+        (ts.balance("alice").await, ts.balance("bob").await),
+        (alice, bob)
+    );
+
+    // Two postings: an amount for each, in order.
+    let a = ts
+        .post(
+            "/v1/transfers",
+            &json!({"id": "pp-2", "postings": [
+                posting("alice", "bob", "USD", json!(20)),
+                posting("alice", "carol", "USD", json!(30))]}),
+        )
+        .await;
+    done(&a, "pp-2");
+    for (body, status, code, field, what) in [
+        (
+            json!({"id": "pp-2-x", "amount": 5}),
+            400,
+            "refund_must_reverse_original",
+            "amount",
+            "one amount for two postings",
+        ),
+        (
+            json!({"id": "pp-2-x", "amounts": [5]}),
+            400,
+            "refund_must_reverse_original",
+            "amounts",
+            "one of two",
+        ),
+        (
+            json!({"id": "pp-2-x", "amounts": []}),
+            400,
+            "invalid_value",
+            "amounts",
+            "none",
+        ),
+        (
+            json!({"id": "pp-2-x", "amounts": [5, 31]}),
+            409,
+            "refund_exceeds_original",
+            "amounts[1]",
+            "31 of 30",
+        ),
+        (
+            json!({"id": "pp-2-x", "amounts": [5, 0]}),
+            400,
+            "amount_must_be_positive",
+            "amounts[1]",
+            "zero",
+        ),
+        (
+            json!({"id": "pp-2-x", "amounts": [5, "5"]}),
+            400,
+            "wrong_type",
+            "amounts[1]",
+            "a string",
+        ),
+        (
+            json!({"id": "pp-2-x", "amount": 5, "amounts": [5, 5]}),
+            400,
+            "invalid_value",
+            "amounts",
+            "both",
+        ),
+        (
+            json!({"id": "pp-2-x", "amounts": [5, 1.5]}),
+            400,
+            "amount_is_not_a_number",
+            "amounts[1]",
+            "a fraction",
+        ),
+    ] {
+        let a = refund("pp-2", body).await;
+        expect_error(&a, status, code, Some(field), what);
+    }
+    ts.expect_no_transfer("pp-2-x").await;
+    done(
+        &refund("pp-2", json!({"id": "pp-2-r1", "amounts": [5, 10]})).await,
+        "5 and 10",
+    );
+    let a = refund("pp-2", json!({"id": "pp-2-r2", "amounts": [16, 1]})).await;
+    expect_error(
+        &a,
+        409,
+        "refund_exceeds_original",
+        Some("amounts"),
+        "5 + 16 of 20",
+    );
+    done(
+        &refund("pp-2", json!({"id": "pp-2-r2", "amounts": [15, 20]})).await,
+        "the rest",
+    );
+    let t = ts.transfer("pp-2").await;
+    assert_eq!(
+        links(&t),
+        [
+            ("pp-2-r1".to_string(), vec![5, 10]),
+            ("pp-2-r2".to_string(), vec![15, 20])
+        ]
+    );
+
+    // A refund the refunded account cannot pay is canceled; its share is refunded again.
+    let carol = ts.balance("carol").await;
+    ts.pay("pp-3", "alice", "carol", "USD", 40).await;
+    ts.pay("pp-3-spend", "carol", "bob", "USD", carol as u64 + 40)
+        .await;
+    let a = refund("pp-3", json!({"id": "pp-3-r1", "amount": 25})).await;
+    assert_eq!(
+        (
+            a.status,
+            a.body["state"].clone(),
+            a.body["reason"]["code"].clone()
+        ),
+        (200, json!("canceled"), json!("exceeds_available")),
+        "{}",
+        a.text
+    );
+    ts.pay("pp-3-refill", "bob", "carol", "USD", 40).await;
+    done(
+        &refund("pp-3", json!({"id": "pp-3-r2", "amount": 40})).await,
+        "all 40, r1's share with it",
+    );
+    assert_eq!(
+        links(&ts.transfer("pp-3").await),
+        [("pp-3-r2".to_string(), vec![40])]
+    );
+
+    // Two at once that together exceed it: one is done, the other refused or canceled.
+    ts.pay("pp-4", "alice", "bob", "USD", 100).await;
+    let bob = ts.balance("bob").await;
+    let (a, b) = tokio::join!(
+        refund("pp-4", json!({"id": "pp-4-a", "amount": 60})),
+        refund("pp-4", json!({"id": "pp-4-b", "amount": 60})),
+    );
+    let done_count = [&a, &b]
+        .iter()
+        .filter(|r| r.status == 200 && r.body["state"] == "done")
+        .count();
+    assert_eq!(done_count, 1, "{} / {}", a.text, b.text);
+    for r in [&a, &b].into_iter().filter(|r| r.body["state"] != "done") {
+        let refused = r.status == 409 && r.code() == "refund_exceeds_original";
+        let canceled =
+            r.body["state"] == "canceled" && r.body["reason"]["code"] == "refund_refused";
+        assert!(refused || canceled, "{}", r.text);
+    }
+    assert_eq!(links(&ts.transfer("pp-4").await).len(), 1);
+    assert_eq!(ts.balance("bob").await, bob - 60);
+}
+
 /// The ids of every page of a history read from `first` on, following `next_before`.
 /// Each transfer's timeline over `GET /v1/transfers/{id}`: every state it passed through,
 /// each with its time, owner and epoch, the reason of a cancel and the refund of a link, as
@@ -1714,6 +1947,8 @@ async fn every_route(backend: Backend) {
             r.path
         );
     }
+    // Last: its transfers would change what the listings above expect.
+    partial_refunds(&ts).await;
     ts.shutdown().await;
 }
 

@@ -634,6 +634,59 @@ async fn refunding_twice_quickly_refunds_once() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partial_refunds_from_the_console_move_back_what_is_asked_and_no_more() {
+    let tmp = tempfile::tempdir().expect("a temp dir");
+    let serve = embedded(tmp.path(), "serve");
+    serve.ready().await;
+    let api = admin_client(&serve);
+    opening(&api).await;
+    pay(&api, "buy-2", "alice", "bob", 100, "done").await;
+    let b = Browser::open(serve.url(), tmp.path()).await;
+    b.sign_in(ADMIN).await;
+    let refund = |amount: &'static str| {
+        let b = &b;
+        async move {
+            b.go("/console/transfers/buy-2").await;
+            b.fill("form#refund input[name=amount0]", amount).await;
+            b.click("form#refund input[name=confirm]").await;
+            b.click("form#refund [type=submit]").await;
+            b.text("#outcome").await
+        }
+    };
+    let outcome = refund("30").await;
+    assert!(outcome.contains("done"), "30 of 100: {outcome:?}");
+    b.go("/console/transfers/buy-2").await;
+    let links = b.text("#refunds").await;
+    assert!(links.contains("30"), "#refunds: {links:?}");
+    let label = b.text("form#refund label").await;
+    assert!(label.contains("70"), "70 left: {label:?}");
+    b.shot("partial-refund").await;
+    let outcome = refund("80").await;
+    assert!(
+        outcome.contains("refund_exceeds_original"),
+        "80 more of 100: {outcome:?}"
+    );
+    let outcome = refund("70").await;
+    assert!(outcome.contains("done"), "the last 70: {outcome:?}");
+    b.go("/console/transfers/buy-2").await;
+    b.el("#refunds").await;
+    assert!(
+        b.all("form#refund").await.is_empty(),
+        "no refund form once everything is moved back"
+    );
+    let refunds = refunds_of(&api, "buy-2").await;
+    assert_eq!(refunds.len(), 2, "{refunds:?}");
+    assert_eq!(
+        (balance(&api, "alice").await, balance(&api, "bob").await),
+        (900, 0),
+        "30 and 70 moved back"
+    );
+    b.close().await;
+    let status = serve.terminate();
+    assert!(status.success(), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_session_sees_no_buttons_and_a_post_without_csrf_is_refused() {
     let tmp = tempfile::tempdir().expect("a temp dir");
     let serve = embedded(tmp.path(), "serve");

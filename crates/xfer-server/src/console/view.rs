@@ -328,6 +328,18 @@ pub fn transfer(
             }
             @if let Some(by) = &r.refunded_by {
                 dt { "Refunded by" } dd #refunded-by { a href=(format!("/console/transfers/{}", by.as_str())) { (by.as_str()) } }
+                dt { "Refunds" } dd #refunds {
+                    @for (i, link) in r.refund_links().iter().enumerate() {
+                        @if i > 0 { ", " }
+                        a href=(format!("/console/transfers/{}", link.refund.as_str())) { (link.refund.as_str()) }
+                        " ("
+                        @for (j, (a, p)) in link.amounts.iter().zip(r.spec.postings.iter()).enumerate() {
+                            @if j > 0 { ", " }
+                            (amount(i128::from(a.units()), p.asset.as_str()))
+                        }
+                        ")"
+                    }
+                }
             }
             dt { "Accepted (UTC)" } dd { (when(r.created_at.as_ms())) }
             dt { "Last change (UTC)" } dd { (when(r.updated_at.as_ms())) }
@@ -386,11 +398,18 @@ pub fn transfer(
                         (csrf(v)) button type="submit" .danger { "Void" }
                     }
                 }
-                @if r.state == TransferState::Done && r.refunded_by.is_none() && r.spec.refund_of.is_none() {
+                @if r.state == TransferState::Done && r.spec.refund_of.is_none() && refundable(r) {
                     form #refund method="post" action=(action("refund")) {
                         (csrf(v))
                         input type="hidden" name="refund_id" value=(refund_id);
-                        label { input type="checkbox" name="confirm" value="yes" required; " Refund every posting of " (id) " in full" }
+                        @for (i, (p, taken)) in r.spec.postings.iter().zip(r.refunded_units()).enumerate() {
+                            label {
+                                "Move back of " (p.from.as_str()) " → " (p.to.as_str())
+                                " (" (amount(i128::from(p.amount.units() - taken.min(p.amount.units())), p.asset.as_str())) " left), minor units "
+                                input type="number" min="1" name=(format!("amount{i}")) placeholder="all";
+                            }
+                        }
+                        label { input type="checkbox" name="confirm" value="yes" required; " Refund " (id) " (blank amounts: every posting in full)" }
                         button type="submit" .danger { "Refund" }
                     }
                 }
@@ -500,4 +519,14 @@ pub fn account(
             }
         }
     }
+}
+
+/// Whether some of `r`'s postings is not yet taken back whole by its refunds (those
+/// canceled included: a new refund may replace their links, which the refusal tells).
+fn refundable(r: &TransferRecord) -> bool {
+    r.spec
+        .postings
+        .iter()
+        .zip(r.refunded_units())
+        .any(|(p, taken)| taken < p.amount.units())
 }

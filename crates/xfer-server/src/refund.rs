@@ -1,0 +1,201 @@
+//! Refunds: a new transfer that moves back all or part of a done one, linked to it. How
+//! much each refund takes back, and that the refunds of one transfer never take back more
+//! than it moved, is the protocol's (`TransferOp::LinkRefund`); here a request is read and,
+//! when those rules would refuse it, refused before anything is written.
+
+use crate::answer::Answer;
+use crate::service::Service;
+use crate::wire::TIMEOUT_MS_DEFAULT;
+use xfer_core::{
+    Amount, Code, Posting, Rejection, TransferId, TransferKind, TransferRecord, TransferSpec,
+    TransferState,
+};
+use xfer_engine::ExecError;
+use xfer_store::record::link_refund;
+
+/// How much a refund moves back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RefundAmounts {
+    /// Every posting whole.
+    Whole,
+    /// Of a transfer of one posting, this much (`amount`).
+    One(Amount),
+    /// Of each posting, in order (`amounts`).
+    Each(Vec<Amount>),
+}
+
+impl RefundAmounts {
+    /// The field a refusal of these amounts names.
+    fn field(&self) -> &'static str {
+        match self {
+            RefundAmounts::Whole => "original",
+            RefundAmounts::One(_) => "amount",
+            RefundAmounts::Each(_) => "amounts",
+        }
+    }
+
+    /// `original`'s postings reversed with these amounts, or what is wrong with them.
+    pub fn postings(&self, original: &TransferRecord) -> Result<Vec<Posting>, Rejection> {
+        let mut postings = original.spec.reversed_postings();
+        let n = postings.len();
+        let amounts: Vec<Amount> = match self {
+            RefundAmounts::Whole => return Ok(postings),
+            RefundAmounts::One(a) if n == 1 => vec![*a],
+            RefundAmounts::One(_) => {
+                return Err(Rejection::new(
+                    Code::RefundMustReverseOriginal,
+                    "amount",
+                    format!(
+                        "{} has {n} postings: give `amounts`, one for each, in order",
+                        original.spec.id
+                    ),
+                ))
+            }
+            RefundAmounts::Each(each) if each.len() == n => each.clone(),
+            RefundAmounts::Each(each) => {
+                return Err(Rejection::new(
+                    Code::RefundMustReverseOriginal,
+                    "amounts",
+                    format!(
+                        "{} amounts for {n} postings: give one for each, in order",
+                        each.len()
+                    ),
+                ))
+            }
+        };
+        for (i, (p, a)) in postings.iter_mut().zip(amounts).enumerate() {
+            if a > p.amount {
+                let field = match self {
+                    RefundAmounts::One(_) => "amount".to_string(),
+                    _ => format!("amounts[{i}]"),
+                };
+                return Err(Rejection::new(
+                    Code::RefundExceedsOriginal,
+                    &field,
+                    format!(
+                        "{} is more than the {} it moved",
+                        a.units(),
+                        p.amount.units()
+                    ),
+                ));
+            }
+            p.amount = a;
+        }
+        Ok(postings)
+    }
+}
+
+impl Service {
+    /// Refunds the done transfer `original_id` with a new transfer `refund_id` of its
+    /// reversed postings with `amounts`, linked both ways, waiting for its outcome. Refused
+    /// before anything is written when the original is not done, or when the refunds linked
+    /// to it, less those that were canceled, leave too little (or no room for another).
+    pub async fn refund(
+        &self,
+        original_id: TransferId,
+        refund_id: TransferId,
+        amounts: RefundAmounts,
+        metadata: String,
+    ) -> Result<Answer, ExecError> {
+        let original = self.get_transfer(&original_id).await?;
+        let postings = amounts.postings(&original)?;
+        let refused = |code: Code, original: &TransferRecord| {
+            let field = match code {
+                Code::RefundExceedsOriginal => amounts.field(),
+                _ => "original",
+            };
+            refusal(code, field, original)
+        };
+        if let Err(code) = link_refund(&original, &refund_id, &[], &postings) {
+            if code == Code::OriginalIsNotDone {
+                return Err(refused(code, &original).into());
+            }
+            // A resubmission is answered from its record. Otherwise the links of canceled
+            // refunds may be replaced, as the protocol does when it links.
+            if !self.exists(&refund_id).await? {
+                let canceled = self.canceled_refunds(&original).await?;
+                if let Err(code) = link_refund(&original, &refund_id, &canceled, &postings) {
+                    return Err(refused(code, &original).into());
+                }
+            }
+        }
+        let spec = TransferSpec {
+            id: refund_id,
+            postings: postings.into(),
+            metadata,
+            kind: TransferKind::Transfer,
+            refund_of: Some(original_id),
+            timeout_ms: TIMEOUT_MS_DEFAULT,
+        };
+        spec.validate()?;
+        self.submit(vec![spec], true)
+            .await
+            .pop()
+            .expect("one answer")
+    }
+
+    async fn exists(&self, id: &TransferId) -> Result<bool, ExecError> {
+        match self.get_transfer(id).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.code() == Some(Code::TransferNotFound) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The refunds linked to `original` that were canceled (or are gone).
+    async fn canceled_refunds(
+        &self,
+        original: &TransferRecord,
+    ) -> Result<Vec<TransferId>, ExecError> {
+        let mut canceled = Vec::new();
+        for link in original.refund_links().iter() {
+            let gone = match self.get_transfer(&link.refund).await {
+                Ok(r) => r.state == TransferState::Canceled,
+                Err(e) if e.code() == Some(Code::TransferNotFound) => true,
+                Err(e) => return Err(e),
+            };
+            if gone {
+                canceled.push(link.refund.clone());
+            }
+        }
+        Ok(canceled)
+    }
+}
+
+/// The rejection of a refund of `original` for `code`, naming `field`.
+fn refusal(code: Code, field: &str, original: &TransferRecord) -> Rejection {
+    let id = &original.spec.id;
+    let message = match code {
+        Code::OriginalIsNotDone => {
+            format!(
+                "{id} is {}; only a done transfer can be refunded",
+                original.state
+            )
+        }
+        Code::OriginalAlreadyRefunded => {
+            let by: Vec<String> = original
+                .refund_links()
+                .iter()
+                .map(|l| l.refund.to_string())
+                .collect();
+            format!("{id} is refunded whole by {}", by.join(", "))
+        }
+        Code::TooManyRefunds => format!(
+            "{id} has {} refunds linked, the most one transfer may have",
+            xfer_core::REFUNDS_MAX
+        ),
+        _ => {
+            let moved: Vec<u64> = original
+                .spec
+                .postings
+                .iter()
+                .map(|p| p.amount.units())
+                .collect();
+            format!(
+                "{id} moved {moved:?} and its refunds take back {:?}: this one would take back more than it moved",
+                original.refunded_units()
+            )
+        }
+    };
+    Rejection::new(code, field, message)
+}
