@@ -48,11 +48,13 @@ pub enum Mutant {
     /// A refund link checks each amount against the original's but not the sum of the
     /// refunds already linked.
     RefundSumUnchecked,
+    /// Extending a hold answers as if the expiry moved, and leaves it where it was.
+    ExtendForgotten,
 }
 
 impl Mutant {
     /// Every mutant, in a stable order.
-    pub const ALL: [Mutant; 20] = [
+    pub const ALL: [Mutant; 21] = [
         Mutant::CreditAtPrepare,
         Mutant::DebitWithoutBalanceCheck,
         Mutant::DoublePost,
@@ -73,6 +75,7 @@ impl Mutant {
         Mutant::OnePhaseSkipsDoneEvent,
         Mutant::TimelineSkipsTakeover,
         Mutant::RefundSumUnchecked,
+        Mutant::ExtendForgotten,
     ];
 
     /// Its command-line name.
@@ -98,6 +101,7 @@ impl Mutant {
             Mutant::OnePhaseSkipsDoneEvent => "one-phase-skips-done-event",
             Mutant::TimelineSkipsTakeover => "timeline-skips-takeover",
             Mutant::RefundSumUnchecked => "refund-sum-unchecked",
+            Mutant::ExtendForgotten => "extend-forgotten",
         }
     }
 
@@ -125,6 +129,7 @@ impl Mutant {
             Mutant::OnePhaseSkipsDoneEvent => "a one-phase commit makes no `done` event",
             Mutant::TimelineSkipsTakeover => "a take-over adds no timeline step",
             Mutant::RefundSumUnchecked => "a refund link ignores the refunds linked before",
+            Mutant::ExtendForgotten => "extending a hold answers but keeps the old expiry",
             Mutant::DuplicateAnswersStaleState => {
                 "a duplicate submission is told the stored state as final"
             }

@@ -21,7 +21,8 @@ use crate::precheck::Reads;
 use crate::retry::Retry;
 use std::sync::Arc;
 use xfer_core::{
-    Account, AccountId, Clock, Code, OwnerId, Rejection, TransferId, TransferRecord, TransferSpec,
+    Account, AccountId, Clock, Code, OwnerId, Rejection, Timestamp, TransferId, TransferRecord,
+    TransferSpec, TransferState,
 };
 use xfer_store::{AccountOp, Op, Reply, StoreError, TransferOp};
 
@@ -339,6 +340,51 @@ impl Executor {
         match self.drive_one(start).await {
             Err(ExecError::Unavailable(why)) => Err(ExecError::Indeterminate(why)),
             other => other,
+        }
+    }
+
+    /// Moves the hold `id`'s expiry later, to `until`, while it has not passed. Answers the
+    /// record: held, expiring at `until` or later (a repeat, or an expiry already later:
+    /// never brought forward). A settled, expired or unheld transfer is refused with why.
+    pub async fn extend(
+        &self,
+        id: TransferId,
+        until: Timestamp,
+    ) -> Result<TransferRecord, ExecError> {
+        let op = Op::Transfer(
+            id.clone(),
+            TransferOp::Extend {
+                until,
+                now: self.clock.now(),
+            },
+        );
+        let refused = |rejection: Rejection| Err(ExecError::Rejected(rejection));
+        match self.execute_op(op).await? {
+            Reply::Transfer(r) => Ok(Arc::unwrap_or_clone(r)),
+            Reply::Unchanged(r) if r.state == TransferState::Held => Ok(Arc::unwrap_or_clone(r)),
+            Reply::Unchanged(r) => match crate::machine::settled_otherwise(&r, TransferState::Held)
+            {
+                Some(rejection) => refused(rejection),
+                None => refused(Rejection::new(
+                    Code::TransferIsNotHeld,
+                    "id",
+                    format!("{id} is {}, not held", r.state),
+                )),
+            },
+            Reply::Refused(Code::HoldExpired) => refused(Rejection::new(
+                Code::HoldExpired,
+                "id",
+                format!("{id} expired uncaptured; it can no longer be extended"),
+            )),
+            Reply::Refused(code) => refused(Rejection::new(
+                code,
+                "id",
+                format!("{id} is not held yet: it can be extended once held"),
+            )),
+            Reply::NotFound => Err(not_found(&id)),
+            other => Err(ExecError::Violation(format!(
+                "{id}: extend answered {other}"
+            ))),
         }
     }
 

@@ -954,13 +954,15 @@ impl Machine {
 /// was is refused: the transfer is no hold, or the hold was settled the other way (captured,
 /// voided, expired) or canceled before it was ever held. `None`: the record is where this
 /// settle would have put it, so a repeat answers as the first did.
-fn settled_otherwise(rec: &TransferRecord, goal: TransferState) -> Option<Rejection> {
+pub(crate) fn settled_otherwise(rec: &TransferRecord, goal: TransferState) -> Option<Rejection> {
     let id = &rec.spec.id;
     let refuse = |code, message: String| Some(Rejection::new(code, "id", message));
     if rec.spec.kind == TransferKind::Transfer {
         return refuse(
             Code::TransferIsNotHeld,
-            format!("{id} is a transfer, not a hold: only a hold can be captured or voided"),
+            format!(
+                "{id} is a transfer, not a hold: only a hold can be captured, voided or extended"
+            ),
         );
     }
     let captured = matches!(rec.state, TransferState::Applied | TransferState::Done);

@@ -18,8 +18,8 @@ use crate::sink::webhook::Webhooks;
 use crate::stats::Overview;
 use crate::transfer_list::{metadata_pair, ListCursor, ListError, TransferFilter};
 use crate::wire::{
-    self, AccountCreate, AccountOut, BatchIn, BatchItemOut, EventOut, LowerBoundChange, RefundIn,
-    TransferIn, TransferOut, BATCH_MAX,
+    self, AccountCreate, AccountOut, BatchIn, BatchItemOut, EventOut, ExtendIn, LowerBoundChange,
+    RefundIn, TransferIn, TransferOut, BATCH_MAX,
 };
 use axum::body::Body;
 use axum::extract::{FromRequestParts, MatchedPath, Path, RawQuery, Request, State};
@@ -100,6 +100,7 @@ fn handler(method: &str, path: &str) -> axum::routing::MethodRouter<Arc<App>> {
         ("GET", "/v1/transfers/{id}") => get(get_transfer),
         ("POST", "/v1/transfers/{id}/capture") => post(capture),
         ("POST", "/v1/transfers/{id}/void") => post(void),
+        ("POST", "/v1/transfers/{id}/extend") => post(extend),
         ("POST", "/v1/transfers/{id}/refund") => post(refund),
         ("POST", "/v1/transfers/{id}/redrive") => post(redrive),
         ("GET", "/v1/events") => get(events),
@@ -744,6 +745,13 @@ async fn capture(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b
 
 async fn void(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Handled {
     act(&app, id, Action::Void, headers, b).await
+}
+
+async fn extend(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Handled {
+    let id = wire::transfer_id(&id, "id")?;
+    let req: ExtendIn = body(&app, &headers, b).await?;
+    let r = app.svc.extend(id, req.new_expiry()?).await?;
+    Ok(Json(TransferOut::from(&r)).into_response())
 }
 
 async fn redrive(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Handled {

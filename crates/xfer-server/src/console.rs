@@ -565,6 +565,24 @@ async fn transfer_action(
         "redrive" => (outcome("Re-drive", act(Action::Redrive).await), back),
         "capture" => (outcome("Capture", act(Action::Capture).await), back),
         "void" => (outcome("Void", act(Action::Void).await), back),
+        "extend" => {
+            let minutes = form
+                .get("minutes")
+                .and_then(|m| m.trim().parse::<u64>().ok());
+            match minutes {
+                Some(m) if m > 0 => {
+                    let to = crate::hold::NewExpiry::In(m.saturating_mul(60_000));
+                    (
+                        outcome("Extend", app.svc.extend(tid.clone(), to).await),
+                        back,
+                    )
+                }
+                _ => (
+                    "Extend not sent: give the minutes from now, a whole number".to_string(),
+                    back,
+                ),
+            }
+        }
         "refund" => {
             if form.get("confirm").map(String::as_str) != Some("yes") {
                 (

@@ -35,6 +35,7 @@ pub mod connections;
 pub mod console;
 pub mod error;
 pub mod feed;
+pub mod hold;
 pub mod listings;
 pub mod metrics;
 pub mod openapi;

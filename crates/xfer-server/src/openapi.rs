@@ -260,6 +260,17 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
             None,
             transfer(),
         ),
+        ("POST", "/v1/transfers/{id}/extend") => (
+            "Move a held transfer's expiry later, before it passes: to `expires_at_ms`, or \
+             `ttl_ms` from the server's now (at most 30 days ahead). The same \
+             `expires_at_ms` again answers the hold; an expiry is never brought forward \
+             (`hold_expiry_out_of_range`). Refused 409 `hold_expired` once it expired, \
+             `hold_already_captured` / `hold_already_voided` once settled, \
+             `transfer_is_not_held` for a transfer or a hold not held yet",
+            vec![id_param("hold id")],
+            Some(body("Extend")),
+            transfer(),
+        ),
         ("POST", "/v1/transfers/{id}/refund") => (
             "Refund a done transfer, whole or in part, with a linked, offsetting transfer. \
              Several partial refunds may follow one another; together they never move back \
@@ -573,6 +584,11 @@ fn schemas() -> Value {
             "last_error": {"type": "string"},
             "at_ms": {"type": "integer", "description": "when it was set aside"},
             "body": schema_ref("Event")}},
+        "Extend": {"type": "object", "additionalProperties": false,
+            "description": "exactly one of the two",
+            "properties": {
+                "expires_at_ms": {"type": "integer", "description": "the new expiry, ms since the Unix epoch"},
+                "ttl_ms": {"type": "integer", "description": "the new expiry, this long from the server's now"}}},
         "Refund": {"type": "object", "required": ["id"], "additionalProperties": false,
             "properties": {"id": id, "metadata": {"type": "string"},
                 "amount": {"type": "integer", "minimum": 1,

@@ -44,6 +44,7 @@ pub const ROUTES: &[Route] = &[
     route("GET", "/v1/transfers/{id}", READ),
     route("POST", "/v1/transfers/{id}/capture", WRITE),
     route("POST", "/v1/transfers/{id}/void", WRITE),
+    route("POST", "/v1/transfers/{id}/extend", WRITE),
     route("POST", "/v1/transfers/{id}/refund", WRITE),
     route("POST", "/v1/transfers/{id}/redrive", ADMIN),
     route("GET", "/v1/events", READ),

@@ -6,6 +6,7 @@
 //! floating point. Times are milliseconds since the Unix epoch.
 
 use crate::error::{ApiCode, ApiError};
+use crate::hold::NewExpiry;
 use crate::refund::RefundAmounts;
 use serde::{Deserialize, Serialize};
 use xfer_core::amount::AMOUNT_MAX;
@@ -167,6 +168,38 @@ impl RefundIn {
                 ApiCode::InvalidValue,
                 Some("amounts"),
                 "give `amount` or `amounts`, not both",
+            )),
+        }
+    }
+}
+
+/// `POST /v1/transfers/{id}/extend`: exactly one of the two.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExtendIn {
+    /// The hold's new expiry, in milliseconds since the Unix epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+    /// The hold's new expiry, this many milliseconds from the server's now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_ms: Option<u64>,
+}
+
+impl ExtendIn {
+    /// Where the hold's new expiry is.
+    pub fn new_expiry(&self) -> Result<NewExpiry, ApiError> {
+        match (self.expires_at_ms, self.ttl_ms) {
+            (Some(at), None) => Ok(NewExpiry::At(xfer_core::Timestamp(at))),
+            (None, Some(ms)) => Ok(NewExpiry::In(ms)),
+            (None, None) => Err(ApiError::api(
+                ApiCode::MissingField,
+                Some("expires_at_ms"),
+                "give the new expiry: `expires_at_ms`, or `ttl_ms` from now",
+            )),
+            (Some(_), Some(_)) => Err(ApiError::api(
+                ApiCode::InvalidValue,
+                Some("ttl_ms"),
+                "give `expires_at_ms` or `ttl_ms`, not both",
             )),
         }
     }

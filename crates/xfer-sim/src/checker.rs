@@ -6,8 +6,8 @@
 use crate::workload::{Told, Workload};
 use std::collections::BTreeMap;
 use xfer_core::{
-    Account, AccountId, AccountStatus, AssetCode, Code, IntentState, TransferId, TransferRecord,
-    TransferState,
+    Account, AccountId, AccountStatus, AssetCode, Code, IntentState, Timestamp, TransferId,
+    TransferRecord, TransferState,
 };
 use xfer_engine::Router;
 use xfer_store::MemoryShard;
@@ -396,6 +396,23 @@ impl Checker {
                     format!("{orig} moved {moved:?}, its done refunds {ids:?} take back {taken:?}; not linked: {unlinked:?}"),
                 );
             }
+        }
+    }
+
+    /// A capture told `hold_expired` at `told_at`, sent after the client was told the hold
+    /// expires at `until`: the store judged it by clocks at most `skew_ms` ahead of
+    /// `told_at`, so before `until` less the skew the extension must have held.
+    pub fn capture_after_extension(
+        &mut self,
+        id: &TransferId,
+        until: Timestamp,
+        told_at: u64,
+        skew_ms: u64,
+    ) {
+        if told_at + skew_ms < until.as_ms() {
+            let detail =
+                format!("{id}: extended to {until}, a capture told hold_expired at t{told_at}");
+            self.record("acknowledged", told_at, detail);
         }
     }
 

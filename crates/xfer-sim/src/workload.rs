@@ -8,8 +8,8 @@
 use crate::config::{Hotness, SimConfig};
 use std::collections::BTreeMap;
 use xfer_core::{
-    AccountId, Amount, AssetCode, LowerBound, Posting, Rng, TransferId, TransferKind, TransferSpec,
-    TransferState,
+    AccountId, Amount, AssetCode, LowerBound, Posting, Rng, Timestamp, TransferId, TransferKind,
+    TransferSpec, TransferState,
 };
 
 /// Something a client asks an executor process to do.
@@ -21,6 +21,15 @@ pub enum Action {
     Capture(TransferId),
     /// Void a hold.
     Void(TransferId),
+    /// Move a hold's expiry from `from` (as the client was told) later, to `until`.
+    Extend {
+        /// The hold.
+        id: TransferId,
+        /// Its expiry as the client knows it.
+        from: Timestamp,
+        /// The new one.
+        until: Timestamp,
+    },
     /// Create an account.
     Create(AccountId, AssetCode, LowerBound),
     /// Close an account.
@@ -392,13 +401,27 @@ impl Workload {
         spec
     }
 
-    /// What a client does after its hold was acknowledged as held: capture, void, or let it
-    /// expire; and after how long.
-    pub fn after_held(&mut self, id: &TransferId, ttl_ms: u64) -> Option<(u64, Action)> {
+    /// What a client does after its hold was acknowledged as held, expiring at `expires`:
+    /// capture, void, extend (then capture between the two expiries), or let it expire; and
+    /// after how long.
+    pub fn after_held(
+        &mut self,
+        id: &TransferId,
+        ttl_ms: u64,
+        expires: Timestamp,
+    ) -> Option<(u64, Action)> {
         let delay = self.rng.range(1, ttl_ms + 200);
         match self.rng.below(10) {
             0..=4 => Some((delay, Action::Capture(id.clone()))),
             5..=7 => Some((delay, Action::Void(id.clone()))),
+            8 => {
+                let action = Action::Extend {
+                    id: id.clone(),
+                    from: expires,
+                    until: expires.plus_ms(ttl_ms),
+                };
+                Some((self.rng.range(1, ttl_ms / 2), action))
+            }
             _ => None,
         }
     }

@@ -25,7 +25,7 @@ use crate::workload::{Action, Told, Workload};
 use std::collections::{BTreeMap, BTreeSet};
 use xfer_core::{Code, OwnerId, Rng, Timestamp, TransferId, TransferKind, TransferState};
 use xfer_engine::{Machine, Outcome, Request, RetryPolicy, Router};
-use xfer_store::{AccountOp, MemoryShard, Op, Reply};
+use xfer_store::{AccountOp, MemoryShard, Op, Reply, TransferOp};
 
 /// Simulated time at which the run starts (so skewed clocks never go below zero).
 const START_MS: u64 = 10_000;
@@ -74,6 +74,8 @@ pub(crate) enum Ticket {
     Submit(TransferId, usize),
     /// A capture or void of a hold (the outcome is checked through `acks`).
     Follow,
+    /// A capture sent after the client was told the hold's expiry moved to this instant.
+    AfterExtend(TransferId, Timestamp),
     /// A recovery started by this process's sweeper.
     Sweep(TransferId),
     /// A create or close.
@@ -594,7 +596,7 @@ impl World {
                 spec.id.clone(),
                 self.workload.submission_count(&spec.id) - 1,
             ),
-            Action::Capture(_) | Action::Void(_) => Ticket::Follow,
+            Action::Capture(_) | Action::Void(_) | Action::Extend { .. } => Ticket::Follow,
             Action::Create(..) | Action::Close(_) => Ticket::Admin,
         };
         self.client(0, action, ticket, 0);
@@ -652,6 +654,10 @@ impl World {
             }
             Action::Close(ref id) => {
                 let op = Op::Account(id.clone(), AccountOp::Close);
+                Some((Work::Admin(action.clone()), vec![Request { tag: 0, op }]))
+            }
+            Action::Extend { ref id, until, .. } => {
+                let op = Op::Transfer(id.clone(), TransferOp::Extend { until, now });
                 Some((Work::Admin(action.clone()), vec![Request { tag: 0, op }]))
             }
         };
@@ -869,6 +875,9 @@ impl World {
             Work::Admin(action) => {
                 let action = action.clone();
                 self.procs[p].slots.remove(&mid);
+                if let Action::Extend { id, from, until } = &action {
+                    return self.on_extended(id, *from, *until, &reply);
+                }
                 if *reply == Reply::Refused(Code::AccountHasTransfersInFlight)
                     && self.workload.chance(500_000)
                 {
@@ -1038,12 +1047,21 @@ impl World {
                 self.durable_holds(r.id(), TransferState::Held, "told");
                 self.tell(ticket, Told::State(TransferState::Held));
                 if let (Ticket::Submit(..), TransferKind::Hold { ttl_ms }) = (ticket, r.spec.kind) {
-                    if let Some((after, action)) = self.workload.after_held(r.id(), ttl_ms) {
+                    let expires = r.hold_expires_at.expect("a held transfer has an expiry");
+                    if let Some((after, action)) = self.workload.after_held(r.id(), ttl_ms, expires)
+                    {
                         self.client(after, action, Ticket::Follow, 0);
                     }
                 }
             }
-            Some(Outcome::Rejected(r)) => self.tell(ticket, Told::Rejected(r.code)),
+            Some(Outcome::Rejected(r)) => {
+                if let (Ticket::AfterExtend(id, until), Code::HoldExpired) = (ticket, r.code) {
+                    let skew = self.cfg.protocol.skew_ms;
+                    self.checker
+                        .capture_after_extension(id, *until, self.now, skew);
+                }
+                self.tell(ticket, Told::Rejected(r.code))
+            }
             Some(Outcome::Violation(v)) => self.checker.machine_violation(v, self.now),
             Some(Outcome::Left(_) | Outcome::NotFound) | None => self.tell(ticket, Told::Unknown),
         }
@@ -1054,6 +1072,21 @@ impl World {
             if let Ticket::Sweep(id) = ticket {
                 self.procs[p].recovering.remove(id);
             }
+        }
+    }
+
+    /// A hold's extension answered: told it moved (the record, held), the client captures
+    /// it halfway between the expiry it knew and the new one.
+    fn on_extended(&mut self, id: &TransferId, from: Timestamp, until: Timestamp, reply: &Reply) {
+        let told = match reply {
+            Reply::Transfer(_) => true,
+            Reply::Unchanged(r) => r.state == TransferState::Held,
+            _ => false,
+        };
+        let halfway = from.as_ms() + (until.as_ms() - from.as_ms()) / 2;
+        if told && halfway > self.now {
+            let ticket = Ticket::AfterExtend(id.clone(), until);
+            self.client(halfway - self.now, Action::Capture(id.clone()), ticket, 0);
         }
     }
 

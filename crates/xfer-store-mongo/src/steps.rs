@@ -448,6 +448,7 @@ fn ownership(set: &mut Document, owner: &str, now: Timestamp, lease_until: Times
 pub(crate) fn transfer(op: &TransferOp, store_now: Timestamp, token: i64) -> Option<Update> {
     let (condition, set, outcome) = match op {
         TransferOp::Get | TransferOp::Insert(_) | TransferOp::OnePhase(_) => return None,
+        TransferOp::Extend { .. } => todo!("extend on MongoDB"),
         TransferOp::Claim {
             owner,
             now,

@@ -172,6 +172,9 @@ pub(crate) fn encode(op: &Op) -> Value {
                     "postings": text(postings), "now": ms(*now),
                 }),
                 TransferOp::Redrive { now } => json!({"k": "redrive", "now": ms(*now)}),
+                TransferOp::Extend { until, now } => {
+                    json!({"k": "extend", "until": ms(*until), "now": ms(*now)})
+                }
                 TransferOp::Get => json!({"k": "get"}),
             };
             v["on"] = json!("transfer");

@@ -97,6 +97,9 @@ pub(crate) fn encode(op: &Op) -> Value {
                     json!({"k": "link_refund", "refund": refund, "replacing": replacing, "postings": postings, "now": ms(*now)})
                 }
                 TransferOp::Redrive { now } => json!({"k": "redrive", "now": ms(*now)}),
+                TransferOp::Extend { until, now } => {
+                    json!({"k": "extend", "until": ms(*until), "now": ms(*now)})
+                }
                 TransferOp::Get => json!({"k": "get"}),
                 TransferOp::OnePhase(rec) => one_phase(rec),
             };

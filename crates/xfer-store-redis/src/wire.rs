@@ -180,6 +180,10 @@ pub(crate) fn command(keys: &Keys, op: &Op) -> Cmd {
                     args.push(ms(*now));
                     "redrive"
                 }
+                TransferOp::Extend { until, now } => {
+                    args.extend([ms(*until), ms(*now)]);
+                    "extend"
+                }
                 TransferOp::Get => "get",
             }
             .into();

@@ -46,6 +46,7 @@ pub async fn run_all_opened<S: Store, F: std::future::Future<Output = S>>(
     holds_capture_void_and_expire(&open_store().await).await;
     refunds_link_once(&open_store().await).await;
     partial_refunds_never_sum_above_the_original(&open_store().await).await;
+    holds_extend_before_they_expire(&open_store().await).await;
     sweeper_scan_is_due_first_and_skips_terminal(&open_store().await).await;
     history_is_newest_first_and_paged(&open_store().await).await;
     prune_drops_only_expired_tombstones(&open_store().await).await;
@@ -867,24 +868,7 @@ fn at(ms: u64) -> Timestamp {
 
 async fn holds_capture_void_and_expire(s: &dyn Store) {
     for id in ["h1", "h2", "h3"] {
-        let r = TransferRecord::accept(spec(id, TransferKind::Hold { ttl_ms: 5_000 }), at(0), 100);
-        transfer_op(s, id, TransferOp::Insert(Arc::new(r))).await;
-        let op = TransferOp::Claim {
-            owner: owner("x"),
-            now: at(1),
-            lease_until: at(101),
-        };
-        transfer_op(s, id, op).await;
-        let op = TransferOp::Decide {
-            epoch: 1,
-            to: TransferState::Held,
-            reason: None,
-            now: at(2),
-        };
-        assert_eq!(
-            state_of(&transfer_op(s, id, op).await).0,
-            TransferState::Held
-        );
+        held(s, id).await;
     }
     let capture = |now| TransferOp::Capture {
         owner: owner("c"),
@@ -965,6 +949,131 @@ async fn holds_capture_void_and_expire(s: &dyn Store) {
     assert_eq!(
         transfer_op(s, "h4", stale).await,
         Reply::Refused(Code::HoldExpired)
+    );
+}
+
+/// A hold `id` accepted at t0 with a ttl of 5,000 ms, claimed and held.
+async fn held(s: &dyn Store, id: &str) {
+    let r = TransferRecord::accept(spec(id, TransferKind::Hold { ttl_ms: 5_000 }), at(0), 100);
+    transfer_op(s, id, TransferOp::Insert(Arc::new(r))).await;
+    let claim = TransferOp::Claim {
+        owner: owner("x"),
+        now: at(1),
+        lease_until: at(101),
+    };
+    transfer_op(s, id, claim).await;
+    let decide = TransferOp::Decide {
+        epoch: 1,
+        to: TransferState::Held,
+        reason: None,
+        now: at(2),
+    };
+    assert_eq!(
+        state_of(&transfer_op(s, id, decide).await).0,
+        TransferState::Held
+    );
+}
+
+/// A hold's expiry moves later while it has not passed, never earlier; the sweeper sees the
+/// new one; a settled, expired or unheld transfer is not extended.
+async fn holds_extend_before_they_expire(s: &dyn Store) {
+    let extend = |until: u64, now: u64| TransferOp::Extend {
+        until: at(until),
+        now: at(now),
+    };
+    let expiry = |r: &Reply| match r {
+        Reply::Transfer(t) | Reply::Unchanged(t) => {
+            t.hold_expires_at.map(|e| e.as_ms() - at(0).as_ms())
+        }
+        other => panic!("expected a record, got {other}"),
+    };
+    held(s, "x1").await;
+    let r = transfer_op(s, "x1", extend(9_000, 100)).await;
+    assert!(matches!(r, Reply::Transfer(_)), "{r}");
+    assert_eq!(expiry(&r), Some(9_000));
+    let r = transfer_op(s, "x1", extend(9_000, 200)).await;
+    assert!(matches!(r, Reply::Unchanged(_)), "a repeat: {r}");
+    let r = transfer_op(s, "x1", extend(7_000, 300)).await;
+    assert!(matches!(r, Reply::Unchanged(_)), "never earlier: {r}");
+    assert_eq!(expiry(&r), Some(9_000));
+    // The sweeper wakes at the new expiry, and a claim before it finds it not expired.
+    let due = s.scan_due(at(8_000), 100).await.expect("scan");
+    assert!(
+        !due.iter().any(|r| r.id().as_str() == "x1"),
+        "not due before 9,000"
+    );
+    let due = s.scan_due(at(9_000), 100).await.expect("scan");
+    assert!(due.iter().any(|r| r.id().as_str() == "x1"), "due at 9,000");
+    let early = TransferOp::Claim {
+        owner: owner("s"),
+        now: at(6_000),
+        lease_until: at(6_100),
+    };
+    assert!(
+        !state_of(&transfer_op(s, "x1", early).await).2,
+        "not expired at 6,000"
+    );
+    let capture = TransferOp::Capture {
+        owner: owner("c"),
+        now: at(8_500),
+        lease_until: at(8_600),
+    };
+    assert_eq!(
+        state_of(&transfer_op(s, "x1", capture).await),
+        (TransferState::Applied, 2, true),
+        "captured after the first expiry, before the new one"
+    );
+    let r = transfer_op(s, "x1", extend(12_000, 8_600)).await;
+    assert!(
+        matches!(&r, Reply::Unchanged(t) if t.state == TransferState::Applied),
+        "a captured hold stays as it is: {r}"
+    );
+    assert_eq!(expiry(&r), Some(9_000));
+
+    // Past its expiry, by the caller's clock or the store's: refused.
+    held(s, "x2").await;
+    assert_eq!(
+        transfer_op(s, "x2", extend(9_000, 5_000)).await,
+        Reply::Refused(Code::HoldExpired)
+    );
+    let r = TransferRecord::accept(
+        spec("x3", TransferKind::Hold { ttl_ms: 2 }),
+        Timestamp(1),
+        0,
+    );
+    transfer_op(s, "x3", TransferOp::Insert(Arc::new(r))).await;
+    let claim = TransferOp::Claim {
+        owner: owner("x"),
+        now: Timestamp(1),
+        lease_until: Timestamp(2),
+    };
+    transfer_op(s, "x3", claim).await;
+    let decide = TransferOp::Decide {
+        epoch: 1,
+        to: TransferState::Held,
+        reason: None,
+        now: Timestamp(2),
+    };
+    transfer_op(s, "x3", decide).await;
+    let stale = TransferOp::Extend {
+        until: FUTURE,
+        now: Timestamp(2),
+    };
+    assert_eq!(
+        transfer_op(s, "x3", stale).await,
+        Reply::Refused(Code::HoldExpired),
+        "expired at t3 by the store's clock"
+    );
+
+    // Not held yet, or not there.
+    transfer_op(s, "x4", TransferOp::Insert(Arc::new(record("x4", 0)))).await;
+    assert_eq!(
+        transfer_op(s, "x4", extend(9_000, 10)).await,
+        Reply::Refused(Code::TransferIsNotHeld)
+    );
+    assert_eq!(
+        transfer_op(s, "x5", extend(9_000, 10)).await,
+        Reply::NotFound
     );
 }
 

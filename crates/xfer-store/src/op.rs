@@ -163,6 +163,17 @@ pub enum TransferOp {
     /// with no intents; otherwise exactly an [`Insert`](TransferOp::Insert) of the record,
     /// for the two phases to go on from. A store may always answer as `Insert` does.
     OnePhase(Arc<TransferRecord>),
+    /// A held transfer's expiry moved later, to `until`, while it has not passed (by the
+    /// caller's clock and the store's): refused `hold_expired` once it has, and
+    /// `transfer_is_not_held` before the transfer is held; an expiry at or past `until`
+    /// stays as it is (a repeat changes nothing, and an expiry is never brought forward).
+    /// Any other state is left as it is, for the caller to read why from the record.
+    Extend {
+        /// The new expiry.
+        until: Timestamp,
+        /// The caller's clock.
+        now: Timestamp,
+    },
 }
 
 /// What a prepare found and did.
@@ -309,6 +320,7 @@ impl fmt::Display for Op {
                 TransferOp::Redrive { .. } => write!(f, "transfer {id}: redrive"),
                 TransferOp::Get => write!(f, "transfer {id}: get"),
                 TransferOp::OnePhase(r) => write!(f, "transfer {id}: one-phase deadline={}", r.deadline),
+                TransferOp::Extend { until, .. } => write!(f, "transfer {id}: extend until={until}"),
             },
         }
     }

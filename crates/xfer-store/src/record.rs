@@ -625,6 +625,25 @@ pub fn apply_transfer_to(
             }
             ok
         }
+        TransferOp::Extend { until, now } => match rec.state {
+            Held if rec
+                .hold_expires_at
+                .is_some_and(|e| e <= (*now).max(store_now)) =>
+            {
+                return TransferStep::Answered(Reply::Refused(Code::HoldExpired))
+            }
+            Held if rec.hold_expires_at.is_some_and(|e| e < *until) => {
+                if !mutant::is(Mutant::ExtendForgotten) {
+                    rec.hold_expires_at = Some(*until);
+                }
+                rec.updated_at = *now;
+                true
+            }
+            Initial | Pending => {
+                return TransferStep::Answered(Reply::Refused(Code::TransferIsNotHeld))
+            }
+            _ => false,
+        },
         TransferOp::Get => false,
     };
     if changed {

@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Value};
 use xfer_client::{segment, Client};
 use xfer_server::config::ServeArgs;
-use xfer_server::wire::{AccountCreate, HoldIn, PostingIn, RefundIn, TransferIn};
+use xfer_server::wire::{AccountCreate, ExtendIn, HoldIn, PostingIn, RefundIn, TransferIn};
 
 /// The `xfer` command.
 #[derive(Debug, Parser)]
@@ -176,6 +176,17 @@ pub enum Command {
     Void {
         /// The hold's id.
         id: String,
+    },
+    /// Move a hold's expiry later, before it passes.
+    Extend {
+        /// The hold's id.
+        id: String,
+        /// The new expiry, in milliseconds since the Unix epoch.
+        #[arg(long, conflicts_with = "ttl_ms", required_unless_present = "ttl_ms")]
+        expires_at_ms: Option<u64>,
+        /// The new expiry, this many milliseconds from the server's now.
+        #[arg(long)]
+        ttl_ms: Option<u64>,
     },
     /// Refund a done transfer with a linked, offsetting transfer.
     Refund {
@@ -492,6 +503,18 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
         Command::Redrive { id } => {
             let path = format!("/v1/transfers/{}/redrive", segment(&id));
             print_transfer(&client.post(&path, &json!({})).await?.ok()?);
+        }
+        Command::Extend {
+            id,
+            expires_at_ms,
+            ttl_ms,
+        } => {
+            let path = format!("/v1/transfers/{}/extend", segment(&id));
+            let body = ExtendIn {
+                expires_at_ms,
+                ttl_ms,
+            };
+            print_transfer(&client.post_body(&path, &body).await?.ok()?);
         }
         Command::Refund {
             id,

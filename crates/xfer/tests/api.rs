@@ -1229,6 +1229,122 @@ async fn partial_refunds(ts: &TestServer) {
     assert_eq!(ts.balance("bob").await, bob - 60);
 }
 
+/// Extending holds over HTTP: later only, before the expiry; each refusal by its code and
+/// field, nothing changed.
+async fn extend_holds(ts: &TestServer) {
+    let hold = |id: &str, ttl_ms: u64| {
+        json!({"id": id, "postings": [posting("alice", "carol", "USD", json!(1))],
+               "hold": {"ttl_ms": ttl_ms}, "timeout_ms": 1_000})
+    };
+    let extend = |id: &str, body: Value| {
+        let path = format!("/v1/transfers/{id}/extend");
+        async move { ts.post(&path, &body).await }
+    };
+    let expiry = |t: &Value| t["hold_expires_at_ms"].as_u64().expect("an expiry");
+    ts.pay("x-fund", "bank", "alice", "USD", 10).await;
+    let a = ts.post("/v1/transfers", &hold("x-1", 60_000)).await;
+    assert_eq!(a.body["state"], "held", "{}", a.text);
+    let first = expiry(&a.body);
+    let a = extend("x-1", json!({"expires_at_ms": first + 60_000})).await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("held")),
+        "{}",
+        a.text
+    );
+    assert_eq!(expiry(&a.body), first + 60_000);
+    let a = extend("x-1", json!({"expires_at_ms": first + 60_000})).await;
+    assert_eq!(
+        (a.status, expiry(&a.body)),
+        (200, first + 60_000),
+        "the same again: {}",
+        a.text
+    );
+    for (body, status, code, field, what) in [
+        (
+            json!({"expires_at_ms": first + 1_000}),
+            400,
+            "hold_expiry_out_of_range",
+            "expires_at_ms",
+            "earlier",
+        ),
+        (
+            json!({"expires_at_ms": 1}),
+            400,
+            "hold_expiry_out_of_range",
+            "expires_at_ms",
+            "in the past",
+        ),
+        (
+            json!({"ttl_ms": 0}),
+            400,
+            "hold_expiry_out_of_range",
+            "ttl_ms",
+            "now",
+        ),
+        (
+            json!({"ttl_ms": 31_u64 * 24 * 3_600_000}),
+            400,
+            "hold_expiry_out_of_range",
+            "ttl_ms",
+            "past 30 days",
+        ),
+        (json!({}), 400, "missing_field", "expires_at_ms", "neither"),
+        (
+            json!({"ttl_ms": 1, "expires_at_ms": 1}),
+            400,
+            "invalid_value",
+            "ttl_ms",
+            "both",
+        ),
+        (
+            json!({"ttl_ms": -5}),
+            400,
+            "invalid_value",
+            "ttl_ms",
+            "negative",
+        ),
+        (
+            json!({"until": 5}),
+            400,
+            "unknown_field",
+            "until",
+            "unknown",
+        ),
+    ] {
+        let a = extend("x-1", body).await;
+        expect_error(&a, status, code, Some(field), what);
+    }
+    assert_eq!(
+        expiry(&ts.transfer("x-1").await),
+        first + 60_000,
+        "refusals change nothing"
+    );
+    let a = extend("x-1", json!({"ttl_ms": 600_000})).await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert!(expiry(&a.body) > first + 500_000, "{}", a.text);
+
+    // Settled, expired, not a hold, absent.
+    let a = ts.post_empty("/v1/transfers/x-1/capture").await;
+    assert_eq!(a.body["state"], "done", "{}", a.text);
+    let a = extend("x-1", json!({"ttl_ms": 900_000})).await;
+    expect_error(&a, 409, "hold_already_captured", Some("id"), "captured");
+    ts.post("/v1/transfers", &hold("x-2", 60_000)).await;
+    ts.post_empty("/v1/transfers/x-2/void").await;
+    let a = extend("x-2", json!({"ttl_ms": 900_000})).await;
+    expect_error(&a, 409, "hold_already_voided", Some("id"), "voided");
+    ts.pay("x-3", "alice", "carol", "USD", 1).await;
+    let a = extend("x-3", json!({"ttl_ms": 900_000})).await;
+    expect_error(&a, 409, "transfer_is_not_held", Some("id"), "a transfer");
+    let a = extend("x-none", json!({"ttl_ms": 900_000})).await;
+    expect_error(&a, 404, "transfer_not_found", Some("id"), "absent");
+    let a = ts.post("/v1/transfers", &hold("x-4", 1_200)).await;
+    assert_eq!(a.body["state"], "held", "{}", a.text);
+    TokioSleeper.sleep(1_300).await;
+    let a = extend("x-4", json!({"ttl_ms": 900_000})).await;
+    expect_error(&a, 409, "hold_expired", Some("id"), "expired");
+}
+
 /// The ids of every page of a history read from `first` on, following `next_before`.
 /// Each transfer's timeline over `GET /v1/transfers/{id}`: every state it passed through,
 /// each with its time, owner and epoch, the reason of a cancel and the refund of a link, as
@@ -1931,6 +2047,7 @@ async fn every_route(backend: Backend) {
     listing(&ts, feed).await;
     stats(&ts, feed).await;
     webhooks(&ts, feed).await;
+    extend_holds(&ts).await;
     metrics(&ts).await;
     // Twice: a request is counted once answered, so the second shows the first.
     let text = metrics(&ts).await;

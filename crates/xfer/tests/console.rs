@@ -318,6 +318,24 @@ async fn console_signs_in_filters_and_shows_a_transfer_and_its_timeline() {
     b.el("form#void").await;
     b.none("form#refund").await;
     b.shot("transfer-held").await;
+    // Extended: the hold expires 90 minutes from now instead.
+    let before = transfer(&api, "hold-1").await["hold_expires_at_ms"]
+        .as_u64()
+        .expect("an expiry");
+    b.fill("form#extend input[name=minutes]", "90").await;
+    b.click("form#extend [type=submit]").await;
+    let outcome = b.text("#outcome").await;
+    assert!(
+        outcome.contains("held"),
+        "#outcome after extend: {outcome:?}"
+    );
+    let after = transfer(&api, "hold-1").await["hold_expires_at_ms"]
+        .as_u64()
+        .expect("an expiry");
+    assert!(
+        after > before + 60 * 60_000,
+        "extended from {before} to {after}"
+    );
 
     // Stuck: nothing.
     b.click("a#nav-stuck").await;
@@ -766,6 +784,7 @@ async fn a_read_session_sees_no_buttons_and_a_post_without_csrf_is_refused() {
         "form#refund",
         "form#capture",
         "form#void",
+        "form#extend",
         "form.redrive",
         "form#close",
         "form#lower-bound",

@@ -397,6 +397,11 @@ pub fn transfer(
                     form #void method="post" action=(action("void")) {
                         (csrf(v)) button type="submit" .danger { "Void" }
                     }
+                    form #extend method="post" action=(action("extend")) {
+                        (csrf(v))
+                        label { "Expire in " input type="number" min="1" name="minutes" required; " minutes" }
+                        button type="submit" { "Extend" }
+                    }
                 }
                 @if r.state == TransferState::Done && r.spec.refund_of.is_none() && refundable(r) {
                     form #refund method="post" action=(action("refund")) {
