@@ -49,6 +49,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (1, include_str!("schema.sql")),
     (2, include_str!("migration_2.sql")),
     (3, include_str!("migration_3.sql")),
+    (4, include_str!("migration_4.sql")),
 ];
 
 /// What every new connection runs first: UTC (so `xfer_now_ms` is exact) and read committed (a

@@ -1,6 +1,7 @@
 //! The JSON a batch travels in to `xfer_execute` (`schema.sql`): one flat object per op,
-//! whose fields `JSON_TABLE` reads as typed columns. What the database only stores (a spec,
-//! a cancel reason, postings) travels as JSON text in a string.
+//! whose fields `JSON_TABLE` reads as typed columns. What the database only stores or reads
+//! as JSON (a spec, a cancel reason, postings, refund links, the refunds a link replaces)
+//! travels as JSON text in a string.
 
 use serde_json::{json, Value};
 use xfer_core::{LowerBound, Timestamp};
@@ -121,10 +122,10 @@ pub(crate) fn encode(op: &Op) -> Value {
         }
         Op::Transfer(id, op) => {
             let mut v = match op {
-                // `postings`: what a refund of it must post, compared as text by
-                // `link_refund` (one serializer writes both sides). A one-phase step
-                // carries the insert's fields too (it is that insert where it cannot
-                // commit) and its legs (`batch` locks their accounts).
+                // `postings`: its postings reversed, what `link_refund` checks a refund's
+                // against, posting by posting; `refunds`: its `RefundLink`s, if any. A
+                // one-phase step carries the insert's fields too (it is that insert where it
+                // cannot commit) and its legs (`batch` locks their accounts).
                 TransferOp::Insert(r) | TransferOp::OnePhase(r) => json!({
                     "k": if matches!(op, TransferOp::OnePhase(_)) { "one_phase" } else { "insert" },
                     "spec": text(&*r.spec), "state": r.state,
@@ -133,6 +134,7 @@ pub(crate) fn encode(op: &Op) -> Value {
                     "owner": r.owner, "lease_until": ms(r.lease_until), "epoch": r.epoch,
                     "reason": r.reason.as_ref().map(text), "refund": r.refunded_by,
                     "postings": text(&r.spec.reversed_postings()),
+                    "refunds": (!r.refunds.is_empty()).then(|| text(&r.refunds)),
                     "legs": legs(op),
                 }),
                 TransferOp::Claim {
@@ -168,7 +170,7 @@ pub(crate) fn encode(op: &Op) -> Value {
                     postings,
                     now,
                 } => json!({
-                    "k": "link_refund", "refund": refund, "replacing": replacing,
+                    "k": "link_refund", "refund": refund, "replacing": text(replacing),
                     "postings": text(postings), "now": ms(*now),
                 }),
                 TransferOp::Redrive { now } => json!({"k": "redrive", "now": ms(*now)}),

@@ -55,6 +55,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (4, include_str!("migration_4.sql")),
     (5, include_str!("migration_5.sql")),
     (6, include_str!("migration_6.sql")),
+    (7, include_str!("migration_7.sql")),
 ];
 
 const EXECUTE: &str = "SELECT r::text FROM execute($1::text::jsonb) AS r";

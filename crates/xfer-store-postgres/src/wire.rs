@@ -130,5 +130,7 @@ fn record(r: &TransferRecord) -> Value {
         "hold_expires_at": r.hold_expires_at.map(ms), "owner": r.owner,
         "lease_until": ms(r.lease_until), "epoch": r.epoch, "reason": r.reason,
         "refunded_by": r.refunded_by,
+        // `RefundLink`s, oldest first; none (a record before partial refunds) as null.
+        "refunds": (!r.refunds.is_empty()).then_some(&r.refunds),
     })
 }

@@ -11,5 +11,6 @@ async fn conformance() {
     xfer_store::conformance::run_all_opened(|| schemas.open()).await;
     xfer_store::conformance::run_timelines(|| schemas.open()).await;
     xfer_store::conformance::run_one_phase_committing(|| schemas.open()).await;
+    common::refund_links_are_kept_and_summed_exactly(&schemas.open().await).await;
     xfer_store::conformance::run_events(|| schemas.open()).await;
 }

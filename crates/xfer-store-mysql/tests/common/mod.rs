@@ -65,3 +65,80 @@ impl Drop for Databases {
         .join();
     }
 }
+
+/// A record inserted with refund links keeps them, and links are summed exactly near
+/// `i64::MAX` (the conformance suite's amounts are small, and it inserts no links).
+pub async fn refund_links_are_kept_and_summed_exactly(s: &dyn xfer_store::Store) {
+    use std::sync::Arc;
+    use xfer_core::amount::AMOUNT_MAX;
+    use xfer_core::{
+        AccountId, Amount, AssetCode, Code, Posting, RefundLink, Timestamp, TransferId,
+        TransferKind, TransferRecord, TransferSpec, TransferState,
+    };
+    use xfer_store::{Op, Reply, TransferOp};
+    let tid = |s: &str| TransferId::new(s).expect("valid id");
+    let amount = |n: u64| Amount::new(n, "amount").expect("valid amount");
+    let posting = |from: &str, to: &str, n: u64| Posting {
+        from: AccountId::new(from).expect("valid id"),
+        to: AccountId::new(to).expect("valid id"),
+        asset: AssetCode::new("USD", "asset").expect("valid asset"),
+        amount: amount(n),
+    };
+    let spec = TransferSpec {
+        id: tid("big"),
+        postings: vec![posting("a", "b", AMOUNT_MAX), posting("c", "d", 7)].into(),
+        metadata: String::new(),
+        kind: TransferKind::Transfer,
+        refund_of: None,
+        timeout_ms: 1_000,
+    };
+    let mut original = TransferRecord::accept(spec, Timestamp(0), 100);
+    original.state = TransferState::Done;
+    original.refunded_by = Some(tid("q1"));
+    original.refunds = vec![RefundLink {
+        refund: tid("q1"),
+        amounts: vec![amount(AMOUNT_MAX - 1), amount(2)],
+    }];
+    let step = |op: TransferOp| async move {
+        let mut replies = s
+            .execute(vec![Op::Transfer(tid("big"), op)])
+            .await
+            .expect("a reply");
+        replies.pop().expect("one reply")
+    };
+    let link = |refund: &str, amounts: [u64; 2]| TransferOp::LinkRefund {
+        refund: tid(refund),
+        replacing: Vec::new(),
+        postings: vec![posting("b", "a", amounts[0]), posting("d", "c", amounts[1])],
+        now: Timestamp(5_000),
+    };
+    let links = |r: &Reply| match r {
+        Reply::Transfer(t) | Reply::Unchanged(t) => (t.refunds.clone(), t.refunded_by.clone()),
+        other => panic!("a record, not {other}"),
+    };
+    let inserted = step(TransferOp::Insert(Arc::new(original.clone()))).await;
+    assert_eq!(
+        links(&inserted),
+        (original.refunds.clone(), Some(tid("q1")))
+    );
+    assert_eq!(
+        step(link("q2", [2, 1])).await,
+        Reply::Refused(Code::RefundExceedsOriginal),
+        "2^63 - 2 + 2 of 2^63 - 1"
+    );
+    let linked = step(link("q2", [1, 5])).await;
+    assert!(matches!(linked, Reply::Transfer(_)), "{linked}");
+    let mut expected = original.refunds.clone();
+    expected.push(RefundLink {
+        refund: tid("q2"),
+        amounts: vec![amount(1), amount(5)],
+    });
+    assert_eq!(
+        links(&step(TransferOp::Get).await),
+        (expected, Some(tid("q2")))
+    );
+    assert_eq!(
+        step(link("q3", [1, 1])).await,
+        Reply::Refused(Code::OriginalAlreadyRefunded)
+    );
+}
