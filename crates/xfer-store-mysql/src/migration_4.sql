@@ -19,11 +19,17 @@
 -- and its reader derives the same link. The first link written to it stores the links in
 -- full.
 --
+-- Also a held transfer's expiry moved later (`TransferOp::Extend`, `{"k": "extend",
+-- "until": ms, "now": ms}`): `xfer_transfer_op` sets `hold_expires_at`, and `wake_at`,
+-- generated from it, follows, so the sweeper does not wake for the hold before its new
+-- expiry. Only `hold_expires_at` and `updated_at` change, neither the state, the epoch nor
+-- `refunded_by`: the timeline's trigger adds no step.
+--
 -- Replaced: `xfer_transfer_json` (answers `refunds`), `xfer_transfer_op` (the link's rules:
 -- the refund's postings are checked against `reversed` posting by posting, no longer as
--- text, and `replacing` is a JSON array as text; an insert stores `refunds`),
--- `xfer_one_phase` (stores `refunds`) and `xfer_execute` (passes `replacing` as text, and
--- `refunds`).
+-- text, and `replacing` is a JSON array as text; an insert stores `refunds`; the extend
+-- step), `xfer_one_phase` (stores `refunds`) and `xfer_execute` (passes `replacing` as
+-- text, `refunds`, and an extend's `until` as `v_hold_expires_at`).
 ALTER TABLE transfers ADD COLUMN refunds LONGTEXT NULL CHECK (refunds IS NULL OR JSON_VALID(refunds))
 ;;
 
@@ -62,7 +68,8 @@ RETURNS LONGTEXT NOT DETERMINISTIC READS SQL DATA
 ;;
 
 -- As migration 3's, but a refund link follows `record::link_refund` (partial refunds,
--- `replacing` a list) and an insert stores the record's `refunds`.
+-- `replacing` a list), an insert stores the record's `refunds`, and `extend` moves a held
+-- transfer's expiry later, to `v_hold_expires_at`.
 CREATE PROCEDURE xfer_transfer_op(
     IN v_k VARCHAR(16), IN v_tid VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin,
     IN v_spec LONGTEXT, IN v_state VARCHAR(10), IN v_created_at BIGINT,
@@ -286,6 +293,26 @@ BEGIN
                 SET v_changed = TRUE;
             END IF;
 
+        ELSEIF v_k = 'extend' THEN
+            -- record.rs: `TransferOp::Extend`, to `v_hold_expires_at`. Once the expiry has
+            -- passed, by the caller's clock or the store's, it is too late (as for a
+            -- capture); an expiry is never brought forward, so one at or past the new one is
+            -- a repeat; any state but these is left as it is, for the caller to read why.
+            IF v_t_state IN ('initial', 'pending') THEN
+                SET v_reply = xfer_refused('transfer_is_not_held');
+                LEAVE step;
+            ELSEIF v_t_state = 'held' THEN
+                IF v_t_hold <= GREATEST(v_at, v_now) THEN
+                    SET v_reply = xfer_refused('hold_expired');
+                    LEAVE step;
+                END IF;
+                IF v_t_hold < v_hold_expires_at THEN
+                    UPDATE transfers SET hold_expires_at = v_hold_expires_at, updated_at = v_at
+                        WHERE id = v_tid;
+                    SET v_changed = TRUE;
+                END IF;
+            END IF;
+
         ELSEIF v_k <> 'get' THEN
             SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'xfer: unknown transfer op';
         END IF;
@@ -372,7 +399,8 @@ BEGIN
 END
 ;;
 
--- As migration 3's, passing `replacing` as text and the record's `refunds`.
+-- As migration 3's, passing `replacing` as text, the record's `refunds`, and an extend's
+-- `until` (as the new `hold_expires_at`).
 CREATE PROCEDURE xfer_execute(IN v_ops LONGTEXT)
 BEGIN
     DECLARE v_done BOOLEAN DEFAULT FALSE;
@@ -385,16 +413,16 @@ BEGIN
     DECLARE v_id, v_t, v_owner, v_refund VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin;
     DECLARE v_asset VARCHAR(32) CHARACTER SET ascii COLLATE ascii_bin;
     DECLARE v_debit, v_credit DECIMAL(20, 0);
-    DECLARE v_deadline, v_horizon, v_lb, v_created_at, v_updated_at, v_hold, v_lease,
-            v_epoch, v_at BIGINT;
+    DECLARE v_deadline, v_horizon, v_lb, v_created_at, v_updated_at, v_hold, v_until,
+            v_lease, v_epoch, v_at BIGINT;
     DECLARE v_bounded BOOLEAN;
     DECLARE v_spec, v_reason, v_replacing, v_postings, v_refunds, v_legs LONGTEXT;
     DECLARE v_state VARCHAR(10);
     DECLARE ops CURSOR FOR
         SELECT j.on_, j.k, j.id, j.t, j.asset, j.debit, j.credit, j.deadline, j.horizon,
                j.bounded, j.lb, j.spec, j.state, j.created_at, j.updated_at, j.hold,
-               j.owner, j.lease, j.epoch, j.reason, j.refund, j.replacing, j.postings, j.refunds,
-               j.at_ms, j.legs
+               j.until_ms, j.owner, j.lease, j.epoch, j.reason, j.refund, j.replacing,
+               j.postings, j.refunds, j.at_ms, j.legs
         FROM JSON_TABLE(v_ops, '$[*]' COLUMNS (
             n          FOR ORDINALITY,
             on_        VARCHAR(8) PATH '$.on',
@@ -413,6 +441,7 @@ BEGIN
             created_at BIGINT PATH '$.created_at',
             updated_at BIGINT PATH '$.updated_at',
             hold       BIGINT PATH '$.hold_expires_at',
+            until_ms   BIGINT PATH '$.until',
             owner      VARCHAR(64) PATH '$.owner',
             lease      BIGINT PATH '$.lease_until',
             epoch      BIGINT PATH '$.epoch',
@@ -436,8 +465,8 @@ BEGIN
     each_op: LOOP
         FETCH ops INTO v_on, v_k, v_id, v_t, v_asset, v_debit, v_credit, v_deadline, v_horizon,
                        v_bounded, v_lb, v_spec, v_state, v_created_at, v_updated_at, v_hold,
-                       v_owner, v_lease, v_epoch, v_reason, v_refund, v_replacing, v_postings,
-                       v_refunds, v_at, v_legs;
+                       v_until, v_owner, v_lease, v_epoch, v_reason, v_refund, v_replacing,
+                       v_postings, v_refunds, v_at, v_legs;
         IF v_done THEN
             LEAVE each_op;
         END IF;
@@ -463,10 +492,11 @@ BEGIN
                                       v_refunds, v_at, v_now, v_reply);
             END IF;
         ELSE
+            -- (An extend's `until` goes as the new `hold_expires_at`.)
             CALL xfer_transfer_op(v_k, v_id, v_spec, v_state, v_created_at, v_updated_at,
-                                  v_deadline, v_hold, v_owner, v_lease, v_epoch, v_reason,
-                                  v_refund, v_replacing, v_postings, v_refunds, v_at, v_now,
-                                  v_reply);
+                                  v_deadline, IF(v_k = 'extend', v_until, v_hold), v_owner,
+                                  v_lease, v_epoch, v_reason, v_refund, v_replacing, v_postings,
+                                  v_refunds, v_at, v_now, v_reply);
         END IF;
         -- A nested call's last statement may have set NOT FOUND: only the cursor ends it.
         SET v_done = FALSE;

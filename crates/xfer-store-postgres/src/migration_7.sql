@@ -17,8 +17,14 @@
 -- and its reader derives the same link. The first link written to it stores the links in
 -- full.
 --
--- Replaced: `transfer_op` (the link's rules; an insert stores `refunds`) and `one_phase`
--- (stores `refunds`).
+-- Also a held transfer's expiry moved later (`TransferOp::Extend`, `{"k": "extend",
+-- "until": ms, "now": ms}`): `transfer_op` sets `hold_expires_at`, and `wake_at`, generated
+-- from it, follows, so the sweeper does not wake for the hold before its new expiry. Only
+-- `hold_expires_at` and `updated_at` change, neither the state, the epoch nor `refunded_by`:
+-- the timeline's and the change feed's triggers do not fire, no step and no event.
+--
+-- Replaced: `transfer_op` (the link's rules; an insert stores `refunds`; the extend step)
+-- and `one_phase` (stores `refunds`).
 ALTER TABLE transfers ADD COLUMN refunds jsonb;
 
 -- What an insert stores of a record's `refunds`: NULL when it has none.
@@ -43,7 +49,8 @@ CREATE FUNCTION refund_links(rec transfers) RETURNS jsonb LANGUAGE sql IMMUTABLE
 $$;
 
 -- As migration 6's, but a refund link follows `record::link_refund` (partial refunds,
--- `replacing` a list) and an insert stores the record's `refunds`.
+-- `replacing` a list), an insert stores the record's `refunds`, and `extend` moves a held
+-- transfer's expiry later.
 CREATE OR REPLACE FUNCTION transfer_op(op jsonb, now_ms bigint) RETURNS jsonb LANGUAGE plpgsql AS $$
 DECLARE
     k       text := op->>'k';
@@ -213,6 +220,23 @@ BEGIN
         IF t.state NOT IN ('done', 'canceled') AND t.lease_until > at_ms THEN
             UPDATE transfers SET lease_until = at_ms WHERE id = tid RETURNING * INTO t;
             changed := true;
+        END IF;
+
+    ELSIF k = 'extend' THEN
+        -- record.rs: `TransferOp::Extend`. Once the expiry has passed, by the caller's clock
+        -- or the store's, it is too late (as for a capture); an expiry is never brought
+        -- forward, so one at or past `until` is a repeat; any state but these is left as it
+        -- is, for the caller to read why.
+        IF t.state IN ('initial', 'pending') THEN
+            RETURN refused('transfer_is_not_held');
+        ELSIF t.state = 'held' THEN
+            IF t.hold_expires_at <= greatest(at_ms, now_ms) THEN
+                RETURN refused('hold_expired');
+            ELSIF t.hold_expires_at < (op->>'until')::bigint THEN
+                UPDATE transfers SET hold_expires_at = (op->>'until')::bigint, updated_at = at_ms
+                    WHERE id = tid RETURNING * INTO t;
+                changed := true;
+            END IF;
         END IF;
 
     ELSIF k <> 'get' THEN
