@@ -8,8 +8,8 @@
 //!             hseq, tomb_min?, _op?}
 //! transfers: {_id, spec (JSON text), reversed (JSON text), state, created_at, updated_at,
 //!             deadline, hold_expires_at, owner, lease_until, epoch, reason (JSON text),
-//!             refunded_by, timeline: [{at, state, owner, epoch, reason, refund}], wake?,
-//!             _op?}
+//!             refunded_by, refunds?: [{refund, amounts: [Int64]}],
+//!             timeline: [{at, state, owner, epoch, reason, refund}], wake?, _op?}
 //! history:   {_id: {a: account, q: seq}, t: transfer}
 //! ```
 //!
@@ -20,12 +20,16 @@
 //! a repeated step can write the history entry again if the first one's reply was lost.
 //! `tomb_min` is the earliest horizon among the account's tombstones (the pruner's index);
 //! `wake` is [`TransferRecord::wake_at`] (the sweeper's), absent once terminal. `_op`
-//! names the last step that changed the document (see `steps.rs`).
+//! names the last step that changed the document (see `steps.rs`). `refunds` are the refund
+//! links, oldest first, absent while there are none; a document written before partial
+//! refunds has only `refunded_by`, read as its one refund of everything
+//! ([`TransferRecord::refund_links`]).
 
 use mongodb::bson::{doc, Bson, Document};
 use xfer_core::{
-    Account, AccountId, AccountStatus, AssetCode, Intent, IntentState, LowerBound, OwnerId, Step,
-    Timeline, Timestamp, TransferId, TransferRecord, TransferState, TIMELINE_STEPS_MAX,
+    Account, AccountId, AccountStatus, Amount, AssetCode, Intent, IntentState, LowerBound, OwnerId,
+    RefundLink, Step, Timeline, Timestamp, TransferId, TransferRecord, TransferState,
+    TIMELINE_STEPS_MAX,
 };
 
 /// The key of `transfer`'s intent in an account's `intents`.
@@ -156,10 +160,65 @@ pub(crate) fn transfer_document(r: &TransferRecord) -> Document {
         // Its first step (`timeline::step_of` of a record written new).
         "timeline": xfer_store::timeline::step_of(None, r).iter().map(step_document).collect::<Vec<_>>(),
     };
+    if !r.refunds.is_empty() {
+        d.insert(
+            "refunds",
+            r.refunds.iter().map(link_document).collect::<Vec<_>>(),
+        );
+    }
     if let Some(w) = r.wake_at() {
         d.insert("wake", ms(w));
     }
     d
+}
+
+/// A refund link as the document keeps it: `{refund, amounts: [Int64]}`.
+fn link_document(l: &RefundLink) -> Document {
+    let amounts: Vec<Bson> = l
+        .amounts
+        .iter()
+        .map(|a| Bson::Int64(amount_i64(*a)))
+        .collect();
+    doc! {"refund": l.refund.as_str(), "amounts": amounts}
+}
+
+/// An amount as Int64 (at most `i64::MAX`, `AMOUNT_MAX`).
+pub(crate) fn amount_i64(a: Amount) -> i64 {
+    i64::try_from(a.units()).expect("an amount is at most i64::MAX")
+}
+
+fn links(d: &Document) -> Result<Vec<RefundLink>, String> {
+    let all = match d.get("refunds") {
+        None | Some(Bson::Null) => return Ok(Vec::new()),
+        Some(Bson::Array(all)) => all,
+        Some(other) => return Err(format!("refunds: {other}")),
+    };
+    all.iter()
+        .map(|l| {
+            let l = l
+                .as_document()
+                .ok_or_else(|| format!("refund link {l}: not a document"))?;
+            let refund = TransferId::new(text(l, "refund")?)
+                .map_err(|e| format!("refund link: {}", e.message))?;
+            let amounts = match l.get("amounts") {
+                Some(Bson::Array(a)) => a,
+                other => return Err(format!("refund link {refund}: amounts {other:?}")),
+            };
+            let amounts = amounts
+                .iter()
+                .map(|a| match a {
+                    Bson::Int64(n) => u64::try_from(*n).ok(),
+                    Bson::Int32(n) => u64::try_from(*n).ok(),
+                    _ => None,
+                })
+                .map(|n| {
+                    n.and_then(|n| Amount::new(n, "amount").ok())
+                        .ok_or_else(|| format!("refund link {refund}: amounts {amounts:?}"))
+                })
+                .collect::<Result<Vec<_>, String>>()?;
+            Ok(RefundLink { refund, amounts })
+        })
+        .collect()
 }
 
 /// The record a transfer document holds.
@@ -192,7 +251,7 @@ pub(crate) fn transfer(d: &Document) -> Result<TransferRecord, String> {
         refunded_by: opt_text(d, "refunded_by")?
             .map(|t| id(t, "refunded_by"))
             .transpose()?,
-        refunds: Vec::new(),
+        refunds: links(d)?,
         timeline: Timeline::default(),
     };
     let timeline = match d.get("timeline") {

@@ -17,7 +17,7 @@
 //! so no stored number ever overflows (an Int64 `$add` that overflows would become a
 //! double). Ids in `intents` keys have `.` written `~` (`documents.rs`).
 
-use crate::documents::{intent_key, json, ms};
+use crate::documents::{amount_i64, intent_key, json, ms};
 use mongodb::bson::{doc, Bson, Document};
 use xfer_core::{CancelReason, LowerBound, Timestamp, TransferState, TIMELINE_STEPS_MAX};
 use xfer_store::{AccountOp, TransferOp};
@@ -443,9 +443,117 @@ fn ownership(set: &mut Document, owner: &str, now: Timestamp, lease_until: Times
     set.insert("updated_at", ms(now));
 }
 
+/// A posting's JSON (`Posting`'s, as `reversed` holds it) is `{<shape>,"amount":<digits>}`:
+/// ids and asset codes hold no brace or quote, so this finds each posting of `reversed`, its
+/// shape (from, to and asset) and its amount's digits.
+const POSTING: &str = r#"\{([^{}]*),"amount":(\d+)\}"#;
+
+/// The fields a refund link's stages add (`link_refund`), unset before its update ends.
+const LINK_FIELDS: [&str; 4] = ["_lf", "_ls", "_ll", "_lk"];
+
+/// The shape of a posting as [`POSTING`] finds it in `reversed`.
+fn shape(p: &xfer_core::Posting) -> String {
+    let text = json(p);
+    let inner = text.strip_prefix('{').unwrap_or(&text);
+    match inner.rsplit_once(",\"amount\":") {
+        Some((shape, _)) => shape.to_string(),
+        None => unreachable!("a posting's JSON ends with its amount: {text}"),
+    }
+}
+
+/// The total of the `i`th amounts of the links in `links`, in Decimal128 (a link without
+/// one adds 0).
+fn taken(links: &str, i: usize) -> Bson {
+    let nth = doc! {"$ifNull": [{"$arrayElemAt": ["$$this.amounts", i as i64]}, 0_i64]};
+    Bson::Document(doc! {"$reduce": {
+        "input": links,
+        "initialValue": dec(0_i64),
+        "in": {"$add": ["$$value", dec(nth)]},
+    }})
+}
+
+/// `TransferOp::LinkRefund` (record.rs `link_refund`) as one update: the condition, the
+/// fields written, and the stages before that read the original's amounts (`_lf`), its
+/// postings' shapes (`_ls`), its links (`_ll`) and those kept (`_lk`): `LINK_FIELDS`.
+/// The amounts are read from `reversed`'s text as Decimal128, exactly; the links are
+/// `refunds` (`{refund, amounts: [Int64]}`), or in a document written before partial
+/// refunds that has `refunded_by` set, its one refund of everything.
+fn link_refund(
+    refund: &xfer_core::TransferId,
+    replacing: &[xfer_core::TransferId],
+    postings: &[xfer_core::Posting],
+    now: Timestamp,
+) -> (Bson, Document, Vec<Document>) {
+    let found = doc! {"$regexFindAll": {"input": "$reversed", "regex": POSTING}};
+    let nth = |field: &str, i: usize| doc! {"$arrayElemAt": [field, i as i64]};
+    let old_link = doc! {
+        "refund": "$refunded_by",
+        "amounts": {"$map": {"input": "$_lf", "in": long("$$this")}},
+    };
+    let written_before = doc! {"$and": [
+        {"$eq": [{"$size": {"$ifNull": ["$refunds", []]}}, 0]},
+        {"$ne": [{"$ifNull": ["$refunded_by", Bson::Null]}, Bson::Null]},
+    ]};
+    let replaced: Vec<&str> = replacing.iter().map(|r| r.as_str()).collect();
+    let prepare = vec![
+        doc! {"$set": {
+            "_lf": {"$map": {"input": found.clone(), "in": dec(nth("$$this.captures", 1))}},
+            "_ls": {"$map": {"input": found, "in": nth("$$this.captures", 0)}},
+        }},
+        doc! {"$set": {"_ll": {"$cond": [
+            written_before,
+            [old_link],
+            {"$ifNull": ["$refunds", []]},
+        ]}}},
+        doc! {"$set": {"_lk": {"$filter": {
+            "input": "$_ll",
+            "cond": {"$not": [{"$in": ["$$this.refund", replaced]}]},
+        }}}},
+    ];
+    let shapes: Vec<String> = postings.iter().map(shape).collect();
+    let mut within = vec![];
+    let (mut full, mut room) = (vec![], vec![]);
+    for (i, p) in postings.iter().enumerate() {
+        let a = amount(p.amount.units());
+        let of = nth("$_lf", i);
+        within.push(Bson::Document(doc! {"$lte": [a.clone(), of.clone()]}));
+        full.push(Bson::Document(doc! {"$eq": [taken("$_lk", i), of.clone()]}));
+        room.push(Bson::Document(
+            doc! {"$lte": [{"$add": [taken("$_lk", i), a]}, of]},
+        ));
+    }
+    let linked = doc! {"$map": {"input": "$_ll", "in": "$$this.refund"}};
+    // In record.rs's order, though only the conjunction matters here: the refusal's code
+    // comes from the rules on the document left as it was (`answer.rs`).
+    let condition = doc! {"$and": [
+        is_state("done"),
+        // The original's postings in order, each reversed, of at most its amount.
+        {"$eq": ["$_ls", shapes]},
+        {"$and": within},
+        // Not a repeat.
+        {"$not": [{"$in": [refund.as_str(), linked]}]},
+        // The links kept do not take everything back already, nor more with this one.
+        {"$not": [{"$and": full}]},
+        {"$and": room},
+        {"$lt": [{"$size": "$_lk"}, xfer_core::REFUNDS_MAX as i64]},
+    ]};
+    let link = doc! {
+        "refund": refund.as_str(),
+        "amounts": postings.iter().map(|p| amount_i64(p.amount)).collect::<Vec<_>>(),
+    };
+    let set = doc! {
+        "refunds": {"$concatArrays": ["$_lk", [link]]},
+        "refunded_by": refund.as_str(),
+        "updated_at": ms(now),
+    };
+    (Bson::Document(condition), set, prepare)
+}
+
 /// The update for a transfer step, at the store's clock `store_now`; `None` for a read or
 /// an insert (an `insertOne`).
 pub(crate) fn transfer(op: &TransferOp, store_now: Timestamp, token: i64) -> Option<Update> {
+    // The stages that compute what a refund link's condition reads (`LINK_FIELDS`).
+    let mut prepare = Vec::new();
     let (condition, set, outcome) = match op {
         TransferOp::Get | TransferOp::Insert(_) | TransferOp::OnePhase(_) => return None,
         TransferOp::Extend { .. } => todo!("extend on MongoDB"),
@@ -536,22 +644,9 @@ pub(crate) fn transfer(op: &TransferOp, store_now: Timestamp, token: i64) -> Opt
             postings,
             now,
         } => {
-            let replaceable = match replacing.first() {
-                Some(r) => {
-                    doc! {"$in": ["$refunded_by", [Bson::Null, Bson::String(r.as_str().into())]]}
-                }
-                None => doc! {"$eq": ["$refunded_by", Bson::Null]},
-            };
-            // The refund's postings must be the original's, each with from and to swapped:
-            // compared as the JSON text one serializer wrote for both.
-            let condition = doc! {"$and": [
-                is_state("done"),
-                {"$eq": ["$reversed", json(postings)]},
-                {"$ne": ["$refunded_by", refund.as_str()]},
-                replaceable,
-            ]};
-            let set = doc! {"refunded_by": refund.as_str(), "updated_at": ms(*now)};
-            (Bson::from(condition), set, "linked")
+            let (condition, set, stages) = link_refund(refund, replacing, postings, *now);
+            prepare = stages;
+            (condition, set, "linked")
         }
         TransferOp::Redrive { now } => {
             let condition = doc! {"$and": [
@@ -566,7 +661,12 @@ pub(crate) fn transfer(op: &TransferOp, store_now: Timestamp, token: i64) -> Opt
         }
     };
     let mut pipeline = vec![was()];
+    let prepared = !prepare.is_empty();
+    pipeline.extend(prepare);
     pipeline.extend(guarded(condition, set, Record::Marker(token), outcome));
+    if prepared {
+        pipeline.push(doc! {"$unset": LINK_FIELDS.to_vec()});
+    }
     pipeline.push(wake());
     pipeline.extend(timeline_step());
     Some(Update {

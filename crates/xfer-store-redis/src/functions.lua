@@ -1,4 +1,4 @@
-#!lua name=xfer_3
+#!lua name=xfer_4
 -- xfer's Redis shard: every protocol step as one server-side function on one record.
 --
 -- Loaded once per server (FUNCTION LOAD REPLACE when a store opens). A function runs
@@ -17,9 +17,12 @@
 --   {p}:h:<account>   sorted set: the account's history, "<seq> <transfer>" scored by seq
 --   {p}:t:<transfer>  hash: spec (JSON), rev (the reversed postings, JSON), state, created,
 --                     updated, deadline, hold, owner, lease, epoch, reason (JSON),
---                     refunded_by (absent fields: none), tl (the timeline: its steps as
---                     JSON, timeline.rs; absent in a record written before it: derived),
---                     tn (how many steps tl holds)
+--                     refunded_by (absent fields: none), refunds (the refund links,
+--                     `RefundLink`s as JSON, oldest first; absent: none, and in a record
+--                     written before partial refunds with refunded_by set, its one refund
+--                     of everything), tl (the timeline: its steps as JSON, timeline.rs;
+--                     absent in a record written before it: derived), tn (how many steps
+--                     tl holds)
 --   {p}:accounts, {p}:transfers   sorted sets of ids (score 0: byte order, for paging)
 --   {p}:due           sorted set: non-terminal transfers scored by their wake time
 --   {p}:tombs         sorted set: "<account> <transfer>" of every tombstone, by horizon
@@ -602,6 +605,108 @@ local function index_wake(key, due, tid)
   end
 end
 
+-- ---------------------------------------------------------------------------------------
+-- Refund links (record.rs `link_refund`). Postings are `Posting`'s JSON as serde_json writes
+-- it; ids and asset codes never hold a quote, so '"amount":' starts only an amount, whose
+-- digits are read as text (never as a double) and compared and added exactly.
+
+-- Postings' JSON as its shape (the text without the amounts) and its amounts, in order.
+local function postings_of(json)
+  local amounts = {}
+  for a in string.gmatch(json, '"amount":(%d+)') do
+    amounts[#amounts + 1] = a
+  end
+  return (string.gsub(json, '"amount":%d+', '"amount":')), amounts
+end
+
+-- The links the `refunds` field holds: `RefundLink`s as JSON, refund ids without quotes.
+local function links_of(json, key)
+  local links = {}
+  for refund, list in string.gmatch(json, '{"refund":"([^"]+)","amounts":%[([%d,]*)%]}') do
+    local amounts = {}
+    for a in string.gmatch(list, '%d+') do
+      amounts[#amounts + 1] = a
+    end
+    links[#links + 1] = { refund = refund, amounts = amounts }
+  end
+  if #links == 0 then
+    corrupt('refunds of ' .. key .. ': ' .. json)
+  end
+  return links
+end
+
+local function links_json(links)
+  local parts = {}
+  for i, l in ipairs(links) do
+    parts[i] = '{"refund":"' .. l.refund .. '","amounts":[' .. table.concat(l.amounts, ',')
+      .. ']}'
+  end
+  return '[' .. table.concat(parts, ',') .. ']'
+end
+
+local REFUNDS_MAX = 16
+
+-- The link of a refund to the original `key`, which is done (its reversed postings `rev`,
+-- its `refunded_by`). ARGV: the step, the original's id, the refund, its postings (JSON), the
+-- linker's clock, then the refunds whose links it replaces. Returns the refusal's code, or
+-- nil and the links after as JSON (nil: a repeat, nothing changes).
+local function link_refund(key, rev, refunded_by, args)
+  local refund, postings = args[3], args[4]
+  -- The refund's postings are the original's in order, each reversed, of at most its
+  -- amount: `rev` (the original's reversed) but for the amounts.
+  local shape, amounts = postings_of(postings)
+  local rev_shape, full = postings_of(rev)
+  if shape ~= rev_shape or #amounts ~= #full then
+    return 'refund_must_reverse_original'
+  end
+  for i = 1, #full do
+    if cmp(amounts[i], full[i]) > 0 then
+      return 'refund_must_reverse_original'
+    end
+  end
+  local stored = redis.call('HGET', key, 'refunds')
+  local links = (stored and stored ~= '[]') and links_of(stored, key) or {}
+  if #links == 0 and refunded_by then
+    -- Written before partial refunds: its one refund took everything back.
+    links = { { refund = refunded_by, amounts = full } }
+  end
+  local replacing = {}
+  for j = 6, #args do
+    replacing[args[j]] = true
+  end
+  local kept = {}
+  for _, l in ipairs(links) do
+    if l.refund == refund then
+      return nil, nil -- a repeat
+    end
+    if not replacing[l.refund] then
+      kept[#kept + 1] = l
+    end
+  end
+  local taken, all = {}, true
+  for i = 1, #full do
+    local sum = '0'
+    for _, l in ipairs(kept) do
+      sum = add(sum, l.amounts[i] or '0')
+    end
+    taken[i] = sum
+    all = all and cmp(sum, full[i]) == 0
+  end
+  if all then
+    return 'original_already_refunded'
+  end
+  for i = 1, #full do
+    if cmp(add(taken[i], amounts[i]), full[i]) > 0 then
+      return 'refund_exceeds_original'
+    end
+  end
+  if #kept >= REFUNDS_MAX then
+    return 'too_many_refunds'
+  end
+  kept[#kept + 1] = { refund = refund, amounts = amounts }
+  return nil, links_json(kept)
+end
+
 local function transfer(keys, args)
   local key, index, due, events = keys[1], keys[2], keys[3], keys[4]
   local k, tid = args[1], args[2]
@@ -688,20 +793,15 @@ local function transfer(keys, args)
       changed = true
     end
   elseif k == 'link_refund' then
-    local refund, replacing, postings, at = args[3], args[4], args[5], args[6]
     if state ~= 'done' then
       return { 'refused', 'original_is_not_done' }
     end
-    if rev ~= postings then
-      return { 'refused', 'refund_must_reverse_original' }
-    end
-    if refunded_by == refund then
-      -- linked by this refund before: a repeat
-    elseif not refunded_by or refunded_by == replacing then
-      redis.call('HSET', key, 'refunded_by', refund, 'updated', at)
+    local refused, links = link_refund(key, rev, refunded_by, args)
+    if refused then
+      return { 'refused', refused }
+    elseif links then
+      redis.call('HSET', key, 'refunds', links, 'refunded_by', args[3], 'updated', args[5])
       changed = true
-    else
-      return { 'refused', 'original_already_refunded' }
     end
   elseif k == 'redrive' then
     local at = args[3]
@@ -829,11 +929,11 @@ local function trim_events(keys, args)
   return #ids
 end
 
-redis.register_function('xfer_3_account', account)
-redis.register_function('xfer_3_transfer', transfer)
-redis.register_function('xfer_3_one_phase', one_phase)
-redis.register_function { function_name = 'xfer_3_tombs_due', callback = tombs_due,
+redis.register_function('xfer_4_account', account)
+redis.register_function('xfer_4_transfer', transfer)
+redis.register_function('xfer_4_one_phase', one_phase)
+redis.register_function { function_name = 'xfer_4_tombs_due', callback = tombs_due,
   flags = { 'no-writes' } }
-redis.register_function { function_name = 'xfer_3_events', callback = events_after,
+redis.register_function { function_name = 'xfer_4_events', callback = events_after,
   flags = { 'no-writes' } }
-redis.register_function('xfer_3_trim_events', trim_events)
+redis.register_function('xfer_4_trim_events', trim_events)

@@ -4,7 +4,9 @@
 //!
 //! Numbers go as decimal text both ways (the functions do exact integer arithmetic on it);
 //! the parts Redis only stores (a transfer's spec, a cancel reason, the reversed postings a
-//! refund must match) are the domain types' own JSON.
+//! refund must match) are the domain types' own JSON. The functions read two such texts
+//! themselves, as text: a refund's postings and the reversed ones (amounts aside, the same
+//! text; the amounts their digits), and a record's refund links, which they write too.
 
 use crate::keys::Keys;
 use redis::{Cmd, Value};
@@ -13,7 +15,7 @@ use serde::Deserialize;
 use std::sync::Arc;
 use xfer_core::{
     Account, AccountId, AccountStatus, AssetCode, CancelReason, Code, Intent, IntentState,
-    LowerBound, OwnerId, Timeline, Timestamp, TransferId, TransferRecord, TransferSpec,
+    LowerBound, OwnerId, RefundLink, Timeline, Timestamp, TransferId, TransferRecord, TransferSpec,
     TransferState,
 };
 use xfer_store::record::one_phase_reply;
@@ -22,12 +24,12 @@ use xfer_store::{
     ReleaseOutcome, Reply, TransferOp,
 };
 
-pub(crate) const ACCOUNT_FN: &str = "xfer_3_account";
-pub(crate) const TRANSFER_FN: &str = "xfer_3_transfer";
-pub(crate) const ONE_PHASE_FN: &str = "xfer_3_one_phase";
-pub(crate) const TOMBS_DUE_FN: &str = "xfer_3_tombs_due";
-pub(crate) const EVENTS_FN: &str = "xfer_3_events";
-pub(crate) const TRIM_EVENTS_FN: &str = "xfer_3_trim_events";
+pub(crate) const ACCOUNT_FN: &str = "xfer_4_account";
+pub(crate) const TRANSFER_FN: &str = "xfer_4_transfer";
+pub(crate) const ONE_PHASE_FN: &str = "xfer_4_one_phase";
+pub(crate) const TOMBS_DUE_FN: &str = "xfer_4_tombs_due";
+pub(crate) const EVENTS_FN: &str = "xfer_4_events";
+pub(crate) const TRIM_EVENTS_FN: &str = "xfer_4_trim_events";
 
 /// A timestamp as the functions store it: milliseconds, a saturated "never" as `i64::MAX`.
 pub(crate) fn ms(t: Timestamp) -> String {
@@ -168,12 +170,9 @@ pub(crate) fn command(keys: &Keys, op: &Op) -> Cmd {
                     postings,
                     now,
                 } => {
-                    args.extend([
-                        refund.to_string(),
-                        replacing.first().map(|r| r.to_string()).unwrap_or_default(),
-                        json(postings),
-                        ms(*now),
-                    ]);
+                    // The refunds replaced last: as many as there are.
+                    args.extend([refund.to_string(), json(postings), ms(*now)]);
+                    args.extend(replacing.iter().map(|r| r.to_string()));
                     "link_refund"
                 }
                 TransferOp::Redrive { now } => {
@@ -265,6 +264,8 @@ fn record_fields(r: &TransferRecord) -> Vec<String> {
         ("owner", r.owner.as_ref().map(|o| o.to_string())),
         ("reason", r.reason.as_ref().map(json)),
         ("refunded_by", r.refunded_by.as_ref().map(|t| t.to_string())),
+        // None in a record no refund links, or one written before partial refunds.
+        ("refunds", (!r.refunds.is_empty()).then(|| json(&r.refunds))),
     ];
     for (k, v) in optional {
         if let Some(v) = v {
@@ -284,7 +285,7 @@ pub(crate) fn position(id: &str) -> Result<FeedPosition, String> {
     })
 }
 
-/// The answer of `xfer_3_events`: the last id the stream dropped, and its entries.
+/// The answer of `xfer_4_events`: the last id the stream dropped, and its entries.
 pub(crate) fn event_page(v: Value) -> Result<EventPage, String> {
     let Value::Array(mut parts) = v else {
         return Err(format!("expected an array, got {v:?}"));
@@ -473,7 +474,7 @@ pub(crate) fn transfer(flat: &[String]) -> Result<TransferRecord, String> {
     let (mut spec, mut state, mut created, mut updated) = (None, None, None, None);
     let (mut deadline, mut lease, mut epoch) = (None, None, None);
     let (mut hold, mut owner, mut reason, mut refunded_by) = (None, None, None, None);
-    let mut timeline = None;
+    let (mut timeline, mut refunds) = (None, Vec::new());
     let stamp = |v: &str, what| num::<u64>(v, what).map(Timestamp);
     for (k, v) in pairs(flat)? {
         match k {
@@ -503,6 +504,10 @@ pub(crate) fn transfer(flat: &[String]) -> Result<TransferRecord, String> {
                 )
             }
             "tn" => {}
+            "refunds" => {
+                refunds = serde_json::from_str::<Vec<RefundLink>>(v)
+                    .map_err(|e| format!("refunds: {e}"))?
+            }
             _ => return Err(format!("unknown transfer field {k:?}")),
         }
     }
@@ -519,7 +524,7 @@ pub(crate) fn transfer(flat: &[String]) -> Result<TransferRecord, String> {
         epoch: epoch.ok_or_else(|| missing("epoch"))?,
         reason,
         refunded_by,
-        refunds: Vec::new(),
+        refunds,
         timeline: Timeline::default(),
     };
     Ok(TransferRecord {
@@ -538,6 +543,32 @@ mod tests {
         // functions.lua writes these two itself (a hold that expires, a void).
         assert_eq!(json(&CancelReason::Expired), r#""expired""#);
         assert_eq!(json(&CancelReason::Voided), r#""voided""#);
+    }
+
+    #[test]
+    fn the_postings_and_links_the_functions_read_are_the_domain_types_json() {
+        // functions.lua reads amounts after '"amount":' and writes links in this form.
+        let amount = |n| xfer_core::Amount::new(n, "amount").unwrap();
+        let posting = xfer_core::Posting {
+            from: AccountId::new("a.1").unwrap(),
+            to: AccountId::new("b").unwrap(),
+            asset: AssetCode::new("USD", "asset").unwrap(),
+            amount: amount(9_223_372_036_854_775_807),
+        };
+        assert_eq!(
+            json(&vec![posting]),
+            r#"[{"from":"a.1","to":"b","asset":"USD","amount":9223372036854775807}]"#
+        );
+        let links = vec![RefundLink {
+            refund: TransferId::new("r:1").unwrap(),
+            amounts: vec![amount(2), amount(9_223_372_036_854_775_807)],
+        }];
+        let text = r#"[{"refund":"r:1","amounts":[2,9223372036854775807]}]"#;
+        assert_eq!(json(&links), text);
+        assert_eq!(
+            serde_json::from_str::<Vec<RefundLink>>(text).unwrap(),
+            links
+        );
     }
 
     #[test]
