@@ -12,3 +12,11 @@ async fn exact_arithmetic_matches_the_memory_store() {
         xfer_store::differential::same_as_memory(&store, seed, 400).await;
     }
 }
+
+/// Refund links sum the original's amounts in DECIMAL: held to the Memory store's integers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refund_links_match_the_memory_store() {
+    let databases = Databases::new("refunds");
+    let store = databases.open().await;
+    xfer_store::differential::refund_links_same_as_memory(&store, 7).await;
+}

@@ -9,6 +9,7 @@ use crate::event::{Event, FeedPosition};
 use crate::op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
 use crate::store::Store;
 use std::sync::Arc;
+use xfer_core::amount::AMOUNT_MAX;
 use xfer_core::{
     AccountId, AccountStatus, Amount, AssetCode, Code, IntentState, LowerBound, OwnerId, Posting,
     Timestamp, TransferId, TransferKind, TransferRecord, TransferSpec, TransferState,
@@ -1300,6 +1301,40 @@ async fn partial_refunds_never_sum_above_the_original(s: &dyn Store) {
         "{replies:?}"
     );
     assert!(replies.contains(&Reply::Refused(Code::RefundExceedsOriginal)));
+    // Sums near the largest amount are exact.
+    let mut big = record("o8", 0);
+    big.state = TransferState::Done;
+    let mut postings = big.spec.postings.to_vec();
+    postings[0].amount = Amount::new(AMOUNT_MAX, "amount").expect("valid");
+    big.spec = Arc::new(TransferSpec {
+        postings: postings.into(),
+        ..TransferSpec::clone(&big.spec)
+    });
+    transfer_op(s, "o8", TransferOp::Insert(Arc::new(big.clone()))).await;
+    assert!(changed(
+        &transfer_op(s, "o8", partial_link(&big, "b1", &[], &[AMOUNT_MAX - 2])).await
+    ));
+    assert_eq!(
+        transfer_op(s, "o8", partial_link(&big, "b2", &[], &[3])).await,
+        Reply::Refused(Code::RefundExceedsOriginal),
+        "2^63 - 3 + 3 of 2^63 - 1"
+    );
+    assert!(changed(
+        &transfer_op(s, "o8", partial_link(&big, "b2", &[], &[2])).await
+    ));
+    assert_eq!(
+        links_of(s, "o8").await,
+        (
+            links(&[("b1", &[AMOUNT_MAX - 2]), ("b2", &[2])]),
+            Some("b2".into())
+        )
+    );
+    assert_eq!(
+        transfer_op(s, "o8", partial_link(&big, "b3", &[], &[1])).await,
+        Reply::Refused(Code::OriginalAlreadyRefunded),
+        "2^63 - 1 of 2^63 - 1"
+    );
+
     // A record written before partial refunds: its one refund took everything back.
     let mut old = record("o7", 0);
     old.state = TransferState::Done;

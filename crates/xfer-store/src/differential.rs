@@ -6,11 +6,15 @@
 //! to the Rust rules this way.
 
 use crate::conformance::FUTURE;
-use crate::op::{AccountOp, Op};
+use crate::op::{AccountOp, Op, Reply, TransferOp};
 use crate::shard::MemoryStore;
 use crate::store::Store;
 use std::sync::Arc;
-use xfer_core::{AccountId, AssetCode, LowerBound, Rng, SystemClock, TransferId};
+use xfer_core::amount::AMOUNT_MAX;
+use xfer_core::{
+    AccountId, Amount, AssetCode, LowerBound, Posting, Rng, SystemClock, Timestamp, TransferId,
+    TransferKind, TransferRecord, TransferSpec, TransferState,
+};
 
 /// Runs `steps` random batches of 1 to 8 account steps from `seed` on `store` (a fresh
 /// shard) and on a Memory store, and panics at the first reply or account that differs.
@@ -105,5 +109,146 @@ mod tests {
     async fn the_steps_reach_balances_past_2_pow_53() {
         let store = MemoryStore::new(Arc::new(SystemClock));
         same_as_memory(&store, 1, 400).await;
+    }
+}
+
+fn refund_amount(rng: &mut Rng) -> u64 {
+    match rng.below(6) {
+        0 => (1 << 53) - 2 + rng.below(5),
+        1 => AMOUNT_MAX - rng.below(3),
+        2 => 9_999_999 + rng.below(3),
+        3 => (1 << 62) + rng.below(1_000),
+        4 => (1 << 63) - (1 << 11) + rng.below(3),
+        _ => 1 + rng.below(AMOUNT_MAX),
+    }
+}
+
+fn refunded_original(id: &str, rng: &mut Rng) -> TransferRecord {
+    let posting = |from: &str, to: &str, n| Posting {
+        from: AccountId::new(from).expect("valid"),
+        to: AccountId::new(to).expect("valid"),
+        asset: AssetCode::new("USD", "asset").expect("valid"),
+        amount: Amount::new(n, "amount").expect("valid"),
+    };
+    let postings: Vec<Posting> = (0..1 + rng.below(3))
+        .map(|i| posting(&format!("a{i}"), &format!("b{i}"), refund_amount(rng)))
+        .collect();
+    let spec = TransferSpec {
+        id: TransferId::new(id).expect("valid"),
+        postings: postings.into(),
+        metadata: String::new(),
+        kind: TransferKind::Transfer,
+        refund_of: None,
+        timeout_ms: 1_000,
+    };
+    let mut r = TransferRecord::accept(spec, Timestamp(1_000), 100);
+    r.state = TransferState::Done;
+    r.accepted()
+}
+
+/// A refund's amount of `full`: often what the links before left, or one more, or all.
+fn refund_part(rng: &mut Rng, full: u64, left: u64) -> u64 {
+    let n = match rng.below(6) {
+        0 => left,
+        1 => left.saturating_add(1),
+        2 => full,
+        3 => 1 + rng.below(full),
+        4 => 1 + rng.below(left.max(1)),
+        _ => left / (1 + rng.below(4)),
+    };
+    n.clamp(1, AMOUNT_MAX)
+}
+
+/// Random refund links (partial, whole, too much, repeats, replacing others, past the limit)
+/// on done originals of one to three postings whose amounts sit around 2^53 (where a double
+/// stops being exact), 10^7 (Lua's decimal limbs), 2^62 and 2^63, through the Memory store
+/// and `store` (a fresh shard), requiring the same reply to every link and the same
+/// records at the end; every kind of answer must have come up.
+pub async fn refund_links_same_as_memory<S: Store + ?Sized>(store: &S, seed: u64) {
+    let memory = MemoryStore::new(Arc::new(SystemClock));
+    let mut rng = Rng::new(seed);
+    let mut seen = std::collections::BTreeMap::<&str, usize>::new();
+    for o in 0..12 {
+        let id = TransferId::new(&format!("o{o}")).expect("valid");
+        let orig = refunded_original(id.as_str(), &mut rng);
+        let insert = vec![Op::Transfer(
+            id.clone(),
+            TransferOp::Insert(Arc::new(orig.clone())),
+        )];
+        let want = memory.execute(insert.clone()).await.unwrap();
+        assert_eq!(store.execute(insert).await.unwrap(), want, "insert {id}");
+        let mut left: Vec<u64> = orig
+            .spec
+            .postings
+            .iter()
+            .map(|p| p.amount.units())
+            .collect();
+        for step in 0..60u64 {
+            let full = orig.spec.postings.iter().map(|p| p.amount.units());
+            // Every other original mostly takes small refunds, which reach the limit.
+            let tiny = o % 2 == 1 && rng.below(6) > 0;
+            let amounts: Vec<u64> = full
+                .zip(&left)
+                .map(|(f, l)| match tiny {
+                    true => 1 + rng.below(3),
+                    false => refund_part(&mut rng, f, *l),
+                })
+                .collect();
+            let mut postings = orig.spec.reversed_postings();
+            for (p, a) in postings.iter_mut().zip(&amounts) {
+                p.amount = Amount::new(*a, "amount").expect("valid");
+            }
+            let (pool, replaced) = if o % 2 == 1 {
+                (40, rng.below(8) / 7)
+            } else {
+                (24, rng.below(4))
+            };
+            let replacing = (0..replaced)
+                .map(|_| TransferId::new(&format!("r{}", rng.below(pool))).expect("valid"))
+                .collect();
+            let op = TransferOp::LinkRefund {
+                refund: TransferId::new(&format!("r{}", rng.below(pool))).expect("valid"),
+                replacing,
+                postings,
+                now: Timestamp(2_000 + step),
+            };
+            let batch = vec![Op::Transfer(id.clone(), op)];
+            let want = memory.execute(batch.clone()).await.unwrap();
+            let got = store.execute(batch.clone()).await.unwrap();
+            assert_eq!(got, want, "{id} step {step}: {}", batch[0]);
+            *seen.entry(link_outcome(&want[0])).or_default() += 1;
+            if let Reply::Transfer(r) = &want[0] {
+                let taken = r.refunded_units();
+                left = orig
+                    .spec
+                    .postings
+                    .iter()
+                    .zip(taken)
+                    .map(|(p, t)| p.amount.units() - t)
+                    .collect();
+            }
+        }
+        let get = vec![Op::Transfer(id.clone(), TransferOp::Get)];
+        let want = memory.execute(get.clone()).await.unwrap();
+        assert_eq!(store.execute(get).await.unwrap(), want, "{id} at the end");
+    }
+    for o in [
+        "linked",
+        "repeat",
+        "refund_must_reverse_original",
+        "original_already_refunded",
+        "refund_exceeds_original",
+        "too_many_refunds",
+    ] {
+        assert!(seen.contains_key(o), "no {o}: {seen:?}");
+    }
+}
+
+fn link_outcome(r: &Reply) -> &'static str {
+    match r {
+        Reply::Transfer(_) => "linked",
+        Reply::Unchanged(_) => "repeat",
+        Reply::Refused(code) => code.as_str(),
+        _ => "other",
     }
 }

@@ -21,8 +21,8 @@
 //! - [`conformance`]: the suite every backend must pass.
 //! - [`database`]: what database backends share when they open a shard.
 //! - [`contention`]: many batches at once on a hot account, for database backends.
-//! - [`differential`]: random account steps near 2^53 and 2^63, a backend against the
-//!   Memory store.
+//! - [`differential`]: random account steps, and random refund links, near 2^53 and 2^63,
+//!   a backend against the Memory store.
 //! - `reply_json` (feature `json`): the JSON in which SQL stores' server-side steps answer.
 
 pub mod coalesce;
