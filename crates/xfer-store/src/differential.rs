@@ -101,17 +101,6 @@ fn op(rng: &mut Rng, step: u64) -> Op {
     Op::Account(account, op)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn the_steps_reach_balances_past_2_pow_53() {
-        let store = MemoryStore::new(Arc::new(SystemClock));
-        same_as_memory(&store, 1, 400).await;
-    }
-}
-
 fn refund_amount(rng: &mut Rng) -> u64 {
     match rng.below(6) {
         0 => (1 << 53) - 2 + rng.below(5),
@@ -250,5 +239,16 @@ fn link_outcome(r: &Reply) -> &'static str {
         Reply::Unchanged(_) => "repeat",
         Reply::Refused(code) => code.as_str(),
         _ => "other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_steps_reach_balances_past_2_pow_53() {
+        let store = MemoryStore::new(Arc::new(SystemClock));
+        same_as_memory(&store, 1, 400).await;
     }
 }
