@@ -556,7 +556,21 @@ pub(crate) fn transfer(op: &TransferOp, store_now: Timestamp, token: i64) -> Opt
     let mut prepare = Vec::new();
     let (condition, set, outcome) = match op {
         TransferOp::Get | TransferOp::Insert(_) | TransferOp::OnePhase(_) => return None,
-        TransferOp::Extend { .. } => todo!("extend on MongoDB"),
+        TransferOp::Extend { until, now } => {
+            // As for a capture, the store's clock judges the expiry too; an expiry at or
+            // past `until` stays (a repeat; never brought forward). Only the expiry and
+            // `updated_at` change: `wake` below follows the new expiry, and no timeline
+            // step is written (no state, epoch or refund link moves).
+            let judge = ms((*now).max(store_now));
+            let condition = doc! {"$and": [
+                is_state("held"),
+                {"$ne": ["$hold_expires_at", Bson::Null]},
+                {"$gt": ["$hold_expires_at", judge]},
+                {"$lt": ["$hold_expires_at", ms(*until)]},
+            ]};
+            let set = doc! {"hold_expires_at": ms(*until), "updated_at": ms(*now)};
+            (Bson::from(condition), set, "extended")
+        }
         TransferOp::Claim {
             owner,
             now,

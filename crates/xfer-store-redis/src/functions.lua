@@ -809,6 +809,30 @@ local function transfer(keys, args)
       redis.call('HSET', key, 'lease', at)
       changed = true
     end
+  elseif k == 'extend' then
+    -- A held transfer's expiry moved later while it has not passed: the store's clock
+    -- judges too, as for a capture. An expiry at or past the new one stays (a repeat; never
+    -- brought forward). Only the expiry and `updated` change: the due index follows the new
+    -- expiry (index_wake), and the feed and the timeline get nothing.
+    local later, at = int(args[3], 'until'), int(args[4], 'now')
+    if state == 'initial' or state == 'pending' then
+      return { 'refused', 'transfer_is_not_held' }
+    elseif state == 'held' and hold then
+      -- Compared exactly, as integers: an expiry may sit past 2^53 (up to "never"), where
+      -- doubles no longer tell neighbours apart.
+      hold = int(hold, key .. ' hold')
+      local judge = string.format('%d', now_ms())
+      if cmp(at, judge) > 0 then
+        judge = at
+      end
+      if cmp(hold, judge) <= 0 then
+        return { 'refused', 'hold_expired' }
+      end
+      if cmp(hold, later) < 0 then
+        redis.call('HSET', key, 'hold', later, 'updated', at)
+        changed = true
+      end
+    end
   elseif k ~= 'get' then
     corrupt('unknown transfer step ' .. tostring(k))
   end
