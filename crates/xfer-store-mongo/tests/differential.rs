@@ -1,5 +1,6 @@
 //! The update pipelines check sums in Decimal128 and store Int64s: `xfer_store::differential`
-//! holds them to the Memory store's Rust integers, with amounts near 2^53 and 2^63.
+//! holds them to the Memory store's Rust integers, with amounts near 2^53 and 2^63: account
+//! steps, refund links (their sums) and hold extensions (their expiries).
 
 mod common;
 use common::Databases;
@@ -11,4 +12,9 @@ async fn exact_arithmetic_matches_the_memory_store() {
         let store = databases.open().await;
         xfer_store::differential::same_as_memory(&store, seed, 400).await;
     }
+    xfer_store::differential::refund_links_same_as_memory(&databases.open().await, 7).await;
+    // Short of "never", which a stored Int64 saturates at 2^63 - 1; no change feed.
+    let never = i64::MAX as u64;
+    xfer_store::differential::extensions_same_as_memory(&databases.open().await, 11, never, false)
+        .await;
 }

@@ -20,3 +20,12 @@ async fn refund_links_match_the_memory_store() {
     let store = databases.open().await;
     xfer_store::differential::refund_links_same_as_memory(&store, 7).await;
 }
+
+/// Hold extensions compare expiries in SQL: held to the Memory store's integers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extensions_match_the_memory_store() {
+    let databases = Databases::new("extend");
+    let never = i64::MAX as u64;
+    xfer_store::differential::extensions_same_as_memory(&databases.open().await, 11, never, false)
+        .await;
+}

@@ -21,3 +21,13 @@ async fn refund_links_match_the_memory_store() {
     let schemas = Schemas::new("refunds");
     xfer_store::differential::refund_links_same_as_memory(&schemas.open().await, 7).await;
 }
+
+/// Hold extensions compare expiries in SQL: held to the Memory store's integers, with its
+/// change feed (an extension adds no event).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extensions_match_the_memory_store() {
+    let schemas = Schemas::new("extend");
+    let never = i64::MAX as u64;
+    xfer_store::differential::extensions_same_as_memory(&schemas.open().await, 11, never, true)
+        .await;
+}

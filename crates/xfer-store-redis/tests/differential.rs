@@ -1,6 +1,7 @@
 //! The Redis functions do their arithmetic on decimal strings (Lua's numbers are doubles,
 //! exact only below 2^53): `xfer_store::differential` holds them to the Memory store's
-//! Rust integers, on a single server and on a cluster.
+//! Rust integers, on a single server and on a cluster: account steps, refund links (their
+//! sums) and hold extensions (their expiries).
 
 mod common;
 use common::{Server, Shards};
@@ -11,6 +12,10 @@ async fn same_as_memory(server: Server) {
         let redis = shards.open().await;
         xfer_store::differential::same_as_memory(&redis, seed, 400).await;
     }
+    xfer_store::differential::refund_links_same_as_memory(&shards.open().await, 7).await;
+    // The due index's scores are doubles: scanned only where a double is exact.
+    xfer_store::differential::extensions_same_as_memory(&shards.open().await, 11, 1 << 53, true)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,14 +6,16 @@
 //! to the Rust rules this way.
 
 use crate::conformance::FUTURE;
+use crate::event::FeedPosition;
 use crate::op::{AccountOp, Op, Reply, TransferOp};
 use crate::shard::MemoryStore;
 use crate::store::Store;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use xfer_core::amount::AMOUNT_MAX;
 use xfer_core::{
-    AccountId, Amount, AssetCode, LowerBound, Posting, Rng, SystemClock, Timestamp, TransferId,
-    TransferKind, TransferRecord, TransferSpec, TransferState,
+    AccountId, Amount, AssetCode, LowerBound, OwnerId, Posting, Rng, SystemClock, Timestamp,
+    TransferId, TransferKind, TransferRecord, TransferSpec, TransferState,
 };
 
 /// Runs `steps` random batches of 1 to 8 account steps from `seed` on `store` (a fresh
@@ -238,6 +240,179 @@ fn link_outcome(r: &Reply) -> &'static str {
         Reply::Transfer(_) => "linked",
         Reply::Unchanged(_) => "repeat",
         Reply::Refused(code) => code.as_str(),
+        _ => "other",
+    }
+}
+
+/// An expiry no real clock is near: long past, or far ahead at the numbers' boundaries.
+fn hold_expiry(rng: &mut Rng) -> u64 {
+    match rng.below(5) {
+        0 => 1_500 + rng.below(1_000),
+        1 => 1_000_000_000_000_000 - 2 + rng.below(4),
+        2 => (1 << 53) - 2 + rng.below(4),
+        3 => AMOUNT_MAX - rng.below(3),
+        _ => 100_000_000_000_000 + rng.below(1 << 40),
+    }
+}
+
+fn hold_record(id: &str, state: TransferState, hold: Option<u64>) -> TransferRecord {
+    let spec = TransferSpec {
+        id: TransferId::new(id).expect("valid"),
+        postings: vec![Posting {
+            from: AccountId::new("a").expect("valid"),
+            to: AccountId::new("b").expect("valid"),
+            asset: AssetCode::new("USD", "asset").expect("valid"),
+            amount: Amount::new(5, "amount").expect("valid"),
+        }]
+        .into(),
+        metadata: String::new(),
+        kind: match hold {
+            Some(_) => TransferKind::Hold { ttl_ms: 1_000 },
+            None => TransferKind::Transfer,
+        },
+        refund_of: None,
+        timeout_ms: 1_000,
+    };
+    let mut r = TransferRecord::accept(spec, Timestamp(1_000), 100);
+    r.state = state;
+    r.hold_expires_at = hold.map(Timestamp);
+    if state != TransferState::Initial {
+        r.epoch = 1;
+        r.owner = Some(OwnerId::new("x").expect("valid"));
+    }
+    r.accepted()
+}
+
+/// The expiries the extensions aim at, from the hold's own `e`.
+fn extend_until(rng: &mut Rng, e: u64) -> u64 {
+    match rng.below(6) {
+        0 => e - 1,
+        1 => e,
+        2 => (e + 1).min(AMOUNT_MAX),
+        3 => AMOUNT_MAX - rng.below(2),
+        _ => hold_expiry(rng),
+    }
+}
+
+/// The caller's clock: mostly long before every expiry ahead, else right at `e`.
+fn extend_now(rng: &mut Rng, e: u64) -> u64 {
+    match rng.below(6) {
+        0 => e - 2,
+        1 => e - 1,
+        2 => e,
+        3 => (e + 1).min(AMOUNT_MAX),
+        _ => 1_000 + rng.below(100),
+    }
+}
+
+/// Random extensions of holds whose expiries sit long past, around 10^15, 2^53 and 2^63 - 1
+/// (where doubles, text and Int64 part ways), and of transfers in every other state and one
+/// absent, through the Memory store and `store` (a fresh shard): the same reply to every
+/// step and the same records (with their timelines) at the end; then the same due scans at
+/// each expiry below `scan_below` and just before it, and with `feed` the same change feed
+/// (an extension adds no event).
+pub async fn extensions_same_as_memory<S: Store + ?Sized>(
+    store: &S,
+    seed: u64,
+    scan_below: u64,
+    feed: bool,
+) {
+    let memory = MemoryStore::new(Arc::new(SystemClock));
+    let mut rng = Rng::new(seed);
+    let mut seen = std::collections::BTreeMap::<&str, usize>::new();
+    let others = [
+        TransferState::Initial,
+        TransferState::Pending,
+        TransferState::Applied,
+        TransferState::Canceling,
+        TransferState::Done,
+        TransferState::Canceled,
+    ];
+    let mut ids = vec![];
+    for h in 0..24usize {
+        let id = TransferId::new(&format!("h{h}")).expect("valid");
+        let (state, hold) = match h {
+            0..=15 => (TransferState::Held, Some(hold_expiry(&mut rng))),
+            // Held with no expiry: nothing to extend.
+            16 => (TransferState::Held, None),
+            _ => (others[(h - 17) % others.len()], Some(hold_expiry(&mut rng))),
+        };
+        let insert = vec![Op::Transfer(
+            id.clone(),
+            TransferOp::Insert(Arc::new(hold_record(id.as_str(), state, hold))),
+        )];
+        let want = memory.execute(insert.clone()).await.unwrap();
+        assert_eq!(store.execute(insert).await.unwrap(), want, "insert {id}");
+        ids.push(id);
+    }
+    ids.push(TransferId::new("absent").expect("valid"));
+    for step in 0..400u64 {
+        let id = &ids[rng.below(ids.len() as u64) as usize];
+        let get = vec![Op::Transfer(id.clone(), TransferOp::Get)];
+        let e = match &memory.execute(get).await.unwrap()[0] {
+            Reply::Unchanged(r) => r.hold_expires_at.map_or(AMOUNT_MAX, |e| e.0),
+            _ => AMOUNT_MAX,
+        };
+        let op = TransferOp::Extend {
+            until: Timestamp(extend_until(&mut rng, e)),
+            now: Timestamp(extend_now(&mut rng, e)),
+        };
+        let batch = vec![Op::Transfer(id.clone(), op)];
+        let want = memory.execute(batch.clone()).await.unwrap();
+        let got = store.execute(batch.clone()).await.unwrap();
+        assert_eq!(got, want, "step {step}: {}", batch[0]);
+        *seen.entry(extend_outcome(&want[0])).or_default() += 1;
+    }
+    for o in [
+        "extended",
+        "unchanged",
+        "hold_expired",
+        "transfer_is_not_held",
+        "not_found",
+    ] {
+        assert!(seen.contains_key(o), "no {o}: {seen:?}");
+    }
+
+    let want = memory.transfers(None, 100).await.unwrap();
+    assert_eq!(
+        store.transfers(None, 100).await.unwrap(),
+        want,
+        "at the end"
+    );
+    // The due index at each expiry and just before it.
+    let mut cutoffs: BTreeSet<u64> = [1_099, 1_100].into();
+    for e in want.iter().filter_map(|r| r.hold_expires_at) {
+        cutoffs.extend([e.0 - 1, e.0].into_iter().filter(|&c| c < scan_below));
+    }
+    let due = |rs: Vec<TransferRecord>| -> BTreeSet<String> {
+        rs.iter().map(|r| r.id().to_string()).collect()
+    };
+    for at in cutoffs {
+        let want = due(memory.scan_due(Timestamp(at), 100).await.unwrap());
+        let got = due(store.scan_due(Timestamp(at), 100).await.unwrap());
+        assert_eq!(got, want, "due at {at}");
+    }
+    if !feed {
+        return;
+    }
+    // The inserts' events, and none from an extension.
+    let events = |page: crate::event::EventPage| -> Vec<String> {
+        let events = page.events.iter();
+        events
+            .map(|e| format!("{} {:?} {}", e.transfer, e.kind, e.at))
+            .collect()
+    };
+    let want = events(memory.events(FeedPosition::START, 1_000).await.unwrap());
+    let got = events(store.events(FeedPosition::START, 1_000).await.unwrap());
+    assert_eq!(got, want, "the change feed");
+}
+
+fn extend_outcome(r: &Reply) -> &'static str {
+    match r {
+        Reply::Transfer(_) => "extended",
+        Reply::Unchanged(_) => "unchanged",
+        Reply::Refused(code) => code.as_str(),
+        Reply::NotFound => "not_found",
         _ => "other",
     }
 }
