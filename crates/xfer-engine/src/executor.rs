@@ -371,15 +371,16 @@ impl Executor {
                     format!("{id} is {}, not held", r.state),
                 )),
             },
+            // The field a capture's and a settled hold's `hold_expired` name too.
             Reply::Refused(Code::HoldExpired) => refused(Rejection::new(
                 Code::HoldExpired,
-                "id",
+                "hold",
                 format!("{id} expired uncaptured; it can no longer be extended"),
             )),
             Reply::Refused(code) => refused(Rejection::new(
                 code,
                 "id",
-                format!("{id} is not held yet: it can be extended once held"),
+                format!("{id} is not held: a transfer, or a hold whose prepares are under way"),
             )),
             Reply::NotFound => Err(not_found(&id)),
             other => Err(ExecError::Violation(format!(

@@ -514,11 +514,17 @@ async fn transfer(
                 }
             }
         }
-        Ok::<_, ExecError>((r, intents))
+        // What its refunds not canceled take back: the refund form offers the rest.
+        let taken = if r.refund_links().is_empty() {
+            vec![0; r.spec.postings.len()]
+        } else {
+            app.svc.refunded_live(&r).await?
+        };
+        Ok::<_, ExecError>((r, intents, taken))
     }
     .await;
     match found {
-        Ok((r, intents)) => {
+        Ok((r, intents, taken)) => {
             let v = viewer(&s, &app);
             let refund_id = format!("r-{}", random_hex(12));
             page(
@@ -526,7 +532,7 @@ async fn transfer(
                 view::layout(
                     Some(&v),
                     &format!("Transfer {}", r.spec.id.as_str()),
-                    view::transfer(&v, &r, &intents, &refund_id),
+                    view::transfer(&v, &r, &intents, &taken, &refund_id),
                 ),
             )
         }
@@ -597,11 +603,14 @@ async fn transfer_action(
                 ) {
                     (_, Err(text)) => (text, back),
                     (Some(Ok(rid)), Ok(amounts)) => {
-                        let done = app
-                            .svc
-                            .refund(tid.clone(), rid.clone(), amounts, String::new())
-                            .await
-                            .map(|x| x.record().clone());
+                        let done = match what_is_left(&app, &tid, amounts).await {
+                            Ok(amounts) => app
+                                .svc
+                                .refund(tid.clone(), rid.clone(), amounts, String::new())
+                                .await
+                                .map(|x| x.record().clone()),
+                            Err(e) => Err(e),
+                        };
                         let to = if done.is_ok() {
                             format!("/console/transfers/{}", rid.as_str())
                         } else {
@@ -850,8 +859,39 @@ async fn account_action(
     see_other(&back)
 }
 
-/// The refund form's amounts, one field `amount{i}` per posting: all blank refunds
-/// everything; otherwise every posting needs one.
+/// Blank amounts on the refund form: everything, or once refunds are linked, what those
+/// not canceled left of each posting (nothing left of one: the API's refusal says so).
+async fn what_is_left(
+    app: &App,
+    original: &TransferId,
+    amounts: crate::refund::RefundAmounts,
+) -> Result<crate::refund::RefundAmounts, ExecError> {
+    use crate::refund::RefundAmounts;
+    if amounts != RefundAmounts::Whole {
+        return Ok(amounts);
+    }
+    let r = app.svc.get_transfer(original).await?;
+    if r.refund_links().is_empty() {
+        return Ok(amounts);
+    }
+    let taken = app.svc.refunded_live(&r).await?;
+    let left: Vec<u64> = r
+        .spec
+        .postings
+        .iter()
+        .zip(&taken)
+        .map(|(p, t)| p.amount.units().saturating_sub(*t))
+        .collect();
+    let each: Option<Vec<xfer_core::Amount>> = left
+        .iter()
+        .map(|l| xfer_core::Amount::new(*l, "amounts").ok())
+        .collect();
+    // A posting with nothing left: asked whole, refused with the totals in the message.
+    Ok(each.map_or(RefundAmounts::Whole, RefundAmounts::Each))
+}
+
+/// The refund form's amounts, one field `amount{i}` per posting: all blank refunds what is
+/// left ([`what_is_left`]); otherwise every posting needs one.
 fn refund_amounts(form: &HashMap<String, String>) -> Result<crate::refund::RefundAmounts, String> {
     use crate::refund::RefundAmounts;
     let mut given = Vec::new();

@@ -263,7 +263,8 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
         ("POST", "/v1/transfers/{id}/extend") => (
             "Move a held transfer's expiry later, before it passes: to `expires_at_ms`, or \
              `ttl_ms` from the server's now (at most 30 days ahead). The same \
-             `expires_at_ms` again answers the hold; an expiry is never brought forward \
+             `expires_at_ms` again answers the hold (a retry of `ttl_ms` moves it again: \
+             retry with `expires_at_ms`); an expiry is never brought forward \
              (`hold_expiry_out_of_range`). Refused 409 `hold_expired` once it expired, \
              `hold_already_captured` / `hold_already_voided` once settled, \
              `transfer_is_not_held` for a transfer or a hold not held yet",
@@ -277,7 +278,7 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
              more than the original moved, posting by posting (409 \
              `refund_exceeds_original`; `original_already_refunded` once all is moved back; \
              `too_many_refunds` past 16). A canceled refund's share may be refunded again. \
-             Without `amount` or `amounts` every posting is refunded whole",
+             Without `amount` or `amounts` (or with them null) every posting is refunded whole",
             vec![id_param("the done transfer")],
             Some(body("Refund")),
             transfer(),

@@ -99,23 +99,24 @@ impl Service {
     ) -> Result<Answer, ExecError> {
         let original = self.get_transfer(&original_id).await?;
         let postings = amounts.postings(&original)?;
-        let refused = |code: Code, original: &TransferRecord| {
+        let refused = |code: Code, original: &TransferRecord, live: Option<&[u64]>| {
             let field = match code {
                 Code::RefundExceedsOriginal => amounts.field(),
                 _ => "original",
             };
-            refusal(code, field, original)
+            refusal(code, field, original, live)
         };
         if let Err(code) = link_refund(&original, &refund_id, &[], &postings) {
             if code == Code::OriginalIsNotDone {
-                return Err(refused(code, &original).into());
+                return Err(refused(code, &original, None).into());
             }
             // A resubmission is answered from its record. Otherwise the links of canceled
             // refunds may be replaced, as the protocol does when it links.
             if !self.exists(&refund_id).await? {
                 let canceled = self.canceled_refunds(&original).await?;
                 if let Err(code) = link_refund(&original, &refund_id, &canceled, &postings) {
-                    return Err(refused(code, &original).into());
+                    let live = taken_by_others(&original, &canceled);
+                    return Err(refused(code, &original, Some(&live)).into());
                 }
             }
         }
@@ -142,28 +143,52 @@ impl Service {
         }
     }
 
-    /// The refunds linked to `original` that were canceled (or are gone).
+    /// The refunds linked to `original` that were canceled. One not found counts as live,
+    /// as the engine counts it: only a refund read `canceled` may lose its link.
     async fn canceled_refunds(
         &self,
         original: &TransferRecord,
     ) -> Result<Vec<TransferId>, ExecError> {
         let mut canceled = Vec::new();
         for link in original.refund_links().iter() {
-            let gone = match self.get_transfer(&link.refund).await {
-                Ok(r) => r.state == TransferState::Canceled,
-                Err(e) if e.code() == Some(Code::TransferNotFound) => true,
+            let state = match self.get_transfer(&link.refund).await {
+                Ok(r) => Some(r.state),
+                Err(e) if e.code() == Some(Code::TransferNotFound) => None,
                 Err(e) => return Err(e),
             };
-            if gone {
+            if state == Some(TransferState::Canceled) {
                 canceled.push(link.refund.clone());
             }
         }
         Ok(canceled)
     }
+
+    /// How much of each of `original`'s postings its refunds take back, less those that
+    /// were canceled (a new refund may replace their links): what is left to refund is the
+    /// rest.
+    pub async fn refunded_live(&self, original: &TransferRecord) -> Result<Vec<u64>, ExecError> {
+        let canceled = self.canceled_refunds(original).await?;
+        Ok(taken_by_others(original, &canceled))
+    }
 }
 
-/// The rejection of a refund of `original` for `code`, naming `field`.
-fn refusal(code: Code, field: &str, original: &TransferRecord) -> Rejection {
+/// Of each of `original`'s postings, what its refunds other than `canceled` take back.
+fn taken_by_others(original: &TransferRecord, canceled: &[TransferId]) -> Vec<u64> {
+    let mut taken = vec![0u64; original.spec.postings.len()];
+    for link in original.refund_links().iter() {
+        if canceled.contains(&link.refund) {
+            continue;
+        }
+        for (t, a) in taken.iter_mut().zip(&link.amounts) {
+            *t = t.saturating_add(a.units());
+        }
+    }
+    taken
+}
+
+/// The rejection of a refund of `original` for `code`, naming `field`; `live`: what its
+/// refunds not canceled take back.
+fn refusal(code: Code, field: &str, original: &TransferRecord, live: Option<&[u64]>) -> Rejection {
     let id = &original.spec.id;
     let message = match code {
         Code::OriginalIsNotDone => {
@@ -191,9 +216,9 @@ fn refusal(code: Code, field: &str, original: &TransferRecord) -> Rejection {
                 .iter()
                 .map(|p| p.amount.units())
                 .collect();
+            let taken = live.map_or_else(|| original.refunded_units(), <[u64]>::to_vec);
             format!(
-                "{id} moved {moved:?} and its refunds take back {:?}: this one would take back more than it moved",
-                original.refunded_units()
+                "{id} moved {moved:?} and its refunds not canceled take back {taken:?}: this one would take back more than it moved"
             )
         }
     };

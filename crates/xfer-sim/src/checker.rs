@@ -378,7 +378,7 @@ impl Checker {
             let mut taken = vec![0u64; original.spec.postings.len()];
             for r in &refunds {
                 for (t, p) in taken.iter_mut().zip(r.spec.postings.iter()) {
-                    *t += p.amount.units();
+                    *t = t.saturating_add(p.amount.units());
                 }
             }
             let moved: Vec<u64> = original

@@ -683,18 +683,20 @@ pub fn link_refund(
         .filter(|l| !replacing.contains(&l.refund))
         .cloned()
         .collect();
-    let taken = |links: &[RefundLink], i: usize| -> u64 {
+    // In u128: 16 links of up to 2^63 - 1 each cannot overflow it, whatever a store holds.
+    let taken = |links: &[RefundLink], i: usize| -> u128 {
         links
             .iter()
-            .map(|l| l.amounts.get(i).map_or(0, |a| a.units()))
+            .map(|l| l.amounts.get(i).map_or(0, |a| u128::from(a.units())))
             .sum()
     };
-    let full = (0..original.len()).all(|i| taken(&kept, i) == original[i].amount.units());
+    let moved = |i: usize| u128::from(original[i].amount.units());
+    let full = (0..original.len()).all(|i| taken(&kept, i) == moved(i));
     if full {
         return Err(Code::OriginalAlreadyRefunded);
     }
     let exceeds = (0..original.len())
-        .any(|i| taken(&kept, i) + postings[i].amount.units() > original[i].amount.units());
+        .any(|i| taken(&kept, i) + u128::from(postings[i].amount.units()) > moved(i));
     if exceeds && !mutant::is(Mutant::RefundSumUnchecked) {
         return Err(Code::RefundExceedsOriginal);
     }

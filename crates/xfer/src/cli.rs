@@ -192,12 +192,13 @@ pub enum Command {
     Refund {
         /// The done transfer.
         id: String,
-        /// The refund's own id (default: `<id>.refund`).
+        /// The refund's own id, its idempotency key (default: `<id>.refund`; needed with
+        /// `--amount`, since one transfer may have several partial refunds).
         #[arg(long)]
         refund_id: Option<String>,
         /// A partial refund: how many minor units to move back, once per posting of the
-        /// original, in order (default: everything).
-        #[arg(long = "amount", value_name = "UNITS")]
+        /// original, in order (default: everything). Needs `--refund-id`.
+        #[arg(long = "amount", value_name = "UNITS", requires = "refund_id")]
         amounts: Vec<u64>,
         /// Client data for the refund.
         #[arg(long, default_value = "")]

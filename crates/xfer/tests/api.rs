@@ -1343,7 +1343,7 @@ async fn extend_holds(ts: &TestServer) {
     assert_eq!(a.body["state"], "held", "{}", a.text);
     TokioSleeper.sleep(1_300).await;
     let a = extend("x-4", json!({"ttl_ms": 900_000})).await;
-    expect_error(&a, 409, "hold_expired", Some("id"), "expired");
+    expect_error(&a, 409, "hold_expired", Some("hold"), "expired");
 }
 
 /// The ids of every page of a history read from `first` on, following `next_before`.

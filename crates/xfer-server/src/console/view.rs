@@ -313,6 +313,7 @@ pub fn transfer(
     v: &Viewer<'_>,
     r: &TransferRecord,
     intents: &[(String, Option<IntentState>)],
+    taken: &[u64],
     refund_id: &str,
 ) -> Markup {
     let id = r.spec.id.as_str();
@@ -403,18 +404,18 @@ pub fn transfer(
                         button type="submit" { "Extend" }
                     }
                 }
-                @if r.state == TransferState::Done && r.spec.refund_of.is_none() && refundable(r) {
+                @if r.state == TransferState::Done && r.spec.refund_of.is_none() && refundable(r, taken) {
                     form #refund method="post" action=(action("refund")) {
                         (csrf(v))
                         input type="hidden" name="refund_id" value=(refund_id);
-                        @for (i, (p, taken)) in r.spec.postings.iter().zip(r.refunded_units()).enumerate() {
+                        @for (i, (p, taken)) in r.spec.postings.iter().zip(taken).enumerate() {
                             label {
                                 "Move back of " (p.from.as_str()) " → " (p.to.as_str())
-                                " (" (amount(i128::from(p.amount.units() - taken.min(p.amount.units())), p.asset.as_str())) " left), minor units "
-                                input type="number" min="1" name=(format!("amount{i}")) placeholder="all";
+                                " (" (amount(i128::from(p.amount.units().saturating_sub(*taken)), p.asset.as_str())) " left), minor units "
+                                input type="number" min="1" name=(format!("amount{i}")) placeholder="what is left";
                             }
                         }
-                        label { input type="checkbox" name="confirm" value="yes" required; " Refund " (id) " (blank amounts: every posting in full)" }
+                        label { input type="checkbox" name="confirm" value="yes" required; " Refund " (id) " (blank amounts: what is left of every posting)" }
                         button type="submit" .danger { "Refund" }
                     }
                 }
@@ -526,12 +527,12 @@ pub fn account(
     }
 }
 
-/// Whether some of `r`'s postings is not yet taken back whole by its refunds (those
-/// canceled included: a new refund may replace their links, which the refusal tells).
-fn refundable(r: &TransferRecord) -> bool {
+/// Whether a refund fits: every posting keeps something not taken back by refunds that
+/// were not canceled (`taken`), since a refund moves back at least 1 of each.
+fn refundable(r: &TransferRecord, taken: &[u64]) -> bool {
     r.spec
         .postings
         .iter()
-        .zip(r.refunded_units())
-        .any(|(p, taken)| taken < p.amount.units())
+        .zip(taken)
+        .all(|(p, taken)| *taken < p.amount.units())
 }
