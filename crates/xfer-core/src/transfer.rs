@@ -428,8 +428,16 @@ impl TransferRecord {
     /// How much of each posting the linked refunds take back, in the postings' order
     /// (canceled refunds whose links were not yet replaced included).
     pub fn refunded_units(&self) -> Vec<u64> {
+        self.refunded_units_except(&[])
+    }
+
+    /// [`TransferRecord::refunded_units`] without the refunds `skip` (those read canceled).
+    pub fn refunded_units_except(&self, skip: &[TransferId]) -> Vec<u64> {
         let mut sums = vec![0u64; self.spec.postings.len()];
         for link in self.refund_links().iter() {
+            if skip.contains(&link.refund) {
+                continue;
+            }
             for (sum, a) in sums.iter_mut().zip(&link.amounts) {
                 *sum = sum.saturating_add(a.units());
             }

@@ -514,12 +514,9 @@ async fn transfer(
                 }
             }
         }
-        // What its refunds not canceled take back: the refund form offers the rest.
-        let taken = if r.refund_links().is_empty() {
-            vec![0; r.spec.postings.len()]
-        } else {
-            app.svc.refunded_live(&r).await?
-        };
+        // What its refunds not canceled take back (no read without links): the refund
+        // form offers the rest.
+        let taken = app.svc.refunded_live(&r).await?;
         Ok::<_, ExecError>((r, intents, taken))
     }
     .await;
@@ -589,42 +586,7 @@ async fn transfer_action(
                 ),
             }
         }
-        "refund" => {
-            if form.get("confirm").map(String::as_str) != Some("yes") {
-                (
-                    "Refund not sent: tick the confirmation first".to_string(),
-                    back,
-                )
-            } else {
-                match (
-                    form.get("refund_id")
-                        .map(|r| TransferId::parse(r, "refund_id")),
-                    refund_amounts(&form),
-                ) {
-                    (_, Err(text)) => (text, back),
-                    (Some(Ok(rid)), Ok(amounts)) => {
-                        let done = match what_is_left(&app, &tid, amounts).await {
-                            Ok(amounts) => app
-                                .svc
-                                .refund(tid.clone(), rid.clone(), amounts, String::new())
-                                .await
-                                .map(|x| x.record().clone()),
-                            Err(e) => Err(e),
-                        };
-                        let to = if done.is_ok() {
-                            format!("/console/transfers/{}", rid.as_str())
-                        } else {
-                            back
-                        };
-                        (outcome("Refund", done), to)
-                    }
-                    (_, Ok(_)) => (
-                        "Refund refused: the form has no refund id".to_string(),
-                        back,
-                    ),
-                }
-            }
-        }
+        "refund" => refund_from_form(&app, &tid, &form, back).await,
         _ => {
             return page(
                 StatusCode::NOT_FOUND,
@@ -859,39 +821,42 @@ async fn account_action(
     see_other(&back)
 }
 
-/// Blank amounts on the refund form: everything, or once refunds are linked, what those
-/// not canceled left of each posting (nothing left of one: the API's refusal says so).
-async fn what_is_left(
+/// The refund form sent: confirmed, with its refund id (made when the page was rendered,
+/// so that a double submit refunds once) and amounts. The flash text and where to go: the
+/// refund when one was made, else `back`.
+async fn refund_from_form(
     app: &App,
     original: &TransferId,
-    amounts: crate::refund::RefundAmounts,
-) -> Result<crate::refund::RefundAmounts, ExecError> {
-    use crate::refund::RefundAmounts;
-    if amounts != RefundAmounts::Whole {
-        return Ok(amounts);
+    form: &HashMap<String, String>,
+    back: String,
+) -> (String, String) {
+    if form.get("confirm").map(String::as_str) != Some("yes") {
+        return ("Refund not sent: tick the confirmation first".into(), back);
     }
-    let r = app.svc.get_transfer(original).await?;
-    if r.refund_links().is_empty() {
-        return Ok(amounts);
-    }
-    let taken = app.svc.refunded_live(&r).await?;
-    let left: Vec<u64> = r
-        .spec
-        .postings
-        .iter()
-        .zip(&taken)
-        .map(|(p, t)| p.amount.units().saturating_sub(*t))
-        .collect();
-    let each: Option<Vec<xfer_core::Amount>> = left
-        .iter()
-        .map(|l| xfer_core::Amount::new(*l, "amounts").ok())
-        .collect();
-    // A posting with nothing left: asked whole, refused with the totals in the message.
-    Ok(each.map_or(RefundAmounts::Whole, RefundAmounts::Each))
+    let amounts = match refund_amounts(form) {
+        Ok(amounts) => amounts,
+        Err(text) => return (text, back),
+    };
+    let Some(Ok(rid)) = form
+        .get("refund_id")
+        .map(|r| TransferId::parse(r, "refund_id"))
+    else {
+        return ("Refund refused: the form has no refund id".into(), back);
+    };
+    let done = app
+        .svc
+        .refund(original.clone(), rid.clone(), amounts, String::new())
+        .await
+        .map(|x| x.record().clone());
+    let to = match done {
+        Ok(_) => format!("/console/transfers/{}", rid.as_str()),
+        Err(_) => back,
+    };
+    (outcome("Refund", done), to)
 }
 
 /// The refund form's amounts, one field `amount{i}` per posting: all blank refunds what is
-/// left ([`what_is_left`]); otherwise every posting needs one.
+/// left ([`RefundAmounts::Left`]); otherwise every posting needs one.
 fn refund_amounts(form: &HashMap<String, String>) -> Result<crate::refund::RefundAmounts, String> {
     use crate::refund::RefundAmounts;
     let mut given = Vec::new();
@@ -902,7 +867,7 @@ fn refund_amounts(form: &HashMap<String, String>) -> Result<crate::refund::Refun
         }
     }
     if given.iter().all(|t| t.is_empty()) {
-        return Ok(RefundAmounts::Whole);
+        return Ok(RefundAmounts::Left);
     }
     let mut amounts = Vec::new();
     for (i, text) in given.iter().enumerate() {

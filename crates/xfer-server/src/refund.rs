@@ -22,13 +22,16 @@ pub enum RefundAmounts {
     One(Amount),
     /// Of each posting, in order (`amounts`).
     Each(Vec<Amount>),
+    /// What the refunds not canceled left of every posting (the console's blank form);
+    /// everything when none is linked.
+    Left,
 }
 
 impl RefundAmounts {
     /// The field a refusal of these amounts names.
     fn field(&self) -> &'static str {
         match self {
-            RefundAmounts::Whole => "original",
+            RefundAmounts::Whole | RefundAmounts::Left => "original",
             RefundAmounts::One(_) => "amount",
             RefundAmounts::Each(_) => "amounts",
         }
@@ -39,7 +42,7 @@ impl RefundAmounts {
         let mut postings = original.spec.reversed_postings();
         let n = postings.len();
         let amounts: Vec<Amount> = match self {
-            RefundAmounts::Whole => return Ok(postings),
+            RefundAmounts::Whole | RefundAmounts::Left => return Ok(postings),
             RefundAmounts::One(a) if n == 1 => vec![*a],
             RefundAmounts::One(_) => {
                 return Err(Rejection::new(
@@ -98,25 +101,29 @@ impl Service {
         metadata: String,
     ) -> Result<Answer, ExecError> {
         let original = self.get_transfer(&original_id).await?;
+        let amounts = match amounts {
+            RefundAmounts::Left => self.left_of(&original).await?,
+            other => other,
+        };
         let postings = amounts.postings(&original)?;
-        let refused = |code: Code, original: &TransferRecord, live: Option<&[u64]>| {
+        let refused = |code: Code, live: Option<&[u64]>| {
             let field = match code {
                 Code::RefundExceedsOriginal => amounts.field(),
                 _ => "original",
             };
-            refusal(code, field, original, live)
+            refusal(code, field, &original, live)
         };
         if let Err(code) = link_refund(&original, &refund_id, &[], &postings) {
             if code == Code::OriginalIsNotDone {
-                return Err(refused(code, &original, None).into());
+                return Err(refused(code, None).into());
             }
             // A resubmission is answered from its record. Otherwise the links of canceled
             // refunds may be replaced, as the protocol does when it links.
             if !self.exists(&refund_id).await? {
                 let canceled = self.canceled_refunds(&original).await?;
                 if let Err(code) = link_refund(&original, &refund_id, &canceled, &postings) {
-                    let live = taken_by_others(&original, &canceled);
-                    return Err(refused(code, &original, Some(&live)).into());
+                    let live = original.refunded_units_except(&canceled);
+                    return Err(refused(code, Some(&live)).into());
                 }
             }
         }
@@ -163,27 +170,31 @@ impl Service {
         Ok(canceled)
     }
 
+    /// [`RefundAmounts::Left`] of `original`: what its refunds not canceled left of each
+    /// posting; everything when none is linked, or when nothing is left of one (refused
+    /// then, the totals in the message).
+    async fn left_of(&self, original: &TransferRecord) -> Result<RefundAmounts, ExecError> {
+        if original.refund_links().is_empty() {
+            return Ok(RefundAmounts::Whole);
+        }
+        let taken = self.refunded_live(original).await?;
+        let each: Option<Vec<Amount>> = original
+            .spec
+            .postings
+            .iter()
+            .zip(&taken)
+            .map(|(p, t)| Amount::new(p.amount.units().saturating_sub(*t), "amounts").ok())
+            .collect();
+        Ok(each.map_or(RefundAmounts::Whole, RefundAmounts::Each))
+    }
+
     /// How much of each of `original`'s postings its refunds take back, less those that
     /// were canceled (a new refund may replace their links): what is left to refund is the
     /// rest.
     pub async fn refunded_live(&self, original: &TransferRecord) -> Result<Vec<u64>, ExecError> {
         let canceled = self.canceled_refunds(original).await?;
-        Ok(taken_by_others(original, &canceled))
+        Ok(original.refunded_units_except(&canceled))
     }
-}
-
-/// Of each of `original`'s postings, what its refunds other than `canceled` take back.
-fn taken_by_others(original: &TransferRecord, canceled: &[TransferId]) -> Vec<u64> {
-    let mut taken = vec![0u64; original.spec.postings.len()];
-    for link in original.refund_links().iter() {
-        if canceled.contains(&link.refund) {
-            continue;
-        }
-        for (t, a) in taken.iter_mut().zip(&link.amounts) {
-            *t = t.saturating_add(a.units());
-        }
-    }
-    taken
 }
 
 /// The rejection of a refund of `original` for `code`, naming `field`; `live`: what its

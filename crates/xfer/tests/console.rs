@@ -48,11 +48,7 @@ const WAIT: Duration = Duration::from_secs(10);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn console_signs_in_filters_and_shows_a_transfer_and_its_timeline() {
-    let tmp = tempfile::tempdir().expect("a temp dir");
-    let serve = embedded(tmp.path(), "serve");
-    serve.ready().await;
-    let api = admin_client(&serve);
-    opening(&api).await;
+    let (tmp, serve, api) = opened().await;
     for n in 1..=3 {
         pay(&api, &format!("pay-{n}"), "alice", "bob", 10, "done").await;
     }
@@ -404,9 +400,7 @@ async fn console_signs_in_filters_and_shows_a_transfer_and_its_timeline() {
     b.go("/console").await;
     b.wait_path(|p| p == "/console/login", "/console after sign-out")
         .await;
-    b.close().await;
-    let status = serve.terminate();
-    assert!(status.success(), "{status}");
+    close(b, serve).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -563,11 +557,7 @@ async fn a_stuck_transfer_is_redriven_from_the_console() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refunding_twice_quickly_refunds_once() {
-    let tmp = tempfile::tempdir().expect("a temp dir");
-    let serve = embedded(tmp.path(), "serve");
-    serve.ready().await;
-    let api = admin_client(&serve);
-    opening(&api).await;
+    let (tmp, serve, api) = opened().await;
     pay(&api, "buy-1", "alice", "bob", 100, "done").await;
     assert_eq!(
         (balance(&api, "alice").await, balance(&api, "bob").await),
@@ -646,18 +636,12 @@ async fn refunding_twice_quickly_refunds_once() {
         (900, 0),
         "the money moved back once"
     );
-    b.close().await;
-    let status = serve.terminate();
-    assert!(status.success(), "{status}");
+    close(b, serve).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn partial_refunds_from_the_console_move_back_what_is_asked_and_no_more() {
-    let tmp = tempfile::tempdir().expect("a temp dir");
-    let serve = embedded(tmp.path(), "serve");
-    serve.ready().await;
-    let api = admin_client(&serve);
-    opening(&api).await;
+    let (tmp, serve, api) = opened().await;
     pay(&api, "buy-2", "alice", "bob", 100, "done").await;
     let b = Browser::open(serve.url(), tmp.path()).await;
     b.sign_in(ADMIN).await;
@@ -700,18 +684,12 @@ async fn partial_refunds_from_the_console_move_back_what_is_asked_and_no_more() 
         (900, 0),
         "30 and 70 moved back"
     );
-    b.close().await;
-    let status = serve.terminate();
-    assert!(status.success(), "{status}");
+    close(b, serve).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_session_sees_no_buttons_and_a_post_without_csrf_is_refused() {
-    let tmp = tempfile::tempdir().expect("a temp dir");
-    let serve = embedded(tmp.path(), "serve");
-    serve.ready().await;
-    let api = admin_client(&serve);
-    opening(&api).await;
+    let (tmp, serve, api) = opened().await;
     pay(&api, "buy-1", "alice", "bob", 100, "done").await;
     hold(&api, "hold-1", "alice", "bob", 5).await;
     let addr = serve.url().trim_start_matches("http://").to_string();
@@ -822,9 +800,7 @@ async fn a_read_session_sees_no_buttons_and_a_post_without_csrf_is_refused() {
         "a read session's void with the admin's csrf: {text}"
     );
     assert_eq!(transfer(&api, "hold-1").await["state"], "held");
-    b.close().await;
-    let status = serve.terminate();
-    assert!(status.success(), "{status}");
+    close(b, serve).await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -847,6 +823,23 @@ fn serve(args: &[String], logs: &Path, name: &str) -> Serve {
 }
 
 /// A client of `s` with the admin token.
+/// An embedded `xfer serve` ready, with the opening accounts, and an admin client of it.
+async fn opened() -> (tempfile::TempDir, Serve, Client) {
+    let tmp = tempfile::tempdir().expect("a temp dir");
+    let serve = embedded(tmp.path(), "serve");
+    serve.ready().await;
+    let api = admin_client(&serve);
+    opening(&api).await;
+    (tmp, serve, api)
+}
+
+/// Closes the browser, then stops the server, which must exit cleanly.
+async fn close(b: Browser, serve: Serve) {
+    b.close().await;
+    let status = serve.terminate();
+    assert!(status.success(), "{status}");
+}
+
 fn admin_client(s: &Serve) -> Client {
     s.client_with(Some(ADMIN))
 }
