@@ -17,7 +17,7 @@ use std::borrow::Borrow;
 use std::sync::Arc;
 use std::task::Poll;
 use xfer_core::{
-    Account, AccountId, AccountStatus, Timestamp, TransferId, TransferRecord, TransferState,
+    Account, AccountId, AccountStatus, Asset, Timestamp, TransferId, TransferRecord, TransferState,
 };
 use xfer_store::{
     BoxFuture, Event, EventPage, FeedPosition, HistoryPage, MemoryShard, Op, Reply, SharedLog,
@@ -414,6 +414,22 @@ impl<F: Fs> Store for EmbeddedShard<F> {
             let out: Vec<TransferRecord> = merged.into_values().take(limit).collect();
             Ok(out)
         })
+    }
+
+    /// The catalog lives in the tables every shard shares, outside the log: a declaration
+    /// is rare, so it is written and synced by itself, on the caller's thread.
+    fn declare_asset<'a>(&'a self, asset: &'a Asset) -> BoxFuture<'a, Result<Asset, StoreError>> {
+        let shared = &self.inner.shared;
+        let result = shared
+            .check_open()
+            .and_then(|()| shared.tables.declare_asset(asset));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn assets(&self) -> BoxFuture<'_, Result<Vec<Asset>, StoreError>> {
+        let shared = &self.inner.shared;
+        let result = shared.check_open().and_then(|()| shared.tables.assets());
+        Box::pin(std::future::ready(result))
     }
 }
 

@@ -10,7 +10,7 @@
 //! | `done` | shard ‖ transfer id | a terminal transfer (read on demand) |
 //! | `history` | shard ‖ account ‖ 0 ‖ first sequence | up to 256 of the account's entries of one checkpoint: (sequence, transfer id)… (read on demand) |
 //! | `events` | shard ‖ position (major ‖ minor, big-endian) | a change-feed event: transfer, kind, time, refund (read on demand) |
-//! | `meta` | `shards`, `shard` ‖ n, `events_dropped` ‖ n | shard count; per shard the checkpoint LSN and history sequence, and the last event position retention dropped |
+//! | `meta` | `shards`, `shard` ‖ n, `events_dropped` ‖ n, `asset` ‖ code | shard count; per shard the checkpoint LSN and history sequence, and the last event position retention dropped; the asset catalog (a scale byte per code, written and synced by its own call, never by a checkpoint) |
 //!
 //! A checkpoint is one atomic fjall batch, synced before it returns: the tables always hold
 //! every shard's state exactly as of that shard's checkpoint LSN, never a mix. Its finished
@@ -57,8 +57,8 @@ use crate::tables::tombstones::TombstoneTable;
 use fjall::{Database, Keyspace, KeyspaceCreateOptions, OwnedWriteBatch, PersistMode};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
-use xfer_core::{Account, AccountId, FastSet, TransferId, TransferRecord};
+use std::sync::{Arc, Mutex};
+use xfer_core::{Account, AccountId, Asset, FastSet, TransferId, TransferRecord};
 use xfer_store::{Event, FeedPosition, MemoryShard, StoreError};
 
 /// fjall's memtables are flushed (and its journal let go) once checkpoints have put this
@@ -85,7 +85,11 @@ pub struct Tables {
     done_items: AtomicUsize,
     /// [`FLUSH_AFTER_BYTES`] (tests lower it).
     flush_after: u64,
+    /// Held while a declaration reads and writes the asset catalog.
+    catalog: Mutex<()>,
 }
+
+const ASSET_KEY: &[u8] = b"asset";
 
 const SHARDS_KEY: &[u8] = b"shards";
 
@@ -93,6 +97,18 @@ fn events_dropped_key(shard: u16) -> Vec<u8> {
     let mut k = b"events_dropped".to_vec();
     k.extend_from_slice(&shard.to_be_bytes());
     k
+}
+
+fn decode_asset(key: &[u8], value: &[u8]) -> Result<Asset, StoreError> {
+    let code = std::str::from_utf8(&key[ASSET_KEY.len()..]).unwrap_or("");
+    match value {
+        [scale] => Asset::new(code, *scale).map_err(|e| corrupted("meta", key, e.message)),
+        _ => Err(corrupted(
+            "meta",
+            key,
+            format!("{} bytes of scale", value.len()),
+        )),
+    }
 }
 
 fn meta_key(shard: u16) -> Vec<u8> {
@@ -127,6 +143,7 @@ impl Tables {
             batch_items: AtomicUsize::new(0),
             done_items: AtomicUsize::new(0),
             flush_after: FLUSH_AFTER_BYTES,
+            catalog: Mutex::new(()),
             db,
         })
     }
@@ -139,6 +156,34 @@ impl Tables {
                 .map(Some)
                 .map_err(|e| corrupted("meta", SHARDS_KEY, e)),
         }
+    }
+
+    /// Declares `asset` unless its code is declared, synced before it answers; answers the
+    /// declaration held (see `Store::declare_asset`).
+    pub fn declare_asset(&self, asset: &Asset) -> Result<Asset, StoreError> {
+        let _one_at_a_time = self.catalog.lock().unwrap_or_else(|e| e.into_inner());
+        let mut key = ASSET_KEY.to_vec();
+        key.extend_from_slice(asset.code.as_str().as_bytes());
+        if let Some(v) = self.meta.get(&key).map_err(unavailable("meta"))? {
+            return decode_asset(&key, &v);
+        }
+        self.meta
+            .insert(&key, [asset.scale])
+            .map_err(unavailable("meta"))?;
+        self.db
+            .persist(PersistMode::SyncAll)
+            .map_err(unavailable("persist"))?;
+        Ok(asset.clone())
+    }
+
+    /// Every declared asset, in code order.
+    pub fn assets(&self) -> Result<Vec<Asset>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.meta.prefix(ASSET_KEY) {
+            let (k, v) = item.into_inner().map_err(unavailable("meta"))?;
+            out.push(decode_asset(&k, &v)?);
+        }
+        Ok(out)
     }
 
     /// Where `shard`'s checkpoint stands (all zero before the first).

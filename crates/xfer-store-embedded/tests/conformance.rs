@@ -5,7 +5,7 @@
 //! or by replaying the log).
 
 use std::sync::{Arc, Mutex};
-use xfer_core::{Account, AccountId, SystemClock, Timestamp, TransferId, TransferRecord};
+use xfer_core::{Account, AccountId, Asset, SystemClock, Timestamp, TransferId, TransferRecord};
 use xfer_store::{BoxFuture, EventPage, FeedPosition, HistoryPage, Op, Reply, Store, StoreError};
 use xfer_store_embedded::{Embedded, EmbeddedConfig, EmbeddedShard};
 
@@ -68,10 +68,10 @@ impl Cycling {
         &'a self,
         f: impl FnOnce(Arc<EmbeddedShard>) -> BoxFuture<'static, Result<T, StoreError>> + Send + 'a,
     ) -> BoxFuture<'a, Result<T, StoreError>> {
-        let shard = self.shard();
-        let fut = f(shard);
+        // The shard is taken when the call is first polled, not when it is made: of two
+        // calls joined, the second must reach the store the first one's cycle reopened.
         Box::pin(async move {
-            let r = fut.await;
+            let r = f(self.shard()).await;
             self.cycle();
             r
         })
@@ -100,6 +100,13 @@ impl Store for Cycling {
     }
     fn prune(&self, limit: usize) -> BoxFuture<'_, Result<usize, StoreError>> {
         self.call(move |s| Box::pin(async move { s.prune(limit).await }))
+    }
+    fn declare_asset<'a>(&'a self, asset: &'a Asset) -> BoxFuture<'a, Result<Asset, StoreError>> {
+        let asset = asset.clone();
+        self.call(move |s| Box::pin(async move { s.declare_asset(&asset).await }))
+    }
+    fn assets(&self) -> BoxFuture<'_, Result<Vec<Asset>, StoreError>> {
+        self.call(move |s| Box::pin(async move { s.assets().await }))
     }
     fn accounts<'a>(
         &'a self,

@@ -215,7 +215,7 @@ impl<S: Store> Store for Coalesce<S> {
 
     // Pending calls go straight through: they do not wait for a sync, so there is no
     // round trip to share, and the log's committer already covers many in one fsync.
-    crate::store::forward_to_inner!(inner: ahead, scan_due, history, prune, accounts, transfers, events);
+    crate::store::forward_to_inner!(inner: ahead, scan_due, history, prune, accounts, transfers, events, assets);
 }
 
 #[cfg(test)]
@@ -243,7 +243,7 @@ mod tests {
                 self.inner.execute(ops).await
             })
         }
-        crate::store::forward_to_inner!(inner: scan_due, history, prune, accounts, transfers, events);
+        crate::store::forward_to_inner!(inner: scan_due, history, prune, accounts, transfers, events, assets);
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -53,6 +53,7 @@ pub async fn run_all_opened<S: Store, F: std::future::Future<Output = S>>(
     prune_drops_only_expired_tombstones(&open_store().await).await;
     batches_are_independent_per_record(&open_store().await).await;
     one_phase_commits_whole_or_inserts(&open_store().await).await;
+    assets_are_declared_once(&open_store().await).await;
 }
 
 /// For a store that commits in one phase (the Memory, embedded, PostgreSQL, MySQL and
@@ -426,6 +427,68 @@ fn state_of(r: &Reply) -> (TransferState, u64, bool) {
         Reply::Unchanged(t) => (t.state, t.epoch, false),
         other => panic!("expected a transfer record, got {other}"),
     }
+}
+
+fn asset(code: &str, scale: u8) -> xfer_core::Asset {
+    xfer_core::Asset::new(code, scale).expect("valid asset")
+}
+
+async fn assets_are_declared_once(s: &dyn Store) {
+    assert_eq!(
+        s.assets().await.expect("assets"),
+        vec![],
+        "a new catalog is empty"
+    );
+    let usd = asset("USD", 2);
+    assert_eq!(s.declare_asset(&usd).await.expect("declare"), usd);
+    assert_eq!(
+        s.declare_asset(&usd).await.expect("repeat"),
+        usd,
+        "a repeat"
+    );
+    assert_eq!(
+        s.declare_asset(&asset("USD", 0))
+            .await
+            .expect("other scale"),
+        usd,
+        "a declaration is never changed: the earlier one answers"
+    );
+    let longest = asset("ABCDEFGHIJ-_1234", 18);
+    for a in [
+        asset("POINTS", 0),
+        asset("BTC", 8),
+        longest.clone(),
+        asset("JPY", 0),
+    ] {
+        assert_eq!(s.declare_asset(&a).await.expect("declare"), a);
+    }
+    let codes: Vec<(String, u8)> = s
+        .assets()
+        .await
+        .expect("assets")
+        .into_iter()
+        .map(|a| (a.code.as_str().to_string(), a.scale))
+        .collect();
+    let want = [
+        ("ABCDEFGHIJ-_1234", 18),
+        ("BTC", 8),
+        ("JPY", 0),
+        ("POINTS", 0),
+        ("USD", 2),
+    ];
+    let want: Vec<(String, u8)> = want.iter().map(|(c, n)| (c.to_string(), *n)).collect();
+    assert_eq!(codes, want, "every declaration, in code order");
+    // Two declarations of one code at once: one wins, and both are told the winner.
+    let (a, b) = futures_util::future::join(
+        s.declare_asset(&asset("EUR", 2)),
+        s.declare_asset(&asset("EUR", 3)),
+    )
+    .await;
+    let (a, b) = (a.expect("declare"), b.expect("declare"));
+    assert_eq!(a, b, "both told the one declaration kept");
+    let kept = s.assets().await.expect("assets");
+    assert_eq!(kept.iter().filter(|x| x.code.as_str() == "EUR").count(), 1);
+    assert!(kept.contains(&a));
 }
 
 async fn accounts_are_created_once(s: &dyn Store) {

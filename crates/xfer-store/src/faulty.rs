@@ -96,5 +96,5 @@ impl<S: Store> Store for Faulty<S> {
         self.inner.scan_due(now, limit)
     }
 
-    crate::store::forward_to_inner!(inner: history, prune, accounts, transfers, events);
+    crate::store::forward_to_inner!(inner: history, prune, accounts, transfers, events, assets);
 }

@@ -72,5 +72,5 @@ impl<S: Store> Store for Intercept<S> {
         }
     }
 
-    crate::store::forward_to_inner!(inner: scan_due, history, prune, accounts, transfers, events);
+    crate::store::forward_to_inner!(inner: scan_due, history, prune, accounts, transfers, events, assets);
 }

@@ -44,7 +44,7 @@ use crate::event::{EventPage, FeedPosition};
 use crate::log::SharedLog;
 use crate::op::{Op, Reply};
 use std::sync::Arc;
-use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
+use xfer_core::{Account, AccountId, Asset, Timestamp, TransferId, TransferRecord};
 
 /// One page of an account's history, newest first.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -180,6 +180,20 @@ pub trait Store: Send + Sync {
         let _ = (before, limit);
         Box::pin(async { Ok(0) })
     }
+
+    /// The asset catalog, kept by a cluster's first shard: declares `asset` unless its code
+    /// is declared already, atomically, and answers the declaration the catalog holds for
+    /// the code (`asset` itself, or an earlier one, perhaps of another scale). A declaration
+    /// is never changed nor dropped. The default: `Unsupported`.
+    fn declare_asset<'a>(&'a self, asset: &'a Asset) -> BoxFuture<'a, Result<Asset, StoreError>> {
+        let _ = asset;
+        Box::pin(async { Err(StoreError::Unsupported("an asset catalog".into())) })
+    }
+
+    /// Every declared asset, in code order. The default: `Unsupported`.
+    fn assets(&self) -> BoxFuture<'_, Result<Vec<Asset>, StoreError>> {
+        Box::pin(async { Err(StoreError::Unsupported("an asset catalog".into())) })
+    }
 }
 
 /// Writes the named [`Store`] methods of a wrapper as calls to the same method of its
@@ -221,6 +235,17 @@ macro_rules! forward_to_inner {
             limit: usize,
         ) -> crate::store::BoxFuture<'_, Result<usize, crate::store::StoreError>> {
             self.$inner.trim_events(before, limit)
+        }
+    };
+    (@ $inner:ident assets) => {
+        fn declare_asset<'a>(
+            &'a self,
+            asset: &'a xfer_core::Asset,
+        ) -> crate::store::BoxFuture<'a, Result<xfer_core::Asset, crate::store::StoreError>> {
+            self.$inner.declare_asset(asset)
+        }
+        fn assets(&self) -> crate::store::BoxFuture<'_, Result<Vec<xfer_core::Asset>, crate::store::StoreError>> {
+            self.$inner.assets()
         }
     };
     (@ $inner:ident scan_due) => {
@@ -344,5 +369,13 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
         limit: usize,
     ) -> BoxFuture<'_, Result<usize, StoreError>> {
         (**self).trim_events(before, limit)
+    }
+
+    fn declare_asset<'a>(&'a self, asset: &'a Asset) -> BoxFuture<'a, Result<Asset, StoreError>> {
+        (**self).declare_asset(asset)
+    }
+
+    fn assets(&self) -> BoxFuture<'_, Result<Vec<Asset>, StoreError>> {
+        (**self).assets()
     }
 }

@@ -4,13 +4,16 @@
 use crate::op::{Op, Reply};
 use crate::shard::apply::MemoryShard;
 use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use xfer_core::{Account, AccountId, Clock, Timestamp, TransferId, TransferRecord};
+use xfer_core::{Account, AccountId, Asset, Clock, Timestamp, TransferId, TransferRecord};
 
 /// A [`MemoryShard`] behind the async [`Store`] trait, stamped by a [`Clock`].
 pub struct MemoryStore {
     shard: Mutex<MemoryShard>,
     clock: Arc<dyn Clock>,
+    /// The asset catalog, by code.
+    assets: Mutex<BTreeMap<String, Asset>>,
 }
 
 impl MemoryStore {
@@ -24,6 +27,7 @@ impl MemoryStore {
         MemoryStore {
             shard: Mutex::new(shard),
             clock,
+            assets: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -127,5 +131,25 @@ impl Store for MemoryStore {
         Box::pin(std::future::ready(Ok(self
             .shard()
             .trim_events(before, limit))))
+    }
+
+    fn declare_asset<'a>(&'a self, asset: &'a Asset) -> BoxFuture<'a, Result<Asset, StoreError>> {
+        let mut assets = self
+            .assets
+            .lock()
+            .expect("asset catalog poisoned by a panic");
+        let held = assets
+            .entry(asset.code.as_str().to_string())
+            .or_insert_with(|| asset.clone())
+            .clone();
+        Box::pin(std::future::ready(Ok(held)))
+    }
+
+    fn assets(&self) -> BoxFuture<'_, Result<Vec<Asset>, StoreError>> {
+        let assets = self
+            .assets
+            .lock()
+            .expect("asset catalog poisoned by a panic");
+        Box::pin(std::future::ready(Ok(assets.values().cloned().collect())))
     }
 }
