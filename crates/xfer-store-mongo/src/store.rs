@@ -13,7 +13,7 @@ use std::future::IntoFuture;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use xfer_core::{Account, AccountId, Clock, Timestamp, TransferId, TransferRecord};
+use xfer_core::{Account, AccountId, Asset, Clock, Timestamp, TransferId, TransferRecord};
 use xfer_store::database::{plain_name, OpenError};
 use xfer_store::{
     AccountOp, BoxFuture, HistoryPage, Op, PrepareOutcome, ReleaseOutcome, Reply, Store,
@@ -61,6 +61,8 @@ pub struct MongoStore {
     accounts: Collection<Document>,
     transfers: Collection<Document>,
     history: Collection<Document>,
+    /// The asset catalog: `{_id: code, scale}`.
+    assets: Collection<Document>,
     name: String,
     clock: Arc<dyn Clock>,
     call_timeout: Duration,
@@ -108,6 +110,7 @@ impl MongoStore {
             accounts: db.collection("accounts"),
             transfers: db.collection("transfers"),
             history: db.collection("history"),
+            assets: db.collection("assets"),
             client,
             database: cfg.database.clone(),
             name,
@@ -197,6 +200,16 @@ impl MongoStore {
 
     fn corrupted(&self, what: String) -> StoreError {
         StoreError::Corrupted(format!("{}: {what}", self.name))
+    }
+
+    /// An `assets` document.
+    fn asset(&self, d: &Document) -> Result<Asset, StoreError> {
+        let (Ok(code), Ok(scale)) = (d.get_str("_id"), d.get_i32("scale")) else {
+            return Err(self.corrupted(format!("assets document {d}")));
+        };
+        let bad = |what: String| self.corrupted(format!("assets {code:?}: {what}"));
+        let scale = u8::try_from(scale).map_err(|_| bad(format!("scale {scale}")))?;
+        Asset::new(code, scale).map_err(|e| bad(e.message))
     }
 
     /// What a failed call means for the caller. No answer, or one lost on the way, may
@@ -691,6 +704,36 @@ impl Store for MongoStore {
             docs.iter()
                 .map(|d| documents::transfer(d).map_err(|e| self.corrupted(e)))
                 .collect()
+        })
+    }
+
+    /// The code is the document's `_id`, so the first insert keeps its declaration; one
+    /// that finds the code taken answers the document there.
+    fn declare_asset<'a>(&'a self, asset: &'a Asset) -> BoxFuture<'a, Result<Asset, StoreError>> {
+        Box::pin(async move {
+            let code = asset.code.as_str();
+            let insert = self
+                .assets
+                .insert_one(doc! {"_id": code, "scale": i32::from(asset.scale)});
+            match tokio::time::timeout(self.call_timeout, insert.into_future()).await {
+                Ok(Ok(_)) => return Ok(asset.clone()),
+                Ok(Err(e)) if !is_duplicate(&e) => return Err(self.failed(e)),
+                Ok(Err(_)) => {}
+                Err(_) => return Err(self.late()),
+            }
+            let held = self.timed(self.assets.find_one(doc! {"_id": code})).await?;
+            let held =
+                held.ok_or_else(|| self.corrupted(format!("assets {code:?}: taken, and absent")))?;
+            self.asset(&held)
+        })
+    }
+
+    fn assets(&self) -> BoxFuture<'_, Result<Vec<Asset>, StoreError>> {
+        Box::pin(async move {
+            let docs = self
+                .find_all(&self.assets, doc! {}, doc! {"_id": 1}, usize::MAX)
+                .await?;
+            docs.iter().map(|d| self.asset(d)).collect()
         })
     }
 }

@@ -5,7 +5,7 @@ use crate::wire;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
 use std::time::Duration;
-use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
+use xfer_core::{Account, AccountId, Asset, Timestamp, TransferId, TransferRecord};
 use xfer_store::database::{plain_name, OpenError};
 use xfer_store::{reply_json, BoxFuture, HistoryPage, Op, Reply, Store, StoreError};
 
@@ -50,6 +50,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (2, include_str!("migration_2.sql")),
     (3, include_str!("migration_3.sql")),
     (4, include_str!("migration_4.sql")),
+    (5, include_str!("migration_5.sql")),
 ];
 
 /// What every new connection runs first: UTC (so `xfer_now_ms` is exact) and read committed (a
@@ -69,6 +70,12 @@ const ACCOUNTS: &str = "SELECT xfer_account_json(id) FROM accounts \
      WHERE status <> 'unopened' AND id > ? ORDER BY id LIMIT ?";
 const TRANSFERS: &str = "SELECT xfer_transfer_json(id, 'transfer') FROM transfers \
      WHERE id > ? ORDER BY id LIMIT ?";
+/// Declares a code unless it is declared (`migration_5.sql`): a duplicate code changes
+/// nothing, and unlike `INSERT IGNORE` no other error is turned into a warning.
+const DECLARE_ASSET: &str = "INSERT INTO assets (code, scale) VALUES (?, ?) \
+     ON DUPLICATE KEY UPDATE code = code";
+const ASSET: &str = "SELECT code, scale FROM assets WHERE code = ?";
+const ASSETS: &str = "SELECT code, scale FROM assets ORDER BY code";
 
 /// One shard in a MySQL database. Cheap to share behind an `Arc`; the pool connects lazily
 /// and replaces broken connections.
@@ -211,6 +218,13 @@ impl MysqlStore {
 
     fn corrupted(&self, what: String) -> StoreError {
         StoreError::Corrupted(format!("{}: {what}", self.name))
+    }
+
+    /// An `assets` row (code, scale).
+    fn asset(&self, (code, scale): &(String, i64)) -> Result<Asset, StoreError> {
+        let bad = |what: String| self.corrupted(format!("assets {code:?}: {what}"));
+        let scale = u8::try_from(*scale).map_err(|_| bad(format!("scale {scale}")))?;
+        Asset::new(code, scale).map_err(|e| bad(e.message))
     }
 
     async fn execute_batch(&self, ops: Vec<Op>) -> Result<Vec<Reply>, StoreError> {
@@ -401,6 +415,28 @@ impl Store for MysqlStore {
             rows.iter()
                 .map(|r| reply_json::decode_transfer(r).map_err(|e| self.corrupted(e)))
                 .collect()
+        })
+    }
+
+    /// The insert commits on its own, so the read after it, a statement of its own under
+    /// read committed, sees the declaration kept, this one's or a concurrent one's.
+    fn declare_asset<'a>(&'a self, asset: &'a Asset) -> BoxFuture<'a, Result<Asset, StoreError>> {
+        Box::pin(async move {
+            let code = asset.code.as_str();
+            let _: Vec<mysql_async::Row> =
+                self.rows(DECLARE_ASSET, (code, asset.scale).into()).await?;
+            let rows: Vec<(String, i64)> = self.rows(ASSET, (code,).into()).await?;
+            let row = rows
+                .first()
+                .ok_or_else(|| self.corrupted(format!("assets {code:?}: no row declared")))?;
+            self.asset(row)
+        })
+    }
+
+    fn assets(&self) -> BoxFuture<'_, Result<Vec<Asset>, StoreError>> {
+        Box::pin(async move {
+            let rows: Vec<(String, i64)> = self.rows(ASSETS, ().into()).await?;
+            rows.iter().map(|r| self.asset(r)).collect()
         })
     }
 }

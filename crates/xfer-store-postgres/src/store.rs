@@ -4,7 +4,7 @@ use crate::wire;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
 use std::time::Duration;
 use tokio_postgres::NoTls;
-use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
+use xfer_core::{Account, AccountId, Asset, Timestamp, TransferId, TransferRecord};
 use xfer_store::database::{plain_name, OpenError};
 use xfer_store::{
     reply_json, BoxFuture, Event, EventKind, EventPage, FeedPosition, HistoryPage, Op, Reply,
@@ -56,6 +56,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (5, include_str!("migration_5.sql")),
     (6, include_str!("migration_6.sql")),
     (7, include_str!("migration_7.sql")),
+    (8, include_str!("migration_8.sql")),
 ];
 
 const EXECUTE: &str = "SELECT r::text FROM execute($1::text::jsonb) AS r";
@@ -81,6 +82,12 @@ const ACCOUNTS: &str = "SELECT account_json(id)::text FROM accounts \
      WHERE status <> 'unopened' AND id > $1 ORDER BY id LIMIT $2";
 const TRANSFERS: &str = "SELECT to_jsonb(t)::text FROM transfers t \
      WHERE id > $1 ORDER BY id LIMIT $2";
+/// Declares a code or answers the declaration held (`migration_8.sql`): the update that
+/// changes nothing returns the held row even when a concurrent declaration committed it
+/// after this statement's snapshot, where `DO NOTHING` would return no row.
+const DECLARE_ASSET: &str = "INSERT INTO assets (code, scale) VALUES ($1, $2) \
+     ON CONFLICT (code) DO UPDATE SET scale = assets.scale RETURNING code, scale";
+const ASSETS: &str = "SELECT code, scale FROM assets ORDER BY code";
 
 /// One shard in a PostgreSQL schema. Cheap to share behind an `Arc`; the pool connects
 /// lazily and replaces broken connections.
@@ -256,6 +263,14 @@ impl PostgresStore {
 
     fn corrupted(&self, what: String) -> StoreError {
         StoreError::Corrupted(format!("{}: {what}", self.name))
+    }
+
+    /// An `assets` row (code, scale).
+    fn asset(&self, r: &tokio_postgres::Row) -> Result<Asset, StoreError> {
+        let (code, scale): (&str, i16) = (r.get(0), r.get(1));
+        let bad = |what: String| self.corrupted(format!("assets {code:?}: {what}"));
+        let scale = u8::try_from(scale).map_err(|_| bad(format!("scale {scale}")))?;
+        Asset::new(code, scale).map_err(|e| bad(e.message))
     }
 
     async fn execute_batch(&self, ops: Vec<Op>) -> Result<Vec<Reply>, StoreError> {
@@ -435,6 +450,24 @@ impl Store for PostgresStore {
             rows.iter()
                 .map(|r| reply_json::decode_transfer(r.get(0)).map_err(|e| self.corrupted(e)))
                 .collect()
+        })
+    }
+
+    fn declare_asset<'a>(&'a self, asset: &'a Asset) -> BoxFuture<'a, Result<Asset, StoreError>> {
+        Box::pin(async move {
+            let (code, scale) = (asset.code.as_str(), i16::from(asset.scale));
+            let rows = self.rows(DECLARE_ASSET, &[&code, &scale]).await?;
+            let row = rows
+                .first()
+                .ok_or_else(|| self.corrupted(format!("assets {code:?}: no row declared")))?;
+            self.asset(row)
+        })
+    }
+
+    fn assets(&self) -> BoxFuture<'_, Result<Vec<Asset>, StoreError>> {
+        Box::pin(async move {
+            let rows = self.rows(ASSETS, &[]).await?;
+            rows.iter().map(|r| self.asset(r)).collect()
         })
     }
 }

@@ -55,6 +55,11 @@ impl Keys {
     pub(crate) fn events_dropped(&self) -> String {
         format!("{}:events_dropped", self.tag)
     }
+
+    /// The asset catalog: a hash of code → scale.
+    pub(crate) fn assets(&self) -> String {
+        format!("{}:assets", self.tag)
+    }
 }
 
 #[cfg(test)]
@@ -77,6 +82,7 @@ mod tests {
             k.seq(),
             k.events(),
             k.events_dropped(),
+            k.assets(),
         ] {
             assert!(key.starts_with("{xfer_shard_3}:"), "{key}");
         }

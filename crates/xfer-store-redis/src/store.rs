@@ -6,9 +6,10 @@ use crate::keys::Keys;
 use crate::wire;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::{Cmd, IntoConnectionInfo, Pipeline, RedisError, RedisResult, Value};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
-use xfer_core::{Account, AccountId, Timestamp, TransferId, TransferRecord};
+use xfer_core::{Account, AccountId, Asset, Timestamp, TransferId, TransferRecord};
 use xfer_store::database::OpenError;
 use xfer_store::{BoxFuture, EventPage, FeedPosition, HistoryPage, Op, Reply, Store, StoreError};
 
@@ -318,7 +319,7 @@ impl RedisStore {
             self.pipeline(&pipe).await?;
         }
         let mut pipe = redis::pipe();
-        for key in [k.due(), k.tombs(), k.seq()] {
+        for key in [k.due(), k.tombs(), k.seq(), k.assets()] {
             pipe.del(key).ignore();
         }
         self.pipeline(&pipe).await.map(drop)
@@ -409,6 +410,14 @@ impl RedisStore {
 
 fn flat(v: Value) -> Result<Vec<String>, StoreError> {
     redis::from_redis_value(v).map_err(|e| StoreError::Corrupted(e.to_string()))
+}
+
+/// The asset the catalog `key` holds for `code`: its scale as the server answered it.
+fn decode_asset(key: &str, code: &str, scale: Value) -> Result<Asset, StoreError> {
+    let bad = |what: String| StoreError::Corrupted(format!("{key} {code:?}: {what}"));
+    let scale: String = redis::from_redis_value(scale).map_err(|e| bad(e.to_string()))?;
+    let scale = scale.parse().map_err(|_| bad(format!("scale {scale:?}")))?;
+    Asset::new(code, scale).map_err(|e| bad(e.message))
 }
 
 /// The settings of the server at `seed`, or of the master at `addr` (`host:port`) reached
@@ -691,6 +700,33 @@ impl Store for RedisStore {
                 .ids_after(self.keys.transfers(), after.map(|t| t.as_str()), limit)
                 .await?;
             self.transfers_by_id(&ids).await
+        })
+    }
+
+    /// `HSETNX` keeps the first declaration of a code; the `HGET` after it in the same
+    /// pipeline answers the one kept, this one's or an earlier one's.
+    fn declare_asset<'a>(&'a self, asset: &'a Asset) -> BoxFuture<'a, Result<Asset, StoreError>> {
+        Box::pin(async move {
+            let (key, code) = (self.keys.assets(), asset.code.as_str());
+            let mut pipe = redis::pipe();
+            pipe.hset_nx(&key, code, asset.scale)
+                .ignore()
+                .hget(&key, code);
+            let held = self.pipeline(&pipe).await?.into_iter().next();
+            let held = held.unwrap_or(Ok(Value::Nil)).map_err(|e| classify(&e))?;
+            decode_asset(&key, code, held)
+        })
+    }
+
+    fn assets(&self) -> BoxFuture<'_, Result<Vec<Asset>, StoreError>> {
+        Box::pin(async move {
+            let key = self.keys.assets();
+            let all: Value = self.call(redis::cmd("HGETALL").arg(&key)).await?;
+            let all: BTreeMap<String, Value> = redis::from_redis_value(all)
+                .map_err(|e| StoreError::Corrupted(format!("{key}: {e}")))?;
+            all.into_iter()
+                .map(|(code, scale)| decode_asset(&key, &code, scale))
+                .collect()
         })
     }
 }
