@@ -45,6 +45,8 @@ pub enum Code {
     RefundMustReverseOriginal,
     RefundExceedsOriginal,
     TooManyRefunds,
+    AssetNotDeclared,
+    AssetDeclaredWithAnotherScale,
 }
 
 impl Code {
@@ -87,6 +89,8 @@ impl Code {
             Code::RefundMustReverseOriginal => "refund_must_reverse_original",
             Code::RefundExceedsOriginal => "refund_exceeds_original",
             Code::TooManyRefunds => "too_many_refunds",
+            Code::AssetNotDeclared => "asset_not_declared",
+            Code::AssetDeclaredWithAnotherScale => "asset_declared_with_another_scale",
         }
     }
 
@@ -105,6 +109,7 @@ impl Code {
                 | Code::OriginalAlreadyRefunded
                 | Code::RefundExceedsOriginal
                 | Code::TooManyRefunds
+                | Code::AssetDeclaredWithAnotherScale
         )
     }
 }

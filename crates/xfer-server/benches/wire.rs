@@ -9,6 +9,7 @@
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
 use xfer_core::{Timestamp, TransferRecord};
+use xfer_server::catalog::Catalog;
 use xfer_server::wire::{BatchIn, TransferIn, TransferOut};
 
 /// Transfers in one batch request: what `xfer bench --via http` sends by default.
@@ -35,14 +36,20 @@ fn wire(c: &mut Criterion) {
     g.bench_function("decode_transfer", |b| {
         b.iter(|| {
             let t: TransferIn = serde_json::from_str(black_box(&body)).expect("valid");
-            black_box(t.to_spec("").expect("valid"))
+            black_box(t.to_spec("", &Catalog::default()).expect("valid"))
         })
     });
     let parsed: TransferIn = serde_json::from_str(&body).expect("valid");
     g.bench_function("check_transfer", |b| {
-        b.iter(|| black_box(black_box(&parsed).to_spec("").expect("valid")))
+        b.iter(|| {
+            black_box(
+                black_box(&parsed)
+                    .to_spec("", &Catalog::default())
+                    .expect("valid"),
+            )
+        })
     });
-    let spec = parsed.to_spec("").expect("valid");
+    let spec = parsed.to_spec("", &Catalog::default()).expect("valid");
     let record = TransferRecord::accept(spec, Timestamp(1_700_000_000_000), 5_000);
     g.bench_function("encode_answer", |b| {
         b.iter(|| {
@@ -59,7 +66,10 @@ fn wire(c: &mut Criterion) {
                 .transfers
                 .iter()
                 .enumerate()
-                .map(|(i, t)| t.to_spec(&format!("transfers[{i}].")).expect("valid"))
+                .map(|(i, t)| {
+                    t.to_spec(&format!("transfers[{i}]."), &Catalog::default())
+                        .expect("valid")
+                })
                 .collect();
             black_box(specs)
         })

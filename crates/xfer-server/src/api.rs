@@ -18,8 +18,8 @@ use crate::sink::webhook::Webhooks;
 use crate::stats::Overview;
 use crate::transfer_list::{metadata_pair, ListCursor, ListError, TransferFilter};
 use crate::wire::{
-    self, AccountCreate, AccountOut, BatchIn, BatchItemOut, EventOut, ExtendIn, LowerBoundChange,
-    RefundIn, TransferIn, TransferOut, BATCH_MAX,
+    self, AccountCreate, AccountOut, AssetIn, AssetOut, BatchIn, BatchItemOut, EventOut, ExtendIn,
+    LowerBoundChange, RefundIn, TransferIn, TransferOut, BATCH_MAX,
 };
 use axum::body::Body;
 use axum::extract::{FromRequestParts, MatchedPath, Path, RawQuery, Request, State};
@@ -88,6 +88,9 @@ fn handler(method: &str, path: &str) -> axum::routing::MethodRouter<Arc<App>> {
         ("GET", "/readyz") => get(readyz),
         ("GET", "/metrics") => get(metrics),
         ("GET", "/v1/openapi.json") => get(openapi),
+        ("POST", "/v1/assets") => post(declare_asset),
+        ("GET", "/v1/assets") => get(list_assets),
+        ("GET", "/v1/assets/{code}") => get(get_asset),
         ("POST", "/v1/accounts") => post(create_account),
         ("GET", "/v1/accounts") => get(list_accounts),
         ("GET", "/v1/accounts/{id}") => get(get_account),
@@ -354,7 +357,37 @@ async fn openapi() -> Response {
 }
 
 fn account_out(app: &App, a: &xfer_core::Account) -> AccountOut {
-    AccountOut::new(a, app.svc.shard_of(&a.id, &a.asset))
+    let catalog = app.svc.catalog_cache().get();
+    AccountOut::new(a, app.svc.shard_of(&a.id, &a.asset), &catalog)
+}
+
+/// A transfer as answered: amounts also in their declared scale.
+fn transfer_out(app: &App, r: &xfer_core::TransferRecord) -> TransferOut {
+    TransferOut::from(r).with_decimals(&app.svc.catalog_cache().get())
+}
+
+/// How a request about one transfer was answered, as [`transfer_out`] shows it.
+fn answer_out(app: &App, a: &Answer) -> TransferOut {
+    transfer_out(app, a.record())
+}
+
+async fn declare_asset(State(app): Shared, headers: HeaderMap, b: Body) -> Handled {
+    let req: AssetIn = body(&app, &headers, b).await?;
+    let asset = app.svc.declare_asset(req.to_asset()?).await?;
+    Ok(json_status(201, AssetOut::from(&asset)))
+}
+
+async fn list_assets(State(app): Shared) -> Handled {
+    let catalog = app.svc.read_assets().await?;
+    let assets: Vec<AssetOut> = catalog.iter().map(AssetOut::from).collect();
+    Ok(Json(json!({ "assets": assets })).into_response())
+}
+
+async fn get_asset(State(app): Shared, IdParam(code): IdParam) -> Handled {
+    let code = AssetCode::new(&code, "code")?;
+    let catalog = app.svc.catalog_for(std::iter::once(&code)).await?;
+    let asset = catalog.require(&code, "code")?;
+    Ok(Json(AssetOut::from(asset)).into_response())
 }
 
 async fn create_account(State(app): Shared, headers: HeaderMap, b: Body) -> Handled {
@@ -428,7 +461,7 @@ async fn account_transfers(
     }
     .limit()?;
     let page = app.svc.history(&id, q.before, limit, q.state).await?;
-    let transfers: Vec<TransferOut> = page.items.iter().map(TransferOut::from).collect();
+    let transfers: Vec<TransferOut> = page.items.iter().map(|r| transfer_out(&app, r)).collect();
     Ok(Json(json!({"transfers": transfers, "next_before": page.next})).into_response())
 }
 
@@ -565,14 +598,16 @@ async fn events_stream(State(app): Shared, RawQuery(q): RawQuery, headers: Heade
 async fn submit(State(app): Shared, RawQuery(q): RawQuery, headers: HeaderMap, b: Body) -> Handled {
     let wait = query::<WaitQuery>(q)?.wait.unwrap_or(true);
     let req: TransferIn = body(&app, &headers, b).await?;
-    let spec = req.to_spec("")?;
+    let decimal: Vec<AssetCode> = req.decimal_assets().collect();
+    let catalog = app.svc.catalog_for(decimal.iter()).await?;
+    let spec = req.to_spec("", &catalog)?;
     let answer = app
         .svc
         .submit(vec![spec], wait)
         .await
         .pop()
         .expect("one answer")?;
-    Ok(json_status(status_of(&answer), answer.out()))
+    Ok(json_status(status_of(&answer), answer_out(&app, &answer)))
 }
 
 async fn submit_batch(
@@ -590,10 +625,16 @@ async fn submit_batch(
             format!("{} transfers, at most {BATCH_MAX}", req.transfers.len()),
         ));
     }
+    let decimal: Vec<AssetCode> = req
+        .transfers
+        .iter()
+        .flat_map(TransferIn::decimal_assets)
+        .collect();
+    let catalog = app.svc.catalog_for(decimal.iter()).await?;
     let mut results: Vec<Option<BatchItemOut>> = vec![None; req.transfers.len()];
     let (mut slots, mut specs) = (Vec::new(), Vec::new());
     for (i, t) in req.transfers.iter().enumerate() {
-        match t.to_spec(&format!("transfers[{i}].")) {
+        match t.to_spec(&format!("transfers[{i}]."), &catalog) {
             Ok(spec) => {
                 slots.push(i);
                 specs.push(spec);
@@ -605,7 +646,7 @@ async fn submit_batch(
         results[i] = Some(match answer {
             Ok(a) => BatchItemOut {
                 status: status_of(&a),
-                transfer: Some(a.out()),
+                transfer: Some(answer_out(&app, &a)),
                 error: None,
             },
             Err(e) => {
@@ -706,7 +747,11 @@ async fn list_transfers(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
         }
         Err(ListError::Exec(e)) => return Err(e.into()),
     };
-    let transfers: Vec<TransferOut> = page.transfers.iter().map(TransferOut::from).collect();
+    let transfers: Vec<TransferOut> = page
+        .transfers
+        .iter()
+        .map(|r| transfer_out(&app, r))
+        .collect();
     let next = page.next.map(|c| c.to_string());
     Ok(Json(json!({"transfers": transfers, "next_before": next})).into_response())
 }
@@ -714,7 +759,7 @@ async fn list_transfers(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
 async fn get_transfer(State(app): Shared, IdParam(id): IdParam) -> Handled {
     let id = wire::transfer_id(&id, "id")?;
     let r = app.svc.get_transfer(&id).await?;
-    Ok(Json(TransferOut::from(&r)).into_response())
+    Ok(Json(transfer_out(&app, &r)).into_response())
 }
 
 /// The body of an action that takes none: absent, or `{}`. Anything else is refused, not
@@ -736,7 +781,7 @@ async fn act(app: &App, id: String, action: Action, headers: HeaderMap, b: Body)
     let id = wire::transfer_id(&id, "id")?;
     no_fields(app, &headers, b).await?;
     let answer: Answer = app.svc.act(id, action).await?;
-    Ok(json_status(status_of(&answer), answer.out()))
+    Ok(json_status(status_of(&answer), answer_out(app, &answer)))
 }
 
 async fn capture(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Handled {
@@ -751,7 +796,7 @@ async fn extend(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b:
     let id = wire::transfer_id(&id, "id")?;
     let req: ExtendIn = body(&app, &headers, b).await?;
     let r = app.svc.extend(id, req.new_expiry()?).await?;
-    Ok(Json(TransferOut::from(&r)).into_response())
+    Ok(Json(transfer_out(&app, &r)).into_response())
 }
 
 async fn redrive(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Handled {
@@ -762,12 +807,21 @@ async fn refund(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b:
     let original_id = wire::transfer_id(&id, "original")?;
     let req: RefundIn = body(&app, &headers, b).await?;
     let refund_id = wire::transfer_id(&req.id, "id")?;
-    let amounts = req.amounts()?;
+    // Decimal amounts are read in the scales of the original's assets, posting by posting.
+    let assets: Vec<AssetCode> = if req.has_decimals() {
+        let original = app.svc.get_transfer(&original_id).await?;
+        let postings = original.spec.postings.iter();
+        postings.map(|p| p.asset.clone()).collect()
+    } else {
+        Vec::new()
+    };
+    let catalog = app.svc.catalog_for(assets.iter()).await?;
+    let amounts = req.amounts(&assets, &catalog)?;
     let answer = app
         .svc
         .refund(original_id, refund_id, amounts, req.metadata)
         .await?;
-    Ok(json_status(status_of(&answer), answer.out()))
+    Ok(json_status(status_of(&answer), answer_out(&app, &answer)))
 }
 
 /// 200 when it stopped (done, canceled, held), 202 when still running.
@@ -789,7 +843,7 @@ async fn stuck(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
         .iter()
         .map(|r| {
             let why = Service::why_stuck(r, now);
-            json!({"transfer": TransferOut::from(r), "why": why, "lease_until_ms": r.lease_until.as_ms()})
+            json!({"transfer": transfer_out(&app, r), "why": why, "lease_until_ms": r.lease_until.as_ms()})
         })
         .collect();
     Ok(Json(json!({ "stuck": items })).into_response())
@@ -804,7 +858,7 @@ async fn canceled(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
         .map(|a| wire::transfer_id(a, "after"))
         .transpose()?;
     let page = app.svc.canceled(after, limit).await?;
-    let transfers: Vec<TransferOut> = page.items.iter().map(TransferOut::from).collect();
+    let transfers: Vec<TransferOut> = page.items.iter().map(|r| transfer_out(&app, r)).collect();
     let next = page.next.map(|c| c.to_string());
     Ok(Json(json!({"transfers": transfers, "next_after": next})).into_response())
 }

@@ -164,9 +164,9 @@ impl AnyCode {
     pub fn status(self) -> StatusCode {
         match self {
             AnyCode::Api(c) => c.status(),
-            AnyCode::Protocol(Code::TransferNotFound | Code::AccountNotFound) => {
-                StatusCode::NOT_FOUND
-            }
+            AnyCode::Protocol(
+                Code::TransferNotFound | Code::AccountNotFound | Code::AssetNotDeclared,
+            ) => StatusCode::NOT_FOUND,
             AnyCode::Protocol(c) if c.is_conflict() => StatusCode::CONFLICT,
             AnyCode::Protocol(
                 Code::AssetMismatch

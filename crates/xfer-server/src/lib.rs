@@ -25,11 +25,13 @@
 //! | `auth` | bearer tokens and scopes |
 //! | `metrics` | Prometheus metrics |
 //! | `wire` | request and response JSON, and the checks that turn requests into domain values |
+//! | `catalog` | the declared assets as this process knows them, and decimal amounts in their scale |
 //! | `error` | `ApiError`: the one error shape and the one code → status mapping |
 
 pub mod answer;
 pub mod api;
 pub mod auth;
+pub mod catalog;
 pub mod config;
 pub mod connections;
 pub mod console;

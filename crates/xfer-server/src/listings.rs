@@ -3,13 +3,23 @@
 //! history, the canceled transfers and the audit. The handlers call these and decide only
 //! the HTTP answer.
 
+use crate::catalog::Catalog;
 use crate::service::Service;
+use std::sync::Arc;
 use xfer_core::{
-    Account, AccountId, AssetCode, Code, LowerBound, Rejection, TransferId, TransferRecord,
+    Account, AccountId, Asset, AssetCode, Code, LowerBound, Rejection, TransferId, TransferRecord,
     TransferState,
 };
 use xfer_engine::{AuditReport, ExecError, ReplayReport};
 use xfer_store::{AccountOp, Op, Reply};
+
+/// A store failure of the asset catalog: damage as such, anything else as unavailable.
+fn catalog_error(e: xfer_store::StoreError) -> ExecError {
+    match e {
+        xfer_store::StoreError::Corrupted(why) => ExecError::Corrupted(why),
+        other => ExecError::Unavailable(format!("the asset catalog: {other}")),
+    }
+}
 
 /// Index pages a filtered history reads at most per request; transfers read per shard per
 /// step of the canceled scan, and its steps per request.
@@ -34,13 +44,65 @@ impl Service {
             .unwrap_or(0)
     }
 
-    /// Creates account `id` (the same asset and bound again answers it).
+    /// Declares `asset` in the catalog (the cluster's first shard); the same code and scale
+    /// again answers it, another scale is refused.
+    pub async fn declare_asset(&self, asset: Asset) -> Result<Asset, ExecError> {
+        let held = self
+            .catalog_shard()
+            .declare_asset(&asset)
+            .await
+            .map_err(catalog_error)?;
+        self.catalog_cache().add(held.clone());
+        if held.scale != asset.scale {
+            return Err(Rejection::new(
+                Code::AssetDeclaredWithAnotherScale,
+                "scale",
+                format!(
+                    "{} is declared with scale {}; a declaration never changes",
+                    held.code, held.scale
+                ),
+            )
+            .into());
+        }
+        Ok(held)
+    }
+
+    /// The shard that keeps the asset catalog: the first.
+    fn catalog_shard(&self) -> &Arc<dyn xfer_store::Store> {
+        &self.cluster().shards()[0]
+    }
+
+    /// The catalog read from the store just now (and kept).
+    pub async fn read_assets(&self) -> Result<Arc<Catalog>, ExecError> {
+        let assets = self.catalog_shard().assets().await.map_err(catalog_error)?;
+        self.catalog_cache().set(Catalog::new(assets));
+        Ok(self.catalog_cache().get())
+    }
+
+    /// A catalog that holds every code of `codes` that is declared: the kept one if it
+    /// holds them all, else read again (another process may have declared one since).
+    pub async fn catalog_for<'a>(
+        &self,
+        mut codes: impl Iterator<Item = &'a AssetCode>,
+    ) -> Result<Arc<Catalog>, ExecError> {
+        let kept = self.catalog_cache().get();
+        if codes.all(|c| kept.get(c).is_some()) {
+            return Ok(kept);
+        }
+        self.read_assets().await
+    }
+
+    /// Creates account `id` (the same asset and bound again answers it), of a declared
+    /// asset only.
     pub async fn create_account(
         &self,
         id: AccountId,
         asset: AssetCode,
         lower_bound: LowerBound,
     ) -> Result<Account, ExecError> {
+        self.catalog_for(std::iter::once(&asset))
+            .await?
+            .require(&asset, "asset")?;
         if let LowerBound::Bounded(b) = lower_bound {
             if b > 0 {
                 return Err(Rejection::new(

@@ -97,8 +97,30 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
             None,
             ok("OpenAPI 3.1", json!({"type": "object"})),
         ),
+        ("POST", "/v1/assets") => (
+            "Declare an asset with its scale (the same again answers it; another scale is 409 asset_declared_with_another_scale: a declaration never changes)",
+            vec![],
+            Some(body("AssetIn")),
+            ok("Declared", schema_ref("Asset")),
+        ),
+        ("GET", "/v1/assets") => (
+            "The declared assets, in code order",
+            vec![],
+            None,
+            ok(
+                "Every declared asset",
+                json!({"type": "object", "properties": {
+                "assets": {"type": "array", "items": schema_ref("Asset")}}}),
+            ),
+        ),
+        ("GET", "/v1/assets/{code}") => (
+            "One declared asset (404 asset_not_declared)",
+            vec![id_param("asset code")],
+            None,
+            ok("The asset", schema_ref("Asset")),
+        ),
         ("POST", "/v1/accounts") => (
-            "Create an account (the same id, asset and bound again answers it)",
+            "Create an account of a declared asset (404 asset_not_declared otherwise; the same id, asset and bound again answers it)",
             vec![],
             Some(body("AccountCreate")),
             ok("Created", schema_ref("Account")),
@@ -494,8 +516,12 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
 
 fn schemas() -> Value {
     let id = json!({"type": "string", "pattern": "^[A-Za-z0-9_:.-]{1,64}$"});
-    let amount = json!({"type": "integer", "minimum": 1, "maximum": i64::MAX,
-                        "description": "minor units of the asset (cents for USD)"});
+    let amount = json!({"oneOf": [
+        {"type": "integer", "minimum": 1, "maximum": i64::MAX,
+         "description": "minor units of the asset (cents for USD)"},
+        {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?$",
+         "description": "a decimal in the declared asset's scale (\"12.34\" USD is 1234 cents); more decimals than the scale is 400 amount_has_too_many_decimals"}]});
+    let decimal = |of: &str| json!({"type": "string", "description": format!("{of} in the asset's declared scale; absent if the asset is not declared")});
     let bound = json!({"oneOf": [{"type": "integer"}, {"const": "unbounded"}]});
     let event_type = json!({"enum": ["accepted", "held", "captured", "voided", "expired", "done",
                                      "canceled", "refunded"]});
@@ -507,6 +533,28 @@ fn schemas() -> Value {
         "description": {"type": ["string", "null"]},
         "created_at_ms": {"type": "integer"}}});
     // Apart: one `json!` of every schema would pass the macro's recursion limit.
+    let account = json!({"type": "object", "properties": {
+            "id": {"type": "string"}, "asset": {"type": "string"},
+            "balance": {"type": "integer"}, "reserved": {"type": "integer"},
+            "incoming": {"type": "integer"}, "available": {"type": ["integer", "null"]},
+            "lower_bound": bound, "status": {"enum": ["open", "closed"]},
+            "in_flight": {"type": "integer"}, "shard": {"type": "integer"},
+            "scale": {"type": "integer", "description": "the asset's declared scale; absent if it is not declared"},
+            "balance_decimal": decimal("balance"), "reserved_decimal": decimal("reserved"),
+            "incoming_decimal": decimal("incoming"), "available_decimal": decimal("available")}});
+    let asset_in = json!({"type": "object", "required": ["code", "scale"], "additionalProperties": false,
+            "properties": {"code": {"type": "string", "pattern": "^[A-Z0-9_-]{1,16}$"},
+                           "scale": {"type": "integer", "minimum": 0, "maximum": 18,
+                                     "description": "decimal places of the minor unit: USD 2, JPY 0, BTC 8"}}});
+    let refund = json!({"type": "object", "required": ["id"], "additionalProperties": false,
+            "properties": {"id": id, "metadata": {"type": "string"},
+                "amount": {"allOf": [amount.clone()],
+                    "description": "a partial refund of a transfer of one posting: how much to move back"},
+                "amounts": {"type": "array", "items": amount,
+                    "description": "a partial refund: how much to move back of each of the original's postings, in order"}}});
+    let posting_out = json!({"type": "object", "properties": {"from": id, "to": id, "asset": {"type": "string"},
+            "amount": {"type": "integer", "description": "minor units"},
+            "amount_decimal": decimal("amount")}});
     let timeline = json!({"type": "array", "maxItems": 16,
         "description": "every state it passed through, oldest first, each as one write left its record: the first step (accepted) and the latest, at most 16; older steps in the middle are dropped",
         "items": {"type": "object", "required": ["at_ms", "state", "owner", "epoch"], "properties": {
@@ -517,7 +565,7 @@ fn schemas() -> Value {
             "reason": {"type": "object", "description": "on a step to canceling or canceled: why", "properties": {
                 "code": {"type": "string"}, "account": {"type": "string"}, "message": {"type": "string"}}},
             "refund_id": {"type": "string", "description": "on a refund link: the refund"}}}});
-    json!({
+    let mut all = json!({
         "Error": {"type": "object", "required": ["code", "message"], "properties": {
             "code": {"type": "string", "description": "stable snake_case code"},
             "message": {"type": "string"},
@@ -527,14 +575,9 @@ fn schemas() -> Value {
                            "lower_bound": bound}},
         "LowerBoundChange": {"type": "object", "required": ["lower_bound"], "additionalProperties": false,
             "properties": {"lower_bound": bound}},
-        "Account": {"type": "object", "properties": {
-            "id": {"type": "string"}, "asset": {"type": "string"},
-            "balance": {"type": "integer"}, "reserved": {"type": "integer"},
-            "incoming": {"type": "integer"}, "available": {"type": ["integer", "null"]},
-            "lower_bound": bound, "status": {"enum": ["open", "closed"]},
-            "in_flight": {"type": "integer"}, "shard": {"type": "integer"}}},
+        "Account": account,
         "Posting": {"type": "object", "required": ["from", "to", "asset", "amount"], "additionalProperties": false,
-            "properties": {"from": id, "to": id, "asset": {"type": "string"}, "amount": amount}},
+            "properties": {"from": id, "to": id, "asset": {"type": "string"}, "amount": amount.clone()}},
         "TransferIn": {"type": "object", "required": ["id", "postings"], "additionalProperties": false,
             "properties": {
                 "id": id,
@@ -590,17 +633,12 @@ fn schemas() -> Value {
             "properties": {
                 "expires_at_ms": {"type": "integer", "description": "the new expiry, ms since the Unix epoch"},
                 "ttl_ms": {"type": "integer", "description": "the new expiry, this long from the server's now"}}},
-        "Refund": {"type": "object", "required": ["id"], "additionalProperties": false,
-            "properties": {"id": id, "metadata": {"type": "string"},
-                "amount": {"type": "integer", "minimum": 1,
-                    "description": "a partial refund of a transfer of one posting: minor units to move back"},
-                "amounts": {"type": "array", "items": {"type": "integer", "minimum": 1},
-                    "description": "a partial refund: minor units to move back of each of the original's postings, in order"}}},
+        "Refund": refund,
         "Transfer": {"type": "object", "properties": {
             "id": {"type": "string"},
             "state": {"enum": ["initial", "pending", "applied", "held", "canceling", "done", "canceled"]},
             "kind": {"enum": ["transfer", "hold"]},
-            "postings": {"type": "array", "items": schema_ref("Posting")},
+            "postings": {"type": "array", "items": schema_ref("PostingOut")},
             "metadata": {"type": "string"},
             "refund_of": {"type": ["string", "null"]},
             "refunded_by": {"type": ["string", "null"], "description": "the latest refund linked"},
@@ -613,7 +651,16 @@ fn schemas() -> Value {
             "created_at_ms": {"type": "integer"}, "updated_at_ms": {"type": "integer"},
             "deadline_ms": {"type": "integer"}, "hold_expires_at_ms": {"type": ["integer", "null"]},
             "timeline": timeline}}
-    })
+    });
+    let more = json!({
+        "AssetIn": asset_in,
+        "Asset": {"type": "object", "properties": {"code": {"type": "string"}, "scale": {"type": "integer"}}},
+        "PostingOut": posting_out,
+    });
+    if let (Some(all), Value::Object(more)) = (all.as_object_mut(), more) {
+        all.extend(more);
+    }
+    all
 }
 
 /// The document.

@@ -8,6 +8,7 @@
 //! answered before the log is durable under it.
 
 pub use crate::answer::Answer;
+use crate::catalog::CatalogCache;
 use crate::metrics::{Metrics, Stopwatch};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -95,6 +96,8 @@ pub struct Service {
     combiner: Arc<Combiner>,
     ready: AtomicBool,
     stuck_after_ms: u64,
+    /// The declared assets as last read (`listings.rs` reads and declares them).
+    catalog: CatalogCache,
 }
 
 /// Drives at most this many combined batches at once. One: while it drives, the requests
@@ -139,6 +142,7 @@ impl Service {
             combiner,
             ready: AtomicBool::new(false),
             stuck_after_ms,
+            catalog: CatalogCache::default(),
         }
     }
 
@@ -157,6 +161,11 @@ impl Service {
     /// The shards.
     pub fn cluster(&self) -> &Cluster {
         self.executor.cluster()
+    }
+
+    /// The declared assets as last read.
+    pub fn catalog_cache(&self) -> &CatalogCache {
+        &self.catalog
     }
 
     /// The metrics.
@@ -192,6 +201,10 @@ impl Service {
         }
         if let Ok(stuck) = self.stuck(usize::MAX >> 1).await {
             self.metrics.set_stuck(stuck.len());
+        }
+        // Declarations made by other processes reach this one's answers within a pass.
+        if let Err(e) = self.read_assets().await {
+            tracing::warn!(error = %e, "could not read the asset catalog");
         }
         self.ready.store(true, Ordering::Release);
     }

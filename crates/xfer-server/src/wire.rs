@@ -3,16 +3,21 @@
 //! records. Converting a request into a domain value is where bad input is refused.
 //!
 //! Amounts are JSON integers counting the asset's minor unit (cents for `USD`): exact, no
-//! floating point. Times are milliseconds since the Unix epoch.
+//! floating point. A posting's amount may also be a decimal string in its declared asset's
+//! scale (`"12.34"`); answers add each amount as such a string (`amount_decimal`,
+//! `balance_decimal`, …) where the asset is declared. Times are milliseconds since the Unix
+//! epoch.
 
+use crate::catalog::Catalog;
 use crate::error::{ApiCode, ApiError};
 use crate::hold::NewExpiry;
 use crate::refund::RefundAmounts;
 use serde::{Deserialize, Serialize};
 use xfer_core::amount::AMOUNT_MAX;
 use xfer_core::{
-    Account, AccountId, AccountStatus, Amount, AssetCode, CancelReason, Code, LowerBound, Posting,
-    Postings, Rejection, TransferId, TransferKind, TransferRecord, TransferSpec, TransferState,
+    Account, AccountId, AccountStatus, Amount, Asset, AssetCode, CancelReason, Code, LowerBound,
+    Posting, Postings, Rejection, TransferId, TransferKind, TransferRecord, TransferSpec,
+    TransferState,
 };
 
 /// How long prepares may take when a request does not say.
@@ -33,6 +38,56 @@ pub struct AccountCreate {
     pub lower_bound: Option<serde_json::Value>,
 }
 
+/// `POST /v1/assets`.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AssetIn {
+    /// Its code: 1 to 16 of `A-Z 0-9 - _`.
+    pub code: String,
+    /// Decimal places of its minor unit, 0 to 18 (USD 2, JPY 0, BTC 8).
+    pub scale: u64,
+}
+
+impl AssetIn {
+    /// The asset this declares, or the bad field.
+    pub fn to_asset(&self) -> Result<Asset, ApiError> {
+        let code = AssetCode::new(&self.code, "code")?;
+        let scale = u8::try_from(self.scale)
+            .ok()
+            .filter(|s| *s <= xfer_core::amount::ASSET_SCALE_MAX)
+            .ok_or_else(|| {
+                Rejection::new(
+                    Code::AssetScaleOutOfRange,
+                    "scale",
+                    format!(
+                        "{} decimal places, at most {}",
+                        self.scale,
+                        xfer_core::amount::ASSET_SCALE_MAX
+                    ),
+                )
+            })?;
+        Ok(Asset::new(code.as_str(), scale)?)
+    }
+}
+
+/// A declared asset as answered.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub struct AssetOut {
+    /// Its code.
+    pub code: String,
+    /// Decimal places of its minor unit.
+    pub scale: u8,
+}
+
+impl From<&Asset> for AssetOut {
+    fn from(a: &Asset) -> AssetOut {
+        AssetOut {
+            code: a.code.to_string(),
+            scale: a.scale,
+        }
+    }
+}
+
 /// `PUT /v1/accounts/{id}/lower_bound`.
 #[derive(Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -51,8 +106,8 @@ pub struct PostingIn {
     pub to: String,
     /// Asset code.
     pub asset: String,
-    /// Minor units, a positive integer.
-    pub amount: serde_json::Number,
+    /// Minor units, a positive integer; or a decimal string in the declared asset's scale.
+    pub amount: serde_json::Value,
 }
 
 /// A hold's options.
@@ -89,7 +144,7 @@ impl PostingIn {
             from: from.to_string(),
             to: to.to_string(),
             asset: asset.to_string(),
-            amount: amount.into(),
+            amount: serde_json::Value::from(amount),
         }
     }
 }
@@ -136,23 +191,44 @@ pub struct BatchIn {
 pub struct RefundIn {
     /// The refund's own id (its idempotency key).
     pub id: String,
-    /// A partial refund of a transfer of one posting: how much to move back.
+    /// A partial refund of a transfer of one posting: how much to move back, in minor
+    /// units or as a decimal string in the asset's scale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub amount: Option<serde_json::Number>,
+    pub amount: Option<serde_json::Value>,
     /// A partial refund: how much of each of the original's postings, in order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub amounts: Option<Vec<serde_json::Number>>,
+    pub amounts: Option<Vec<serde_json::Value>>,
     /// Opaque client data.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub metadata: String,
 }
 
 impl RefundIn {
+    /// True if an amount is a decimal string (read in the original's assets' scales).
+    pub fn has_decimals(&self) -> bool {
+        let each = self.amounts.iter().flatten();
+        self.amount.iter().chain(each).any(|v| v.is_string())
+    }
+
     /// How much it asks to move back (neither `amount` nor `amounts`: everything).
-    pub fn amounts(&self) -> Result<RefundAmounts, ApiError> {
+    /// `assets` are the original's postings' assets, needed only for decimal amounts.
+    pub fn amounts(
+        &self,
+        assets: &[AssetCode],
+        catalog: &Catalog,
+    ) -> Result<RefundAmounts, ApiError> {
+        let one = |i: usize, v: &serde_json::Value, field: &str| match assets.get(i) {
+            Some(asset) => amount_of(v, asset, catalog, field),
+            None if v.is_string() => Err(ApiError::api(
+                ApiCode::InvalidValue,
+                Some(field),
+                "the original has no such posting to read this decimal in its asset's scale",
+            )),
+            None => units(v, field),
+        };
         match (&self.amount, &self.amounts) {
             (None, None) => Ok(RefundAmounts::Whole),
-            (Some(a), None) => Ok(RefundAmounts::One(amount(a, "amount")?)),
+            (Some(a), None) => Ok(RefundAmounts::One(one(0, a, "amount")?)),
             (None, Some(each)) if each.is_empty() => Err(ApiError::api(
                 ApiCode::InvalidValue,
                 Some("amounts"),
@@ -161,7 +237,7 @@ impl RefundIn {
             (None, Some(each)) => Ok(RefundAmounts::Each(
                 each.iter()
                     .enumerate()
-                    .map(|(i, a)| amount(a, &format!("amounts[{i}]")))
+                    .map(|(i, a)| one(i, a, &format!("amounts[{i}]")))
                     .collect::<Result<_, _>>()?,
             )),
             (Some(_), Some(_)) => Err(ApiError::api(
@@ -276,19 +352,57 @@ pub fn amount(n: &serde_json::Number, field: &str) -> Result<Amount, ApiError> {
     Err(r.into())
 }
 
+/// Parses a posting's amount of `asset`: an integer of minor units, or a decimal string in
+/// the scale `catalog` declares for `asset`.
+pub fn amount_of(
+    v: &serde_json::Value,
+    asset: &AssetCode,
+    catalog: &Catalog,
+    field: &str,
+) -> Result<Amount, ApiError> {
+    match v {
+        serde_json::Value::String(text) => Ok(catalog.parse_amount(asset, text, field)?),
+        v => units(v, field),
+    }
+}
+
+/// Parses an amount that is not a decimal string: an integer of minor units.
+fn units(v: &serde_json::Value, field: &str) -> Result<Amount, ApiError> {
+    match v {
+        serde_json::Value::Number(n) => amount(n, field),
+        other => Err(ApiError::api(
+            ApiCode::WrongType,
+            Some(field),
+            format!(
+                "{other} is neither an integer of minor units nor a decimal string like \"12.34\""
+            ),
+        )),
+    }
+}
+
 impl TransferIn {
+    /// The asset codes of the postings whose amount is a decimal string (their scale must
+    /// be known before [`TransferIn::to_spec`]).
+    pub fn decimal_assets(&self) -> impl Iterator<Item = AssetCode> + '_ {
+        self.postings
+            .iter()
+            .filter(|p| p.amount.is_string())
+            .filter_map(|p| AssetCode::new(&p.asset, "asset").ok())
+    }
+
     /// The transfer this asks for, or the first bad field. `prefix` names the item of a
-    /// batch (`transfers[3].`).
-    pub fn to_spec(&self, prefix: &str) -> Result<TransferSpec, ApiError> {
+    /// batch (`transfers[3].`); `catalog` gives the scales of decimal amounts.
+    pub fn to_spec(&self, prefix: &str, catalog: &Catalog) -> Result<TransferSpec, ApiError> {
         let id = transfer_id(&self.id, &format!("{prefix}id"))?;
         let mut postings = Postings::with_capacity(self.postings.len());
         for (i, p) in self.postings.iter().enumerate() {
             let at = |name: &str| format!("{prefix}postings[{i}].{name}");
+            let asset = AssetCode::new(&p.asset, &at("asset"))?;
             postings.push(Posting {
                 from: account_id(&p.from, &at("from"))?,
                 to: account_id(&p.to, &at("to"))?,
-                asset: AssetCode::new(&p.asset, &at("asset"))?,
-                amount: amount(&p.amount, &at("amount"))?,
+                amount: amount_of(&p.amount, &asset, catalog, &at("amount"))?,
+                asset,
             });
         }
         let spec = TransferSpec {
@@ -321,6 +435,9 @@ pub struct PostingOut {
     pub asset: String,
     /// Minor units.
     pub amount: u64,
+    /// The amount in the asset's declared scale (`"12.34"`); absent if it is not declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount_decimal: Option<String>,
 }
 
 /// A refund linked to the transfer it moves back.
@@ -466,6 +583,7 @@ impl From<&TransferRecord> for TransferOut {
                     to: p.to.to_string(),
                     asset: p.asset.to_string(),
                     amount: p.amount.units(),
+                    amount_decimal: None,
                 })
                 .collect(),
             metadata: r.spec.metadata.clone(),
@@ -498,6 +616,18 @@ impl From<&TransferRecord> for TransferOut {
                 })
                 .collect(),
         }
+    }
+}
+
+impl TransferOut {
+    /// The same, each posting's amount also shown in its asset's declared scale.
+    pub fn with_decimals(mut self, catalog: &Catalog) -> TransferOut {
+        for p in &mut self.postings {
+            if let Ok(code) = AssetCode::new(&p.asset, "asset") {
+                p.amount_decimal = catalog.decimal(&code, i128::from(p.amount));
+            }
+        }
+        self
     }
 }
 
@@ -539,21 +669,44 @@ pub struct AccountOut {
     pub in_flight: u64,
     /// The shard that holds it.
     pub shard: usize,
+    /// Its asset's declared scale; absent (with the decimals below) if it is not declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scale: Option<u8>,
+    /// `balance` in the asset's scale (`"12.34"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub balance_decimal: Option<String>,
+    /// `reserved` in the asset's scale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reserved_decimal: Option<String>,
+    /// `incoming` in the asset's scale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub incoming_decimal: Option<String>,
+    /// `available` in the asset's scale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub available_decimal: Option<String>,
 }
 
 impl AccountOut {
-    /// The answer for `a`, held on `shard`.
-    pub fn new(a: &Account, shard: usize) -> AccountOut {
+    /// The answer for `a`, held on `shard`, with decimals where `catalog` declares its asset.
+    pub fn new(a: &Account, shard: usize, catalog: &Catalog) -> AccountOut {
+        let asset = catalog.get(&a.asset);
+        let decimal = |units: i128| asset.map(|x| x.format(units));
+        let available = match a.lower_bound {
+            LowerBound::Bounded(_) => Some(a.available()),
+            LowerBound::Unbounded => None,
+        };
         AccountOut {
+            scale: asset.map(|x| x.scale),
+            balance_decimal: decimal(i128::from(a.balance)),
+            reserved_decimal: decimal(i128::from(a.reserved)),
+            incoming_decimal: decimal(i128::from(a.incoming)),
+            available_decimal: available.and_then(decimal),
             id: a.id.to_string(),
             asset: a.asset.to_string(),
             balance: a.balance,
             reserved: a.reserved,
             incoming: a.incoming,
-            available: match a.lower_bound {
-                LowerBound::Bounded(_) => Some(a.available()),
-                LowerBound::Unbounded => None,
-            },
+            available,
             lower_bound: match a.lower_bound {
                 LowerBound::Bounded(b) => serde_json::Value::from(b),
                 LowerBound::Unbounded => serde_json::Value::from("unbounded"),
@@ -630,13 +783,13 @@ mod tests {
                 from: "a".into(),
                 to: "a".into(),
                 asset: "USD".into(),
-                amount: n("1"),
+                amount: serde_json::Value::Number(n("1")),
             }],
             metadata: String::new(),
             hold: None,
             timeout_ms: None,
         };
-        let e = t.to_spec("transfers[3].").unwrap_err();
+        let e = t.to_spec("transfers[3].", &Catalog::default()).unwrap_err();
         assert_eq!(e.code, "accounts_must_be_different");
         assert_eq!(e.field.as_deref(), Some("transfers[3].postings[0].to"));
     }

@@ -4,12 +4,16 @@
 
 use crate::demo::DemoCommand;
 pub use crate::remote::Remote;
-use crate::table::{accounts_table, audit_table, print_json, table, text, transfers_table};
+use crate::table::{
+    accounts_table, assets_table, audit_table, print_json, table, text, transfers_table,
+};
 use clap::{Args, Parser, Subcommand};
 use serde_json::{json, Value};
 use xfer_client::{segment, Client};
 use xfer_server::config::ServeArgs;
-use xfer_server::wire::{AccountCreate, ExtendIn, HoldIn, PostingIn, RefundIn, TransferIn};
+use xfer_server::wire::{
+    AccountCreate, AssetIn, ExtendIn, HoldIn, PostingIn, RefundIn, TransferIn,
+};
 
 /// The `xfer` command.
 #[derive(Debug, Parser)]
@@ -153,6 +157,9 @@ pub enum Command {
     /// process), no API;
     /// takes serve's store and timing settings. Any number may run.
     Worker(ServeArgs),
+    /// Declare, list or show assets (an account's asset must be declared first).
+    #[command(subcommand)]
+    Asset(AssetCommand),
     /// Create, show, list or close accounts.
     #[command(subcommand)]
     Account(AccountCommand),
@@ -196,10 +203,11 @@ pub enum Command {
         /// `--amount`, since one transfer may have several partial refunds).
         #[arg(long)]
         refund_id: Option<String>,
-        /// A partial refund: how many minor units to move back, once per posting of the
-        /// original, in order (default: everything). Needs `--refund-id`.
-        #[arg(long = "amount", value_name = "UNITS", requires = "refund_id")]
-        amounts: Vec<u64>,
+        /// A partial refund: how much to move back, in minor units or as a decimal in the
+        /// asset's scale (`12.34`), once per posting of the original, in order (default:
+        /// everything). Needs `--refund-id`.
+        #[arg(long = "amount", value_name = "AMOUNT", requires = "refund_id")]
+        amounts: Vec<String>,
         /// Client data for the refund.
         #[arg(long, default_value = "")]
         metadata: String,
@@ -304,6 +312,27 @@ pub enum Command {
     Bench(xfer_bench::bench::BenchArgs),
 }
 
+/// Asset subcommands.
+#[derive(Debug, Subcommand)]
+pub enum AssetCommand {
+    /// Declare an asset with its scale (again with the same scale: answers it; a
+    /// declaration never changes).
+    Declare {
+        /// Its code (USD, POINTS, SKU-42, …).
+        code: String,
+        /// Decimal places of its minor unit: USD 2, JPY 0, BTC 8.
+        #[arg(long)]
+        scale: u64,
+    },
+    /// List the declared assets.
+    List,
+    /// Show one declared asset.
+    Show {
+        /// Its code.
+        code: String,
+    },
+}
+
 /// Account subcommands.
 #[derive(Debug, Subcommand)]
 pub enum AccountCommand {
@@ -354,10 +383,11 @@ pub struct TransferArgs {
     /// Asset code.
     #[arg(long)]
     pub asset: Option<String>,
-    /// Minor units (cents for USD).
+    /// Minor units (cents for USD: `1234`), or a decimal in the asset's declared scale
+    /// (`12.34`).
     #[arg(long)]
-    pub amount: Option<u64>,
-    /// A posting as FROM,TO,ASSET,AMOUNT; repeat for several.
+    pub amount: Option<String>,
+    /// A posting as FROM,TO,ASSET,AMOUNT (AMOUNT as --amount); repeat for several.
     #[arg(long)]
     pub posting: Vec<String>,
     /// Client data (an order number).
@@ -375,23 +405,20 @@ impl TransferArgs {
     fn body(&self, hold_ttl_ms: Option<u64>) -> Result<TransferIn, String> {
         let mut postings = Vec::new();
         if let (Some(from), Some(to), Some(asset), Some(amount)) =
-            (&self.from, &self.to, &self.asset, self.amount)
+            (&self.from, &self.to, &self.asset, &self.amount)
         {
-            postings.push(PostingIn::new(from, to, asset, amount));
+            postings.push(PostingIn {
+                amount: amount_value(amount),
+                ..PostingIn::new(from, to, asset, 0)
+            });
         }
         for p in &self.posting {
             let parts: Vec<&str> = p.split(',').collect();
             let [from, to, asset, amount] = parts.as_slice() else {
                 return Err(format!("--posting {p:?}: expected FROM,TO,ASSET,AMOUNT"));
             };
-            // Any integer goes: the server says why one is not an amount.
-            let amount: serde_json::Number = amount
-                .parse()
-                .ok()
-                .filter(|n: &serde_json::Number| !n.is_f64())
-                .ok_or_else(|| format!("--posting {p:?}: {amount:?} is not an integer"))?;
             postings.push(PostingIn {
-                amount,
+                amount: amount_value(amount),
                 ..PostingIn::new(from, to, asset, 0)
             });
         }
@@ -409,6 +436,15 @@ impl TransferArgs {
 }
 
 /// A fresh id for a transfer the user did not name: process id and wall time.
+/// An amount as typed: an integer goes as minor units, anything else as a decimal string
+/// the server reads in the asset's scale (and refuses, naming the field, if it is not one).
+fn amount_value(typed: &str) -> Value {
+    match typed.parse::<serde_json::Number>() {
+        Ok(n) if !n.is_f64() => Value::Number(n),
+        _ => Value::from(typed),
+    }
+}
+
 fn generated_id() -> String {
     use xfer_core::Clock;
     let now = xfer_core::SystemClock.now().as_ms();
@@ -424,6 +460,13 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
             print_json(v);
         } else {
             transfers_table(std::slice::from_ref(v));
+        }
+    };
+    let print_asset = |v: &Value| {
+        if json_out {
+            print_json(v);
+        } else {
+            assets_table(std::slice::from_ref(v));
         }
     };
     let print_account = |v: &Value| {
@@ -465,6 +508,22 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
             print_account(&client.get(&path).await?.ok()?);
         }
         Command::Webhook(w) => crate::webhook::run(w, &client, json_out).await?,
+        Command::Asset(AssetCommand::Declare { code, scale }) => {
+            let body = AssetIn { code, scale };
+            print_asset(&client.post_body("/v1/assets", &body).await?.ok()?);
+        }
+        Command::Asset(AssetCommand::List) => {
+            let v = client.get("/v1/assets").await?.ok()?;
+            if json_out {
+                print_json(&v);
+            } else {
+                assets_table(v["assets"].as_array().map_or(&[][..], |a| a));
+            }
+        }
+        Command::Asset(AssetCommand::Show { code }) => {
+            let path = format!("/v1/assets/{}", segment(&code));
+            print_asset(&client.get(&path).await?.ok()?);
+        }
         Command::Account(AccountCommand::List { after, limit }) => {
             let page = ("/v1/accounts", "accounts", accounts_table as fn(&[Value]));
             print_page(&client, page, after, limit, json_out).await?;
@@ -525,7 +584,7 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
         } => {
             let refund_id = refund_id.unwrap_or_else(|| format!("{id}.refund"));
             let path = format!("/v1/transfers/{}/refund", segment(&id));
-            let mut units: Vec<serde_json::Number> = amounts.into_iter().map(Into::into).collect();
+            let mut units: Vec<Value> = amounts.iter().map(|a| amount_value(a)).collect();
             let body = RefundIn {
                 id: refund_id,
                 amount: (units.len() == 1).then(|| units.remove(0)),

@@ -25,7 +25,7 @@ use xfer_engine::{Sleeper, TokioSleeper};
 use xfer_server::config::{ServeConfig, ShardSpec};
 use xfer_server::metrics::Stopwatch;
 use xfer_server::server::Server;
-use xfer_server::wire::{AccountCreate, HoldIn, PostingIn, RefundIn, TransferIn};
+use xfer_server::wire::{AccountCreate, AssetIn, HoldIn, PostingIn, RefundIn, TransferIn};
 
 /// The demos.
 #[derive(Debug, Subcommand)]
@@ -188,28 +188,31 @@ pub async fn run(cmd: DemoCommand, remote: &Remote) -> Result<i32, String> {
     };
     let client = Client::new(&url, remote.token.clone())?;
     let prefix = format!("d{}", SystemClock.now().as_ms());
-    let scenario = match cmd {
-        DemoCommand::Bank {
-            accounts,
-            transfers,
-            ..
-        } => bank(&client, &prefix, &common, accounts, transfers).await,
-        DemoCommand::FlashSale {
-            stock,
-            users,
-            limit,
-            arrive_ms,
-            ..
-        } => {
-            let sale = Sale {
+    let scenario = match declare_assets(&client).await {
+        Err(e) => Err(e),
+        Ok(()) => match cmd {
+            DemoCommand::Bank {
+                accounts,
+                transfers,
+                ..
+            } => bank(&client, &prefix, &common, accounts, transfers).await,
+            DemoCommand::FlashSale {
                 stock,
                 users,
                 limit,
                 arrive_ms,
-            };
-            flash_sale(&client, &prefix, &common, sale).await
-        }
-        DemoCommand::PointsAndCash { .. } => points_and_cash(&client, &prefix).await,
+                ..
+            } => {
+                let sale = Sale {
+                    stock,
+                    users,
+                    limit,
+                    arrive_ms,
+                };
+                flash_sale(&client, &prefix, &common, sale).await
+            }
+            DemoCommand::PointsAndCash { .. } => points_and_cash(&client, &prefix).await,
+        },
     };
     if let Err(e) = &scenario {
         println!("FAILED: {e}");
@@ -223,6 +226,18 @@ pub async fn run(cmd: DemoCommand, remote: &Remote) -> Result<i32, String> {
     }
     scenario?;
     Ok(if audit? { 0 } else { 3 })
+}
+
+/// The demos' assets, declared (again, on a server that has them: answered as they are).
+async fn declare_assets(c: &Client) -> Result<(), String> {
+    for (code, scale) in [("USD", 2), ("POINTS", 0), ("SKU-42", 0), ("QUOTA-42", 0)] {
+        let body = AssetIn {
+            code: code.to_string(),
+            scale,
+        };
+        c.post_body("/v1/assets", &body).await?.ok()?;
+    }
+    Ok(())
 }
 
 async fn create(c: &Client, id: &str, asset: &str, bound: Value) -> Result<(), String> {

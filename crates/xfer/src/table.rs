@@ -39,26 +39,40 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) {
     }
 }
 
-/// Prints accounts.
+/// `v[key]` in its asset's scale where the answer gives it (`key_decimal`), else as sent.
+fn amount_text(v: &Value, key: &str) -> String {
+    match &v[format!("{key}_decimal")] {
+        Value::String(d) => d.clone(),
+        _ => text(&v[key]),
+    }
+}
+
+/// Prints declared assets.
+pub fn assets_table(assets: &[Value]) {
+    let rows: Vec<Vec<String>> = assets
+        .iter()
+        .map(|a| vec![text(&a["code"]), text(&a["scale"])])
+        .collect();
+    table(&["CODE", "SCALE"], &rows);
+}
+
+/// Prints accounts, amounts in their asset's scale where it is declared.
 pub fn accounts_table(accounts: &[Value]) {
     let rows: Vec<Vec<String>> = accounts
         .iter()
         .map(|a| {
-            [
-                "id",
-                "asset",
-                "balance",
-                "reserved",
-                "incoming",
-                "available",
-                "lower_bound",
-                "status",
-                "in_flight",
-                "shard",
+            vec![
+                text(&a["id"]),
+                text(&a["asset"]),
+                amount_text(a, "balance"),
+                amount_text(a, "reserved"),
+                amount_text(a, "incoming"),
+                amount_text(a, "available"),
+                text(&a["lower_bound"]),
+                text(&a["status"]),
+                text(&a["in_flight"]),
+                text(&a["shard"]),
             ]
-            .iter()
-            .map(|k| text(&a[*k]))
-            .collect()
         })
         .collect();
     table(
@@ -78,7 +92,7 @@ pub fn accounts_table(accounts: &[Value]) {
     );
 }
 
-/// Prints transfers.
+/// Prints transfers, amounts in their asset's scale where it is declared.
 pub fn transfers_table(transfers: &[Value]) {
     let rows: Vec<Vec<String>> = transfers
         .iter()
@@ -90,7 +104,7 @@ pub fn transfers_table(transfers: &[Value]) {
                 .map(|p| {
                     format!(
                         "{} {} {}->{}",
-                        text(&p["amount"]),
+                        amount_text(p, "amount"),
                         text(&p["asset"]),
                         text(&p["from"]),
                         text(&p["to"])

@@ -329,7 +329,17 @@ impl TestServer {
 
     // ---- domain helpers ----
 
+    /// Declares `code` (USD and EUR with scale 2, the rest 0); again answers it.
+    async fn declare(&self, code: &str) {
+        let scale = if matches!(code, "USD" | "EUR") { 2 } else { 0 };
+        let a = self
+            .post("/v1/assets", &json!({"code": code, "scale": scale}))
+            .await;
+        assert_eq!(a.status, 201, "declare {code}: {}", a.text);
+    }
+
     async fn create_account(&self, id: &str, asset: &str, lower_bound: Value) -> Value {
+        self.declare(asset).await;
         let a = self
             .post(
                 "/v1/accounts",
@@ -477,6 +487,184 @@ async fn health_and_docs(ts: &TestServer) {
             r.path
         );
     }
+}
+
+/// Declared assets: scales, refusals by field, accounts only of a declared asset, and
+/// amounts in and out as decimals in the asset's scale, on accounts of its own. Runs after
+/// `accounts` (USD 2 and EUR 2 declared, `bank` an issuer of USD).
+async fn assets(ts: &TestServer) {
+    let declare = |code: &str, scale: Value| {
+        let body = json!({"code": code, "scale": scale});
+        async move { ts.post("/v1/assets", &body).await }
+    };
+    for _ in 0..2 {
+        let a = declare("JPY", json!(0)).await;
+        assert_eq!(
+            (a.status, a.body.clone()),
+            (201, json!({"code": "JPY", "scale": 0}))
+        );
+    }
+    ts.create_account("dec-a", "USD", json!(0)).await;
+    ts.create_account("dec-b", "USD", json!(0)).await;
+    ts.pay("dec-fund", "bank", "dec-a", "USD", 1_000).await;
+    let before = ts.snapshot(&["dec-a", "dec-b"]).await;
+    let a = declare("JPY", json!(2)).await;
+    expect_error(
+        &a,
+        409,
+        "asset_declared_with_another_scale",
+        Some("scale"),
+        "JPY 2",
+    );
+    let a = declare("BT C", json!(8)).await;
+    expect_error(&a, 400, "asset_code_is_invalid", Some("code"), "a bad code");
+    let a = declare("BTC", json!(19)).await;
+    expect_error(
+        &a,
+        400,
+        "asset_scale_out_of_range",
+        Some("scale"),
+        "19 places",
+    );
+    let a = ts.post("/v1/assets", &json!({"code": "BTC"})).await;
+    assert_eq!((a.status, a.code()), (400, "missing_field"), "{}", a.text);
+    let a = ts.get("/v1/assets").await;
+    let listed: Vec<(String, u64)> = a.body["assets"]
+        .as_array()
+        .expect("assets")
+        .iter()
+        .map(|x| {
+            (
+                x["code"].as_str().unwrap().to_string(),
+                x["scale"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let want = [("EUR", 2), ("JPY", 0), ("USD", 2)].map(|(c, n)| (c.to_string(), n));
+    assert_eq!(listed, want, "{}", a.text);
+    let a = ts.get("/v1/assets/USD").await;
+    assert_eq!(
+        (a.status, a.body.clone()),
+        (200, json!({"code": "USD", "scale": 2}))
+    );
+    let a = ts.get("/v1/assets/USX").await;
+    expect_error(
+        &a,
+        404,
+        "asset_not_declared",
+        Some("code"),
+        "an undeclared asset",
+    );
+
+    // A typo makes no asset and no account.
+    let a = ts
+        .post("/v1/accounts", &json!({"id": "typo", "asset": "USX"}))
+        .await;
+    expect_error(
+        &a,
+        404,
+        "asset_not_declared",
+        Some("asset"),
+        "an account of USX",
+    );
+    assert_eq!(ts.get("/v1/accounts/typo").await.status, 404);
+
+    // Decimals in: refused by field, changing nothing.
+    for (amount, status, code) in [
+        (json!("1.255"), 400, "amount_has_too_many_decimals"),
+        (json!("1,25"), 400, "amount_is_not_a_number"),
+        (json!("-1.25"), 400, "amount_must_be_positive"),
+        (json!("0.00"), 400, "amount_must_be_positive"),
+        (json!(true), 400, "wrong_type"),
+    ] {
+        let a = ts
+            .post(
+                "/v1/transfers",
+                &transfer("dec-bad", "dec-a", "dec-b", "USD", amount.clone()),
+            )
+            .await;
+        expect_error(
+            &a,
+            status,
+            code,
+            Some("postings[0].amount"),
+            &format!("{amount}"),
+        );
+    }
+    let a = ts
+        .post(
+            "/v1/transfers",
+            &transfer("dec-bad", "dec-a", "dec-b", "XYZ", json!("1.0")),
+        )
+        .await;
+    expect_error(
+        &a,
+        404,
+        "asset_not_declared",
+        Some("postings[0].amount"),
+        "XYZ 1.0",
+    );
+    assert_eq!(ts.get("/v1/transfers/dec-bad").await.status, 404);
+    assert_eq!(
+        ts.snapshot(&["dec-a", "dec-b"]).await,
+        before,
+        "nothing changed"
+    );
+
+    // Decimals in and out.
+    let bob = ts.get("/v1/accounts/dec-b").await.body;
+    let a = ts
+        .post(
+            "/v1/transfers",
+            &transfer("dec-1", "dec-a", "dec-b", "USD", json!("1.25")),
+        )
+        .await;
+    assert_eq!(a.body["state"], "done", "{}", a.text);
+    let p = &a.body["postings"][0];
+    assert_eq!(
+        (p["amount"].clone(), p["amount_decimal"].clone()),
+        (json!(125), json!("1.25"))
+    );
+    let after = ts.get("/v1/accounts/dec-b").await.body;
+    let balance = after["balance"].as_i64().unwrap();
+    assert_eq!(balance, bob["balance"].as_i64().unwrap() + 125);
+    assert_eq!(after["scale"], 2);
+    let whole = balance / 100;
+    let cents = balance % 100;
+    assert_eq!(
+        after["balance_decimal"],
+        json!(format!("{whole}.{cents:02}"))
+    );
+    assert_eq!(after["available_decimal"], after["balance_decimal"]);
+    // A batch item and a partial refund in decimals.
+    let batch = json!({"transfers": [transfer("dec-2", "dec-a", "dec-b", "USD", json!("0.75"))]});
+    let a = ts.post("/v1/transfers/batch", &batch).await;
+    let t = &a.body["results"][0]["transfer"];
+    assert_eq!(
+        (t["state"].clone(), t["postings"][0]["amount"].clone()),
+        (json!("done"), json!(75))
+    );
+    let a = ts
+        .post(
+            "/v1/transfers/dec-1/refund",
+            &json!({"id": "dec-1r", "amount": "0.25"}),
+        )
+        .await;
+    assert_eq!(a.body["state"], "done", "{}", a.text);
+    assert_eq!(a.body["postings"][0]["amount"], 25);
+    let a = ts
+        .post(
+            "/v1/transfers/dec-1/refund",
+            &json!({"id": "dec-1r2", "amount": "0.001"}),
+        )
+        .await;
+    expect_error(
+        &a,
+        400,
+        "amount_has_too_many_decimals",
+        Some("amount"),
+        "a refund of 0.001",
+    );
 }
 
 async fn accounts(ts: &TestServer) {
@@ -644,7 +832,7 @@ async fn transfers(ts: &TestServer) {
     assert_eq!(t["kind"], "transfer");
     assert_eq!(
         t["postings"],
-        json!([{"from": "alice", "to": "bob", "asset": "USD", "amount": 30}])
+        json!([{"from": "alice", "to": "bob", "asset": "USD", "amount": 30, "amount_decimal": "0.30"}])
     );
     assert_eq!(t["reason"], Value::Null);
     assert!(t["created_at_ms"].as_u64().unwrap() > 0);
@@ -892,7 +1080,7 @@ async fn holds_and_refunds(ts: &TestServer) {
     assert_eq!(a.body["refund_of"], "h-1");
     assert_eq!(
         a.body["postings"],
-        json!([{"from": "carol", "to": "alice", "asset": "USD", "amount": 10}])
+        json!([{"from": "carol", "to": "alice", "asset": "USD", "amount": 10, "amount_decimal": "0.10"}])
     );
     assert_eq!(ts.transfer("h-1").await["refunded_by"], "r-1");
     assert_eq!(
@@ -1131,11 +1319,18 @@ async fn partial_refunds(ts: &TestServer) {
             "zero",
         ),
         (
-            json!({"id": "pp-2-x", "amounts": [5, "5"]}),
+            json!({"id": "pp-2-x", "amounts": [5, true]}),
             400,
             "wrong_type",
             "amounts[1]",
-            "a string",
+            "a boolean",
+        ),
+        (
+            json!({"id": "pp-2-x", "amounts": [5, "0.001"]}),
+            400,
+            "amount_has_too_many_decimals",
+            "amounts[1]",
+            "a decimal finer than the scale",
         ),
         (
             json!({"id": "pp-2-x", "amount": 5, "amounts": [5, 5]}),
@@ -2049,6 +2244,7 @@ async fn every_route(backend: Backend) {
     stats(&ts, feed).await;
     webhooks(&ts, feed).await;
     extend_holds(&ts).await;
+    assets(&ts).await;
     metrics(&ts).await;
     // Twice: a request is counted once answered, so the second shows the first.
     let text = metrics(&ts).await;
@@ -2288,11 +2484,19 @@ fn bad_cases() -> Vec<Bad> {
             None,
         ),
         bad_transfer(
-            "amount as a string",
+            "amount as a list",
             "bad-type",
-            one("bad-type", json!("5")),
+            one("bad-type", json!(["5"])),
             400,
             "wrong_type",
+            Some("postings[0].amount"),
+        ),
+        bad_transfer(
+            "a decimal finer than the asset's scale",
+            "bad-decimal",
+            one("bad-decimal", json!("5.001")),
+            400,
+            "amount_has_too_many_decimals",
             Some("postings[0].amount"),
         ),
         bad_transfer(

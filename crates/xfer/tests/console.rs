@@ -854,6 +854,10 @@ fn token_args() -> Vec<String> {
 }
 
 async fn create(c: &Client, id: &str, lower_bound: Value) {
+    let usd = c
+        .post("/v1/assets", &json!({"code": "USD", "scale": 2}))
+        .await;
+    assert_eq!(usd.expect("declare USD").status, 201, "declare USD");
     let a = c
         .post(
             "/v1/accounts",

@@ -144,6 +144,10 @@ async fn start_server(data: &Path) -> (Server, Client) {
     };
     let server = Server::start(cfg).await.expect("the server starts");
     let client = Client::new(&format!("http://{}", server.addr()), None).expect("a client");
+    let usd = client
+        .post("/v1/assets", &json!({"code": "USD", "scale": 2}))
+        .await;
+    assert_eq!(usd.expect("declare USD").status, 201, "declare USD");
     for (id, bound) in [
         ("issuer".to_string(), json!("unbounded")),
         ("poor".to_string(), json!(0)),

@@ -66,6 +66,12 @@ async fn row_balance(url: &str, schema: &str, id: &str) -> Option<i64> {
 /// enough of both (both legs move), once with too little cash (neither moves). Answers the
 /// balances every store must then hold.
 async fn pay_with_both(c: &Client) -> [(&'static str, i64); 4] {
+    for (code, scale) in [("POINTS", 0), ("USD", 2)] {
+        let a = c
+            .post("/v1/assets", &json!({"code": code, "scale": scale}))
+            .await;
+        assert_eq!(a.expect("declare").status, 201, "declare {code}");
+    }
     for (id, asset, bound) in [
         ("points:issuer", "POINTS", json!("unbounded")),
         ("points:alice", "POINTS", json!(0)),

@@ -73,6 +73,10 @@ async fn a_balance_edited_in_a_copy_of_the_data_directory_is_named_by_the_replay
     let serve = Serve::start(&data, dir.path(), 0);
     serve.ready().await;
     let c = serve.client();
+    let usd = c
+        .post("/v1/assets", &json!({"code": "USD", "scale": 2}))
+        .await;
+    assert_eq!(usd.expect("declare USD").status, 201, "declare USD");
     for (id, bound) in [
         ("issuer", json!("unbounded")),
         ("alice", json!(0)),

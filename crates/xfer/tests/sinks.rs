@@ -213,6 +213,11 @@ async fn submit_one(client: &Client, body: Value) {
 
 /// Accounts, twenty transfers, one refused, a hold captured.
 async fn workload(client: &Client) {
+    let usd = json!({"code": "USD", "scale": 2});
+    let a = client
+        .send(hyper::Method::POST, "/v1/assets", Some(&usd))
+        .await;
+    assert!(a.expect("declare USD").is_success(), "declare USD");
     for (id, bound) in [
         ("bank", json!("unbounded")),
         ("alice", json!(0)),

@@ -333,6 +333,9 @@ async fn register(c: &Client, hook: &Hook, fields: Value) -> String {
 }
 
 async fn accounts(c: &Client, ids: &[&str]) {
+    let usd = json!({"code": "USD", "scale": 2});
+    let a = call(c, Method::POST, "/v1/assets", Some(usd)).await;
+    assert_eq!(a.status, 201, "declare USD: {}", a.text);
     for id in ids {
         let bound = if *id == "bank" {
             json!("unbounded")

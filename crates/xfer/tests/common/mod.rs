@@ -236,6 +236,10 @@ pub fn posting(from: &str, to: &str, amount: u64) -> Value {
 
 /// The issuer and the customers, each funded with [`OPENING`] (transfers `fund-i`).
 pub async fn setup(c: &Client, ledger: &Ledger) {
+    let usd = c
+        .post("/v1/assets", &json!({"code": "USD", "scale": 2}))
+        .await;
+    assert_eq!(usd.expect("declare USD").status, 201, "declare USD");
     let mut accounts = vec![("issuer".to_string(), json!("unbounded"))];
     accounts.extend((0..CUSTOMERS).map(|i| (customer(i), json!(0))));
     for (id, bound) in accounts {
