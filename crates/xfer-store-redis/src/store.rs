@@ -319,7 +319,14 @@ impl RedisStore {
             self.pipeline(&pipe).await?;
         }
         let mut pipe = redis::pipe();
-        for key in [k.due(), k.tombs(), k.seq(), k.assets()] {
+        for key in [
+            k.due(),
+            k.tombs(),
+            k.seq(),
+            k.assets(),
+            k.events(),
+            k.events_dropped(),
+        ] {
             pipe.del(key).ignore();
         }
         self.pipeline(&pipe).await.map(drop)

@@ -22,3 +22,17 @@ async fn conformance_on_a_cluster() {
     xfer_store::conformance::run_one_phase_committing(|| shards.open()).await;
     xfer_store::conformance::run_events(|| shards.open()).await;
 }
+
+/// `destroy` (what tests, demos and benches call on the shards they made) leaves no key of
+/// the shard behind: records, indexes, the change feed and the asset catalog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destroy_leaves_no_key_of_the_shard() {
+    let shards = Shards::new(Server::Single, "destroy");
+    xfer_store::conformance::run_events(|| shards.open()).await;
+    let store = shards.open().await;
+    let usd = xfer_core::Asset::new("USD", 2).expect("an asset");
+    xfer_store::Store::declare_asset(&store, &usd)
+        .await
+        .expect("declare");
+    assert_eq!(shards.destroy_and_find_left().await, Vec::<String>::new());
+}

@@ -76,6 +76,33 @@ impl Shards {
     }
 }
 
+impl Shards {
+    /// Destroys every shard opened so far (on a single server) and answers the keys under
+    /// their tags that are left.
+    pub async fn destroy_and_find_left(&self) -> Vec<String> {
+        assert_eq!(self.server, Server::Single, "SCAN reaches one server");
+        let opened = std::mem::take(&mut *self.opened.lock().unwrap());
+        let client = redis::Client::open(url()).expect("a client");
+        let mut c = client
+            .get_multiplexed_async_connection()
+            .await
+            .expect("a connection");
+        let mut left = Vec::new();
+        for cfg in opened {
+            let store = RedisStore::open(&cfg).await.expect("reopen");
+            store.destroy().await.expect("destroy");
+            let pattern = format!("{{{}}}*", cfg.prefix);
+            let mut keys: Vec<String> = redis::cmd("KEYS")
+                .arg(&pattern)
+                .query_async(&mut c)
+                .await
+                .expect("KEYS");
+            left.append(&mut keys);
+        }
+        left
+    }
+}
+
 impl Drop for Shards {
     fn drop(&mut self) {
         let opened = std::mem::take(&mut *self.opened.lock().unwrap());
