@@ -183,6 +183,7 @@ fn viewer<'a>(s: &'a SignIn, app: &App) -> Viewer<'a> {
         csrf: &s.csrf,
         flash: s.flash.as_deref(),
         signed_in: !app.tokens.is_empty(),
+        catalog: app.svc.catalog_cache().get(),
     }
 }
 
@@ -265,7 +266,11 @@ async fn overview(State(app): Shared, headers: HeaderMap, uri: Uri) -> Response 
             let v = viewer(&s, &app);
             page(
                 StatusCode::OK,
-                view::layout(Some(&v), "Overview", view::overview(&stats)),
+                view::layout(
+                    Some(&v),
+                    "Overview",
+                    view::overview(&stats, &app.svc.catalog_cache().get()),
+                ),
             )
         }
         Err(e) => error_page(&s, &app, "Overview", e),
@@ -372,7 +377,13 @@ async fn transfers(
         Ok(f) => f,
         Err(e) => {
             let err = view::error("invalid_query", &e.to_string());
-            let body = view::transfers(&ListForm::default(), &[], None, Some(err));
+            let body = view::transfers(
+                &ListForm::default(),
+                &[],
+                &crate::catalog::Catalog::default(),
+                None,
+                Some(err),
+            );
             return page(
                 StatusCode::BAD_REQUEST,
                 view::layout(Some(&v), "Transfers", body),
@@ -390,7 +401,7 @@ async fn transfers(
             view::layout(
                 Some(&v),
                 "Transfers",
-                view::transfers(&form, rows, next, err),
+                view::transfers(&form, rows, &v.catalog, next, err),
             ),
         )
     };
@@ -650,7 +661,11 @@ async fn canceled(
             let v = viewer(&s, &app);
             page(
                 StatusCode::OK,
-                view::layout(Some(&v), "Canceled", view::canceled(&p.items, next)),
+                view::layout(
+                    Some(&v),
+                    "Canceled",
+                    view::canceled(&p.items, next, &v.catalog),
+                ),
             )
         }
         Err(e) => error_page(&s, &app, "Canceled", e),
@@ -718,7 +733,11 @@ async fn accounts(
             let v = viewer(&s, &app);
             page(
                 StatusCode::OK,
-                view::layout(Some(&v), "Accounts", view::accounts(&prefix, &rows, next)),
+                view::layout(
+                    Some(&v),
+                    "Accounts",
+                    view::accounts(&prefix, &rows, next, &v.catalog),
+                ),
             )
         }
         Err(e) => error_page(&s, &app, "Accounts", e),

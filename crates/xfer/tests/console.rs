@@ -383,8 +383,8 @@ async fn console_signs_in_filters_and_shows_a_transfer_and_its_timeline() {
         .await;
     let balances = b.text("#balances").await;
     assert!(
-        balances.contains("870") && balances.contains("865"),
-        "#balances: 870 posted, 865 available: {balances:?}"
+        balances.contains("8.70 USD") && balances.contains("8.65 USD"),
+        "#balances in USD's scale: 8.70 posted, 8.65 available: {balances:?}"
     );
     let history: BTreeSet<String> = b.row_ids("table#history").await.into_iter().collect();
     for id in ["fund-alice", "pay-1", "pay-2", "pay-3", "hold-1"] {

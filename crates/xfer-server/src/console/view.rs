@@ -3,6 +3,7 @@
 //! Content-Security-Policy as `'self'`.
 
 use crate::auth::Scope;
+use crate::catalog::Catalog;
 use crate::stats::Stats;
 use maud::{html, Markup, DOCTYPE};
 use xfer_core::{Account, IntentState, LowerBound, TransferRecord, TransferState};
@@ -17,6 +18,8 @@ pub struct Viewer<'a> {
     pub flash: Option<&'a str>,
     /// Sign-in is on (tokens configured): show sign out.
     pub signed_in: bool,
+    /// The declared assets: amounts in their scale.
+    pub catalog: std::sync::Arc<Catalog>,
 }
 
 impl Viewer<'_> {
@@ -35,15 +38,24 @@ pub fn when(ms: u64) -> String {
     t.format(&f).unwrap_or_default()
 }
 
-/// An amount in minor units, grouped by thousands, with its asset.
-pub fn amount(n: i128, asset: &str) -> String {
-    let digits = n.unsigned_abs().to_string();
+/// An amount with its asset, in the asset's declared scale (minor units if it is not
+/// declared), its whole part grouped by thousands.
+pub fn amount(n: i128, asset: &str, catalog: &Catalog) -> String {
+    let code = xfer_core::AssetCode::new(asset, "asset").ok();
+    let text = code
+        .and_then(|c| catalog.decimal(&c, n.abs()))
+        .unwrap_or_else(|| n.unsigned_abs().to_string());
+    let (digits, fraction) = text.split_once('.').unwrap_or((&text, ""));
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
         if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
+    }
+    if !fraction.is_empty() {
+        out.push('.');
+        out.push_str(fraction);
     }
     format!("{}{out} {asset}", if n < 0 { "-" } else { "" })
 }
@@ -124,7 +136,7 @@ pub fn error(code: &str, message: &str) -> Markup {
 }
 
 /// The overview.
-pub fn overview(s: &Stats) -> Markup {
+pub fn overview(s: &Stats, catalog: &Catalog) -> Markup {
     html! {
         section .cards {
             div .card { span .label { "Transfers/s" } span #rate .big { "…" } }
@@ -161,9 +173,9 @@ pub fn overview(s: &Stats) -> Markup {
                     tr {
                         td { (a.asset) }
                         td .num { (a.accounts) }
-                        td .num { (amount(a.balance, &a.asset)) }
-                        td .num { (amount(a.reserved, &a.asset)) }
-                        td .num { (amount(a.incoming, &a.asset)) }
+                        td .num { (amount(a.balance, &a.asset, catalog)) }
+                        td .num { (amount(a.reserved, &a.asset, catalog)) }
+                        td .num { (amount(a.incoming, &a.asset, catalog)) }
                     }
                 }
             }
@@ -206,10 +218,10 @@ fn state_class(s: TransferState) -> &'static str {
     }
 }
 
-fn postings_summary(r: &TransferRecord) -> Markup {
+fn postings_summary(r: &TransferRecord, catalog: &Catalog) -> Markup {
     html! {
         @for p in r.spec.postings.iter() {
-            div { (p.from.as_str()) " → " (p.to.as_str()) " " (amount(i128::from(p.amount.units()), p.asset.as_str())) }
+            div { (p.from.as_str()) " → " (p.to.as_str()) " " (amount(i128::from(p.amount.units()), p.asset.as_str(), catalog)) }
         }
     }
 }
@@ -218,6 +230,7 @@ fn postings_summary(r: &TransferRecord) -> Markup {
 pub fn transfer_rows(
     id: &str,
     rows: &[TransferRecord],
+    catalog: &Catalog,
     extra: &dyn Fn(&TransferRecord) -> Markup,
 ) -> Markup {
     html! {
@@ -229,7 +242,7 @@ pub fn transfer_rows(
                         tr .transfer data-id=(r.spec.id.as_str()) {
                             td { a .transfer-link href=(format!("/console/transfers/{}", r.spec.id.as_str())) { (r.spec.id.as_str()) } }
                             td .state .(state_class(r.state)) { (r.state.to_string()) }
-                            td { (postings_summary(r)) }
+                            td { (postings_summary(r, catalog)) }
                             td { (when(r.created_at.as_ms())) }
                             td { (extra(r)) }
                         }
@@ -269,6 +282,7 @@ pub struct ListForm {
 pub fn transfers(
     form: &ListForm,
     rows: &[TransferRecord],
+    catalog: &Catalog,
     next: Option<String>,
     error: Option<Markup>,
 ) -> Markup {
@@ -300,7 +314,7 @@ pub fn transfers(
             button type="submit" { "Filter" }
         }
         @if let Some(e) = error { (e) }
-        (transfer_rows("transfers", rows, &|_| html! {}))
+        (transfer_rows("transfers", rows, catalog, &|_| html! {}))
         @if let Some(next) = next {
             a #next-page .button href=(next) { "Older →" }
         }
@@ -336,7 +350,7 @@ pub fn transfer(
                         " ("
                         @for (j, (a, p)) in link.amounts.iter().zip(r.spec.postings.iter()).enumerate() {
                             @if j > 0 { ", " }
-                            (amount(i128::from(a.units()), p.asset.as_str()))
+                            (amount(i128::from(a.units()), p.asset.as_str(), &v.catalog))
                         }
                         ")"
                     }
@@ -356,7 +370,7 @@ pub fn transfer(
                 tr {
                     td { a href=(format!("/console/accounts/{}", p.from.as_str())) { (p.from.as_str()) } }
                     td { a href=(format!("/console/accounts/{}", p.to.as_str())) { (p.to.as_str()) } }
-                    td .num { (amount(i128::from(p.amount.units()), p.asset.as_str())) }
+                    td .num { (amount(i128::from(p.amount.units()), p.asset.as_str(), &v.catalog)) }
                 }
             } }
         } }
@@ -411,7 +425,7 @@ pub fn transfer(
                         @for (i, (p, taken)) in r.spec.postings.iter().zip(taken).enumerate() {
                             label {
                                 "Move back of " (p.from.as_str()) " → " (p.to.as_str())
-                                " (" (amount(i128::from(p.amount.units().saturating_sub(*taken)), p.asset.as_str())) " left), minor units "
+                                " (" (amount(i128::from(p.amount.units().saturating_sub(*taken)), p.asset.as_str(), &v.catalog)) " left), minor units "
                                 input type="number" min="1" name=(format!("amount{i}")) placeholder="what is left";
                             }
                         }
@@ -435,7 +449,7 @@ pub fn stuck(v: &Viewer<'_>, rows: &[(TransferRecord, String)]) -> Markup {
     };
     html! {
         p .hint { "Unfinished past their lease or hold: the sweeper finishes them on its next pass; re-drive one now." }
-        (transfer_rows("stuck", &records, &|r| html! {
+        (transfer_rows("stuck", &records, &v.catalog, &|r| html! {
             span .why { (why(r)) }
             @if v.admin() {
                 form .redrive method="post" action=(format!("/console/transfers/{}/redrive", r.spec.id.as_str())) {
@@ -447,9 +461,9 @@ pub fn stuck(v: &Viewer<'_>, rows: &[(TransferRecord, String)]) -> Markup {
 }
 
 /// The canceled transfers with their reasons.
-pub fn canceled(rows: &[TransferRecord], next: Option<String>) -> Markup {
+pub fn canceled(rows: &[TransferRecord], next: Option<String>, catalog: &Catalog) -> Markup {
     html! {
-        (transfer_rows("canceled", rows, &|r| html! {
+        (transfer_rows("canceled", rows, catalog, &|r| html! {
             span .reason { (r.reason.as_ref().map(|x| x.to_string()).unwrap_or_default()) }
         }))
         @if let Some(next) = next { a #next-page .button href=(next) { "More →" } }
@@ -457,7 +471,7 @@ pub fn canceled(rows: &[TransferRecord], next: Option<String>) -> Markup {
 }
 
 /// The accounts page: a search by id prefix and a page of accounts.
-pub fn accounts(prefix: &str, rows: &[Account], next: Option<String>) -> Markup {
+pub fn accounts(prefix: &str, rows: &[Account], next: Option<String>, catalog: &Catalog) -> Markup {
     html! {
         form #account-search .filters method="get" action="/console/accounts" {
             label { "Id starts with " input name="prefix" value=(prefix); }
@@ -469,8 +483,8 @@ pub fn accounts(prefix: &str, rows: &[Account], next: Option<String>) -> Markup 
                 tr .account data-id=(a.id.as_str()) {
                     td { a .account-link href=(format!("/console/accounts/{}", a.id.as_str())) { (a.id.as_str()) } }
                     td { (a.asset.as_str()) }
-                    td .num { (amount(i128::from(a.balance), a.asset.as_str())) }
-                    td .num { (amount(a.available(), a.asset.as_str())) }
+                    td .num { (amount(i128::from(a.balance), a.asset.as_str(), catalog)) }
+                    td .num { (amount(a.available(), a.asset.as_str(), catalog)) }
                     td { (format!("{:?}", a.status).to_lowercase()) }
                 }
             } }
@@ -493,21 +507,21 @@ pub fn account(
         dl #balances .facts {
             dt { "Asset" } dd { (asset) }
             dt { "Status" } dd #account-status { (format!("{:?}", a.status).to_lowercase()) }
-            dt { "Posted" } dd .num { (amount(i128::from(a.balance), asset)) }
-            dt { "Reserved" } dd .num { (amount(i128::from(a.reserved), asset)) }
-            dt { "Incoming" } dd .num { (amount(i128::from(a.incoming), asset)) }
-            dt { "Available" } dd .num #available { (amount(a.available(), asset)) }
+            dt { "Posted" } dd .num { (amount(i128::from(a.balance), asset, &v.catalog)) }
+            dt { "Reserved" } dd .num { (amount(i128::from(a.reserved), asset, &v.catalog)) }
+            dt { "Incoming" } dd .num { (amount(i128::from(a.incoming), asset, &v.catalog)) }
+            dt { "Available" } dd .num #available { (amount(a.available(), asset, &v.catalog)) }
             dt { "Lower bound" } dd #lower-bound-value { (bound(a.lower_bound)) }
         }
         h2 { "Open intents" }
         ul #open-intents {
             @for (t, i) in a.intents.iter().filter(|(_, i)| i.state == IntentState::Open) {
                 li { a href=(format!("/console/transfers/{}", t.as_str())) { (t.as_str()) }
-                     " debit " (amount(i128::from(i.debit), asset)) ", credit " (amount(i128::from(i.credit), asset)) }
+                     " debit " (amount(i128::from(i.debit), asset, &v.catalog)) ", credit " (amount(i128::from(i.credit), asset, &v.catalog)) }
             }
         }
         h2 { "History, newest first" }
-        (transfer_rows("history", history, &|_| html! {}))
+        (transfer_rows("history", history, &v.catalog, &|_| html! {}))
         @if let Some(next) = next { a #next-page .button href=(next) { "Older →" } }
         @if v.admin() {
             h2 { "Actions" }
@@ -535,4 +549,18 @@ fn refundable(r: &TransferRecord, taken: &[u64]) -> bool {
         .iter()
         .zip(taken)
         .all(|(p, taken)| *taken < p.amount.units())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amounts_show_in_the_declared_scale_grouped_by_thousands() {
+        let catalog = Catalog::new([xfer_core::Asset::new("USD", 2).unwrap()]);
+        assert_eq!(amount(123_456_789, "USD", &catalog), "1,234,567.89 USD");
+        assert_eq!(amount(-5, "USD", &catalog), "-0.05 USD");
+        assert_eq!(amount(1_234_567, "SKU-1", &catalog), "1,234,567 SKU-1");
+        assert_eq!(amount(-1_000, "SKU-1", &catalog), "-1,000 SKU-1");
+    }
 }
