@@ -20,8 +20,8 @@ use xfer_core::{
     Account, AccountId, AccountStatus, Asset, Timestamp, TransferId, TransferRecord, TransferState,
 };
 use xfer_store::{
-    BoxFuture, Event, EventPage, FeedPosition, HistoryPage, MemoryShard, Op, Reply, SharedLog,
-    Store, StoreError, TransferOp,
+    BoxFuture, Event, EventPage, FeedPosition, HistoryPage, MemoryShard, Metadata, Op, Reply,
+    SharedLog, Store, StoreError, TransferOp,
 };
 
 /// Tombstones pruned per hold of a shard's lock (and per log entry).
@@ -429,6 +429,48 @@ impl<F: Fs> Store for EmbeddedShard<F> {
     fn assets(&self) -> BoxFuture<'_, Result<Vec<Asset>, StoreError>> {
         let shared = &self.inner.shared;
         let result = shared.check_open().and_then(|()| shared.tables.assets());
+        Box::pin(std::future::ready(result))
+    }
+
+    /// Kept in the tables outside the log, as the catalog is: rare, written and synced by
+    /// itself.
+    fn set_account_metadata<'a>(
+        &'a self,
+        account: &'a AccountId,
+        metadata: &'a Metadata,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let shared = &self.inner.shared;
+        let result = shared.check_open().and_then(|()| {
+            shared
+                .tables
+                .set_account_metadata(self.index, account, metadata)
+        });
+        Box::pin(std::future::ready(result))
+    }
+
+    fn account_metadata<'a>(
+        &'a self,
+        accounts: &'a [AccountId],
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        let shared = &self.inner.shared;
+        let result = shared
+            .check_open()
+            .and_then(|()| shared.tables.account_metadata(self.index, accounts));
+        Box::pin(std::future::ready(result))
+    }
+
+    fn accounts_with_metadata<'a>(
+        &'a self,
+        key: &'a str,
+        value: &'a str,
+        after: Option<&'a AccountId>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        let shared = &self.inner.shared;
+        let result = shared.check_open().and_then(|()| {
+            let tables = &shared.tables;
+            tables.accounts_with_metadata(self.index, (key, value), after, limit)
+        });
         Box::pin(std::future::ready(result))
     }
 }

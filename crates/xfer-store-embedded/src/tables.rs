@@ -10,6 +10,7 @@
 //! | `done` | shard ‖ transfer id | a terminal transfer (read on demand) |
 //! | `history` | shard ‖ account ‖ 0 ‖ first sequence | up to 256 of the account's entries of one checkpoint: (sequence, transfer id)… (read on demand) |
 //! | `events` | shard ‖ position (major ‖ minor, big-endian) | a change-feed event: transfer, kind, time, refund (read on demand) |
+//! | `account_meta` | shard ‖ account id | the account's metadata (written and synced by its own call, never by a checkpoint; never read by a step) |
 //! | `meta` | `shards`, `shard` ‖ n, `events_dropped` ‖ n, `asset` ‖ code | shard count; per shard the checkpoint LSN and history sequence, and the last event position retention dropped; the asset catalog (a scale byte per code, written and synced by its own call, never by a checkpoint) |
 //!
 //! A checkpoint is one atomic fjall batch, synced before it returns: the tables always hold
@@ -48,7 +49,9 @@ pub use history::HISTORY_RUN_MAX;
 pub use meta::ShardMeta;
 pub use tombstones::TOMBSTONE_RUN_MAX;
 
-use crate::codec::{decode, decode_record, record_key, AccountWithoutTombstones, StoredRecord};
+use crate::codec::{
+    decode, decode_record, encode, record_key, AccountWithoutTombstones, StoredRecord,
+};
 use crate::tables::done::DoneTable;
 use crate::tables::events::EventsTable;
 use crate::tables::history::HistoryTable;
@@ -59,7 +62,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use xfer_core::{Account, AccountId, Asset, FastSet, TransferId, TransferRecord};
-use xfer_store::{Event, FeedPosition, MemoryShard, StoreError};
+use xfer_store::{Event, FeedPosition, MemoryShard, Metadata, StoreError};
 
 /// fjall's memtables are flushed (and its journal let go) once checkpoints have put this
 /// many bytes into them since the last flush: flushing at every checkpoint would make small
@@ -77,6 +80,7 @@ pub struct Tables {
     events: EventsTable,
     tombstones: TombstoneTable,
     meta: Keyspace,
+    account_meta: Keyspace,
     /// Bytes checkpoints put into fjall's memtables since the last flush.
     unflushed: AtomicU64,
     /// Items in the last checkpoint's batch: the next one starts with room for as many.
@@ -111,6 +115,12 @@ fn decode_asset(key: &[u8], value: &[u8]) -> Result<Asset, StoreError> {
     }
 }
 
+fn account_meta_key(shard: u16, account: &AccountId) -> Vec<u8> {
+    let mut k = shard.to_be_bytes().to_vec();
+    k.extend_from_slice(account.as_str().as_bytes());
+    k
+}
+
 fn meta_key(shard: u16) -> Vec<u8> {
     let mut k = b"shard".to_vec();
     k.extend_from_slice(&shard.to_be_bytes());
@@ -139,6 +149,7 @@ impl Tables {
             events: EventsTable::open(&db)?,
             tombstones: TombstoneTable::open(&db)?,
             meta: ks("meta", KeyspaceCreateOptions::default)?,
+            account_meta: ks("account_meta", KeyspaceCreateOptions::default)?,
             unflushed: AtomicU64::new(0),
             batch_items: AtomicUsize::new(0),
             done_items: AtomicUsize::new(0),
@@ -174,6 +185,80 @@ impl Tables {
             .persist(PersistMode::SyncAll)
             .map_err(unavailable("persist"))?;
         Ok(asset.clone())
+    }
+
+    /// Replaces `account`'s metadata on `shard` (empty: removes it), synced before it
+    /// answers.
+    pub fn set_account_metadata(
+        &self,
+        shard: u16,
+        account: &AccountId,
+        metadata: &Metadata,
+    ) -> Result<(), StoreError> {
+        let key = account_meta_key(shard, account);
+        if metadata.is_empty() {
+            self.account_meta
+                .remove(&key)
+                .map_err(unavailable("account_meta"))?;
+        } else {
+            self.account_meta
+                .insert(&key, encode(metadata))
+                .map_err(unavailable("account_meta"))?;
+        }
+        self.db
+            .persist(PersistMode::SyncAll)
+            .map_err(unavailable("persist"))
+    }
+
+    /// The metadata of those of `accounts` on `shard` that have some, in the order asked.
+    pub fn account_metadata(
+        &self,
+        shard: u16,
+        accounts: &[AccountId],
+    ) -> Result<Vec<(AccountId, Metadata)>, StoreError> {
+        let mut out = Vec::new();
+        for account in accounts {
+            let key = account_meta_key(shard, account);
+            if let Some(v) = self
+                .account_meta
+                .get(&key)
+                .map_err(unavailable("account_meta"))?
+            {
+                let m = decode(&v).map_err(|e| corrupted("account_meta", &key, e))?;
+                out.push((account.clone(), m));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Accounts of `shard` whose metadata maps `key` to `value`, in id order after
+    /// `after`, at most `limit`.
+    pub fn accounts_with_metadata(
+        &self,
+        shard: u16,
+        (key, value): (&str, &str),
+        after: Option<&AccountId>,
+        limit: usize,
+    ) -> Result<Vec<(AccountId, Metadata)>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.account_meta.prefix(shard.to_be_bytes()) {
+            if out.len() == limit {
+                break;
+            }
+            let (k, v) = item.into_inner().map_err(unavailable("account_meta"))?;
+            let id = std::str::from_utf8(&k[2..])
+                .ok()
+                .and_then(|id| AccountId::new(id).ok())
+                .ok_or_else(|| corrupted("account_meta", &k, "not an account id".into()))?;
+            if after.is_some_and(|after| &id <= after) {
+                continue;
+            }
+            let m: Metadata = decode(&v).map_err(|e| corrupted("account_meta", &k, e))?;
+            if m.get(key).map(String::as_str) == Some(value) {
+                out.push((id, m));
+            }
+        }
+        Ok(out)
     }
 
     /// Every declared asset, in code order.

@@ -6,7 +6,9 @@
 
 use std::sync::{Arc, Mutex};
 use xfer_core::{Account, AccountId, Asset, SystemClock, Timestamp, TransferId, TransferRecord};
-use xfer_store::{BoxFuture, EventPage, FeedPosition, HistoryPage, Op, Reply, Store, StoreError};
+use xfer_store::{
+    BoxFuture, EventPage, FeedPosition, HistoryPage, Metadata, Op, Reply, Store, StoreError,
+};
 use xfer_store_embedded::{Embedded, EmbeddedConfig, EmbeddedShard};
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -107,6 +109,38 @@ impl Store for Cycling {
     }
     fn assets(&self) -> BoxFuture<'_, Result<Vec<Asset>, StoreError>> {
         self.call(move |s| Box::pin(async move { s.assets().await }))
+    }
+    fn set_account_metadata<'a>(
+        &'a self,
+        account: &'a AccountId,
+        metadata: &'a Metadata,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let (account, metadata) = (account.clone(), metadata.clone());
+        self.call(move |s| {
+            Box::pin(async move { s.set_account_metadata(&account, &metadata).await })
+        })
+    }
+    fn account_metadata<'a>(
+        &'a self,
+        accounts: &'a [AccountId],
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        let accounts = accounts.to_vec();
+        self.call(move |s| Box::pin(async move { s.account_metadata(&accounts).await }))
+    }
+    fn accounts_with_metadata<'a>(
+        &'a self,
+        key: &'a str,
+        value: &'a str,
+        after: Option<&'a AccountId>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        let (key, value, after) = (key.to_string(), value.to_string(), after.cloned());
+        self.call(move |s| {
+            Box::pin(async move {
+                s.accounts_with_metadata(&key, &value, after.as_ref(), limit)
+                    .await
+            })
+        })
     }
     fn accounts<'a>(
         &'a self,

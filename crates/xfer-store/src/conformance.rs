@@ -54,6 +54,7 @@ pub async fn run_all_opened<S: Store, F: std::future::Future<Output = S>>(
     batches_are_independent_per_record(&open_store().await).await;
     one_phase_commits_whole_or_inserts(&open_store().await).await;
     assets_are_declared_once(&open_store().await).await;
+    account_metadata_is_kept_beside_the_account(&open_store().await).await;
 }
 
 /// For a store that commits in one phase (the Memory, embedded, PostgreSQL, MySQL and
@@ -489,6 +490,78 @@ async fn assets_are_declared_once(s: &dyn Store) {
     let kept = s.assets().await.expect("assets");
     assert_eq!(kept.iter().filter(|x| x.code.as_str() == "EUR").count(), 1);
     assert!(kept.contains(&a));
+}
+
+fn meta(pairs: &[(&str, &str)]) -> crate::store::Metadata {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+async fn account_metadata_is_kept_beside_the_account(s: &dyn Store) {
+    let (a, b, c, x) = (acct("m-a"), acct("m-b"), acct("m-c"), acct("m-x"));
+    let ids = |found: Vec<(AccountId, crate::store::Metadata)>| -> Vec<String> {
+        found.into_iter().map(|(id, _)| id.to_string()).collect()
+    };
+    assert_eq!(
+        s.account_metadata(&[a.clone()]).await.expect("read"),
+        vec![]
+    );
+    // Values are any text: quotes, backslashes, dollars, dots and non-ASCII survive.
+    let odd = "é \"q\" \\ $x.y {}";
+    let ma = meta(&[("owner", "alice"), ("tier", "gold"), ("note", odd)]);
+    let (mb, mc) = (meta(&[("owner", "bob")]), meta(&[("owner", "alice")]));
+    for (id, m) in [(&a, &ma), (&b, &mb), (&c, &mc)] {
+        s.set_account_metadata(id, m).await.expect("set");
+    }
+    let got = s
+        .account_metadata(&[c.clone(), x.clone(), a.clone()])
+        .await
+        .expect("read");
+    assert_eq!(
+        got,
+        vec![(c.clone(), mc.clone()), (a.clone(), ma.clone())],
+        "in the order asked"
+    );
+    let alice = |after: Option<AccountId>, limit| {
+        let after = after.clone();
+        async move {
+            s.accounts_with_metadata("owner", "alice", after.as_ref(), limit)
+                .await
+                .expect("filter")
+        }
+    };
+    assert_eq!(ids(alice(None, 10).await), ["m-a", "m-c"]);
+    assert_eq!(alice(None, 1).await, vec![(a.clone(), ma.clone())]);
+    assert_eq!(ids(alice(Some(a.clone()), 10).await), ["m-c"]);
+    let by_note = s
+        .accounts_with_metadata("note", odd, None, 10)
+        .await
+        .expect("filter");
+    assert_eq!(ids(by_note), ["m-a"]);
+    let none = s.accounts_with_metadata("owner", "carol", None, 10).await;
+    assert_eq!(none.expect("filter"), vec![]);
+    // A new map replaces the old one whole; an empty one removes it.
+    let silver = meta(&[("tier", "silver")]);
+    s.set_account_metadata(&a, &silver).await.expect("replace");
+    assert_eq!(ids(alice(None, 10).await), ["m-c"]);
+    assert_eq!(
+        s.account_metadata(&[a.clone()]).await.expect("read"),
+        vec![(a.clone(), silver)]
+    );
+    s.set_account_metadata(&c, &meta(&[]))
+        .await
+        .expect("remove");
+    assert_eq!(
+        s.account_metadata(&[c.clone()]).await.expect("read"),
+        vec![]
+    );
+    assert_eq!(alice(None, 10).await, vec![]);
+    assert_eq!(
+        s.account_metadata(&[b.clone()]).await.expect("read"),
+        vec![(b, mb)]
+    );
 }
 
 async fn accounts_are_created_once(s: &dyn Store) {

@@ -194,7 +194,45 @@ pub trait Store: Send + Sync {
     fn assets(&self) -> BoxFuture<'_, Result<Vec<Asset>, StoreError>> {
         Box::pin(async { Err(StoreError::Unsupported("an asset catalog".into())) })
     }
+
+    /// Account metadata, kept on the account's shard beside its record and never read by a
+    /// protocol step: replaces `account`'s map with `metadata` (an empty one removes it),
+    /// durably. The default: `Unsupported`.
+    fn set_account_metadata<'a>(
+        &'a self,
+        account: &'a AccountId,
+        metadata: &'a Metadata,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let _ = (account, metadata);
+        Box::pin(async { Err(StoreError::Unsupported("account metadata".into())) })
+    }
+
+    /// The metadata of those of `accounts` that have some, in the order asked. The
+    /// default: `Unsupported`.
+    fn account_metadata<'a>(
+        &'a self,
+        accounts: &'a [AccountId],
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        let _ = accounts;
+        Box::pin(async { Err(StoreError::Unsupported("account metadata".into())) })
+    }
+
+    /// Accounts whose metadata maps `key` to `value`, in id order strictly after `after`,
+    /// at most `limit`, with their metadata. The default: `Unsupported`.
+    fn accounts_with_metadata<'a>(
+        &'a self,
+        key: &'a str,
+        value: &'a str,
+        after: Option<&'a AccountId>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        let _ = (key, value, after, limit);
+        Box::pin(async { Err(StoreError::Unsupported("account metadata".into())) })
+    }
 }
+
+/// An account's metadata: a small map of text (owner, labels), bounded by the API.
+pub type Metadata = std::collections::BTreeMap<String, String>;
 
 /// Writes the named [`Store`] methods of a wrapper as calls to the same method of its
 /// `$inner` field: wrappers that change one or two calls (`Intercept`, `Coalesce`, `Faulty`)
@@ -246,6 +284,28 @@ macro_rules! forward_to_inner {
         }
         fn assets(&self) -> crate::store::BoxFuture<'_, Result<Vec<xfer_core::Asset>, crate::store::StoreError>> {
             self.$inner.assets()
+        }
+        fn set_account_metadata<'a>(
+            &'a self,
+            account: &'a xfer_core::AccountId,
+            metadata: &'a crate::store::Metadata,
+        ) -> crate::store::BoxFuture<'a, Result<(), crate::store::StoreError>> {
+            self.$inner.set_account_metadata(account, metadata)
+        }
+        fn account_metadata<'a>(
+            &'a self,
+            accounts: &'a [xfer_core::AccountId],
+        ) -> crate::store::BoxFuture<'a, Result<Vec<(xfer_core::AccountId, crate::store::Metadata)>, crate::store::StoreError>> {
+            self.$inner.account_metadata(accounts)
+        }
+        fn accounts_with_metadata<'a>(
+            &'a self,
+            key: &'a str,
+            value: &'a str,
+            after: Option<&'a xfer_core::AccountId>,
+            limit: usize,
+        ) -> crate::store::BoxFuture<'a, Result<Vec<(xfer_core::AccountId, crate::store::Metadata)>, crate::store::StoreError>> {
+            self.$inner.accounts_with_metadata(key, value, after, limit)
         }
     };
     (@ $inner:ident scan_due) => {
@@ -377,5 +437,30 @@ impl<S: Store + ?Sized> Store for std::sync::Arc<S> {
 
     fn assets(&self) -> BoxFuture<'_, Result<Vec<Asset>, StoreError>> {
         (**self).assets()
+    }
+
+    fn set_account_metadata<'a>(
+        &'a self,
+        account: &'a AccountId,
+        metadata: &'a Metadata,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        (**self).set_account_metadata(account, metadata)
+    }
+
+    fn account_metadata<'a>(
+        &'a self,
+        accounts: &'a [AccountId],
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        (**self).account_metadata(accounts)
+    }
+
+    fn accounts_with_metadata<'a>(
+        &'a self,
+        key: &'a str,
+        value: &'a str,
+        after: Option<&'a AccountId>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        (**self).accounts_with_metadata(key, value, after, limit)
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::op::{Op, Reply};
 use crate::shard::apply::MemoryShard;
-use crate::store::{BoxFuture, HistoryPage, Store, StoreError};
+use crate::store::{BoxFuture, HistoryPage, Metadata, Store, StoreError};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use xfer_core::{Account, AccountId, Asset, Clock, Timestamp, TransferId, TransferRecord};
@@ -14,6 +14,8 @@ pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     /// The asset catalog, by code.
     assets: Mutex<BTreeMap<String, Asset>>,
+    /// Account metadata, by account.
+    metadata: Mutex<BTreeMap<AccountId, Metadata>>,
 }
 
 impl MemoryStore {
@@ -28,6 +30,7 @@ impl MemoryStore {
             shard: Mutex::new(shard),
             clock,
             assets: Mutex::new(BTreeMap::new()),
+            metadata: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -151,5 +154,49 @@ impl Store for MemoryStore {
             .lock()
             .expect("asset catalog poisoned by a panic");
         Box::pin(std::future::ready(Ok(assets.values().cloned().collect())))
+    }
+
+    fn set_account_metadata<'a>(
+        &'a self,
+        account: &'a AccountId,
+        metadata: &'a Metadata,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        let mut held = self.metadata.lock().expect("metadata poisoned by a panic");
+        if metadata.is_empty() {
+            held.remove(account);
+        } else {
+            held.insert(account.clone(), metadata.clone());
+        }
+        Box::pin(std::future::ready(Ok(())))
+    }
+
+    fn account_metadata<'a>(
+        &'a self,
+        accounts: &'a [AccountId],
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        let held = self.metadata.lock().expect("metadata poisoned by a panic");
+        let out = accounts
+            .iter()
+            .filter_map(|a| held.get(a).map(|m| (a.clone(), m.clone())))
+            .collect();
+        Box::pin(std::future::ready(Ok(out)))
+    }
+
+    fn accounts_with_metadata<'a>(
+        &'a self,
+        key: &'a str,
+        value: &'a str,
+        after: Option<&'a AccountId>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        let held = self.metadata.lock().expect("metadata poisoned by a panic");
+        let out = held
+            .iter()
+            .filter(|(a, _)| after.is_none_or(|after| *a > after))
+            .filter(|(_, m)| m.get(key).map(String::as_str) == Some(value))
+            .take(limit)
+            .map(|(a, m)| (a.clone(), m.clone()))
+            .collect();
+        Box::pin(std::future::ready(Ok(out)))
     }
 }
