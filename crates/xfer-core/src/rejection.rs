@@ -47,6 +47,7 @@ pub enum Code {
     TooManyRefunds,
     AssetNotDeclared,
     AssetDeclaredWithAnotherScale,
+    MetadataKeyIsInvalid,
 }
 
 impl Code {
@@ -91,6 +92,7 @@ impl Code {
             Code::TooManyRefunds => "too_many_refunds",
             Code::AssetNotDeclared => "asset_not_declared",
             Code::AssetDeclaredWithAnotherScale => "asset_declared_with_another_scale",
+            Code::MetadataKeyIsInvalid => "metadata_key_is_invalid",
         }
     }
 

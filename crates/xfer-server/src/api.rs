@@ -19,7 +19,7 @@ use crate::stats::Overview;
 use crate::transfer_list::{metadata_pair, ListCursor, ListError, TransferFilter};
 use crate::wire::{
     self, AccountCreate, AccountOut, AssetIn, AssetOut, BatchIn, BatchItemOut, EventOut, ExtendIn,
-    LowerBoundChange, RefundIn, TransferIn, TransferOut, BATCH_MAX,
+    LowerBoundChange, MetadataChange, RefundIn, TransferIn, TransferOut, BATCH_MAX,
 };
 use axum::body::Body;
 use axum::extract::{FromRequestParts, MatchedPath, Path, RawQuery, Request, State};
@@ -96,6 +96,7 @@ fn handler(method: &str, path: &str) -> axum::routing::MethodRouter<Arc<App>> {
         ("GET", "/v1/accounts/{id}") => get(get_account),
         ("POST", "/v1/accounts/{id}/close") => post(close_account),
         ("PUT", "/v1/accounts/{id}/lower_bound") => put(set_lower_bound),
+        ("PUT", "/v1/accounts/{id}/metadata") => put(set_account_metadata),
         ("GET", "/v1/accounts/{id}/transfers") => get(account_transfers),
         ("POST", "/v1/transfers") => post(submit),
         ("GET", "/v1/transfers") => get(list_transfers),
@@ -390,42 +391,118 @@ async fn get_asset(State(app): Shared, IdParam(code): IdParam) -> Handled {
     Ok(Json(AssetOut::from(asset)).into_response())
 }
 
+/// Account `a` as answered, with its metadata read from its shard.
+async fn account_answer(app: &App, a: &xfer_core::Account) -> Result<AccountOut, ApiError> {
+    let mut found = app.svc.metadata_of(std::slice::from_ref(a)).await?;
+    let metadata = found.remove(&a.id).unwrap_or_default();
+    Ok(account_out(app, a).with_metadata(metadata))
+}
+
 async fn create_account(State(app): Shared, headers: HeaderMap, b: Body) -> Handled {
     let req: AccountCreate = body(&app, &headers, b).await?;
     let id = wire::account_id(&req.id, "id")?;
     let asset = AssetCode::new(&req.asset, "asset")?;
+    let catalog = app.svc.catalog_for(std::iter::once(&asset)).await?;
     let lower_bound = match &req.lower_bound {
         None => LowerBound::default(),
-        Some(v) => wire::lower_bound(v, "lower_bound")?,
+        Some(v) => wire::lower_bound_of(v, Some((&asset, &catalog)), "lower_bound")?,
     };
+    let metadata = req
+        .metadata
+        .as_ref()
+        .map(|m| wire::account_metadata(m, "metadata"))
+        .transpose()?;
     let a = app.svc.create_account(id, asset, lower_bound).await?;
-    Ok(json_status(201, account_out(&app, &a)))
+    // Given again with a create that answers the account, the metadata replaces what it had.
+    let out = match metadata {
+        Some(m) => {
+            app.svc.set_account_metadata(&a, &m).await?;
+            account_out(&app, &a).with_metadata(m)
+        }
+        None => account_answer(&app, &a).await?,
+    };
+    Ok(json_status(201, out))
 }
 
 async fn get_account(State(app): Shared, IdParam(id): IdParam) -> Handled {
     let id = wire::account_id(&id, "id")?;
     let a = app.svc.get_account(&id).await?;
-    Ok(Json(account_out(&app, &a)).into_response())
+    Ok(Json(account_answer(&app, &a).await?).into_response())
+}
+
+async fn set_account_metadata(
+    State(app): Shared,
+    IdParam(id): IdParam,
+    headers: HeaderMap,
+    b: Body,
+) -> Handled {
+    let id = wire::account_id(&id, "id")?;
+    let req: MetadataChange = body(&app, &headers, b).await?;
+    let metadata = wire::account_metadata(&req.metadata, "metadata")?;
+    let a = app.svc.get_account(&id).await?;
+    app.svc.set_account_metadata(&a, &metadata).await?;
+    Ok(Json(account_out(&app, &a).with_metadata(metadata)).into_response())
+}
+
+/// `GET /v1/accounts`: a page in id order, or with `metadata=key=value` only the accounts
+/// whose metadata holds it.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AccountsQuery {
+    after: Option<String>,
+    limit: Option<usize>,
+    metadata: Option<String>,
 }
 
 async fn list_accounts(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
-    let q: PageQuery = query(q)?;
-    let limit = q.limit()?;
+    let q: AccountsQuery = query(q)?;
+    let limit = PageQuery {
+        limit: q.limit,
+        ..PageQuery::default()
+    }
+    .limit()?;
     let after = q
         .after
         .as_deref()
         .map(|a| wire::account_id(a, "after"))
         .transpose()?;
-    let page = app.svc.list_accounts(after, limit).await?;
-    let accounts: Vec<AccountOut> = page.items.iter().map(|a| account_out(&app, a)).collect();
-    let next = page.next.map(|a| a.to_string());
+    let (accounts, next) = match q.metadata.as_deref() {
+        Some(pair) => {
+            let (k, v) = metadata_pair(pair)
+                .map_err(|why| ApiError::api(ApiCode::InvalidQuery, Some("metadata"), why))?;
+            let page = app
+                .svc
+                .accounts_with_metadata((&k, &v), after, limit)
+                .await?;
+            let accounts: Vec<AccountOut> = page
+                .items
+                .into_iter()
+                .map(|(a, m)| account_out(&app, &a).with_metadata(m))
+                .collect();
+            (accounts, page.next)
+        }
+        None => {
+            let page = app.svc.list_accounts(after, limit).await?;
+            let mut found = app.svc.metadata_of(&page.items).await?;
+            let accounts: Vec<AccountOut> = page
+                .items
+                .iter()
+                .map(|a| {
+                    let m = found.remove(&a.id).unwrap_or_default();
+                    account_out(&app, a).with_metadata(m)
+                })
+                .collect();
+            (accounts, page.next)
+        }
+    };
+    let next = next.map(|a| a.to_string());
     Ok(Json(json!({"accounts": accounts, "next_after": next})).into_response())
 }
 
 async fn close_account(State(app): Shared, IdParam(id): IdParam) -> Handled {
     let id = wire::account_id(&id, "id")?;
     let a = app.svc.close_account(id).await?;
-    Ok(Json(account_out(&app, &a)).into_response())
+    Ok(Json(account_answer(&app, &a).await?).into_response())
 }
 
 async fn set_lower_bound(
@@ -436,9 +513,16 @@ async fn set_lower_bound(
 ) -> Handled {
     let id = wire::account_id(&id, "id")?;
     let req: LowerBoundChange = body(&app, &headers, b).await?;
-    let lower_bound = wire::lower_bound(&req.lower_bound, "lower_bound")?;
+    // A decimal bound is read in the account's asset's scale.
+    let lower_bound = if req.lower_bound.is_string() && req.lower_bound != "unbounded" {
+        let a = app.svc.get_account(&id).await?;
+        let catalog = app.svc.catalog_for(std::iter::once(&a.asset)).await?;
+        wire::lower_bound_of(&req.lower_bound, Some((&a.asset, &catalog)), "lower_bound")?
+    } else {
+        wire::lower_bound(&req.lower_bound, "lower_bound")?
+    };
     let a = app.svc.set_lower_bound(id, lower_bound).await?;
-    Ok(Json(account_out(&app, &a)).into_response())
+    Ok(Json(account_answer(&app, &a).await?).into_response())
 }
 
 async fn account_transfers(

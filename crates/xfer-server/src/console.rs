@@ -762,11 +762,12 @@ async fn account(
         let id = AccountId::parse(&id, "id").map_err(ExecError::from)?;
         let a = app.svc.get_account(&id).await?;
         let h = app.svc.history(&id, before, PAGE, None).await?;
-        Ok::<_, ExecError>((a, h))
+        let m = app.svc.metadata_of(std::slice::from_ref(&a)).await?;
+        Ok::<_, ExecError>((a, h, m.into_values().next().unwrap_or_default()))
     }
     .await;
     match found {
-        Ok((a, h)) => {
+        Ok((a, h, labels)) => {
             let next = h
                 .next
                 .map(|n| format!("/console/accounts/{}?before={n}", a.id.as_str()));
@@ -776,7 +777,7 @@ async fn account(
                 view::layout(
                     Some(&v),
                     &format!("Account {}", a.id.as_str()),
-                    view::account(&v, &a, &h.items, next),
+                    view::account(&v, &a, &labels, &h.items, next),
                 ),
             )
         }

@@ -5,20 +5,26 @@
 
 use crate::catalog::Catalog;
 use crate::service::Service;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use xfer_core::{
     Account, AccountId, Asset, AssetCode, Code, LowerBound, Rejection, TransferId, TransferRecord,
     TransferState,
 };
 use xfer_engine::{AuditReport, ExecError, ReplayReport};
-use xfer_store::{AccountOp, Op, Reply};
+use xfer_store::{AccountOp, Metadata, Op, Reply};
 
-/// A store failure of the asset catalog: damage as such, anything else as unavailable.
-fn catalog_error(e: xfer_store::StoreError) -> ExecError {
+/// A store failure of what is kept beside the records (`what`): damage as such, anything
+/// else as unavailable.
+fn side_error(what: &str, e: xfer_store::StoreError) -> ExecError {
     match e {
         xfer_store::StoreError::Corrupted(why) => ExecError::Corrupted(why),
-        other => ExecError::Unavailable(format!("the asset catalog: {other}")),
+        other => ExecError::Unavailable(format!("{what}: {other}")),
     }
+}
+
+fn catalog_error(e: xfer_store::StoreError) -> ExecError {
+    side_error("the asset catalog", e)
 }
 
 /// Index pages a filtered history reads at most per request; transfers read per shard per
@@ -124,6 +130,80 @@ impl Service {
             .into()),
             other => Err(unexpected(&id, "create", other)),
         }
+    }
+
+    /// The store that holds account `a` (its asset places it).
+    fn home(&self, a: &Account) -> &Arc<dyn xfer_store::Store> {
+        &self.cluster().shards()[self.shard_of(&a.id, &a.asset)]
+    }
+
+    /// Replaces account `a`'s metadata with `metadata` (empty: removes it).
+    pub async fn set_account_metadata(
+        &self,
+        a: &Account,
+        metadata: &Metadata,
+    ) -> Result<(), ExecError> {
+        self.home(a)
+            .set_account_metadata(&a.id, metadata)
+            .await
+            .map_err(|e| side_error("account metadata", e))
+    }
+
+    /// The metadata of those of `accounts` that have some, read one call per shard.
+    pub async fn metadata_of(
+        &self,
+        accounts: &[Account],
+    ) -> Result<BTreeMap<AccountId, Metadata>, ExecError> {
+        let shards = self.cluster().shards();
+        let mut by_shard: Vec<Vec<AccountId>> = vec![Vec::new(); shards.len()];
+        for a in accounts {
+            by_shard[self.shard_of(&a.id, &a.asset)].push(a.id.clone());
+        }
+        let mut out = BTreeMap::new();
+        for (shard, ids) in shards.iter().zip(&by_shard) {
+            if ids.is_empty() {
+                continue;
+            }
+            let found = shard
+                .account_metadata(ids)
+                .await
+                .map_err(|e| side_error("account metadata", e))?;
+            out.extend(found);
+        }
+        Ok(out)
+    }
+
+    /// Accounts whose metadata maps `key` to `value`, in id order after `after`, at most
+    /// `limit`, from every shard, with their metadata.
+    pub async fn accounts_with_metadata(
+        &self,
+        (key, value): (&str, &str),
+        after: Option<AccountId>,
+        limit: usize,
+    ) -> Result<Page<(Account, Metadata), AccountId>, ExecError> {
+        let mut found = Vec::new();
+        for shard in self.cluster().shards() {
+            let page = shard
+                .accounts_with_metadata(key, value, after.as_ref(), limit)
+                .await
+                .map_err(|e| side_error("account metadata", e))?;
+            found.extend(page);
+        }
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        found.truncate(limit);
+        let next = (found.len() == limit)
+            .then(|| found.last().map(|(id, _)| id.clone()))
+            .flatten();
+        let mut items = Vec::with_capacity(found.len());
+        for (id, metadata) in found {
+            // Metadata of an id whose account is gone or was never made lists nothing.
+            match self.get_account(&id).await {
+                Ok(a) => items.push((a, metadata)),
+                Err(ExecError::Rejected(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(Page { items, next })
     }
 
     /// Changes account `id`'s lower bound (refused if its balance would be below it).

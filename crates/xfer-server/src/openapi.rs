@@ -126,8 +126,17 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
             ok("Created", schema_ref("Account")),
         ),
         ("GET", "/v1/accounts") => (
-            "List accounts in id order",
-            page_params("after", json!({"type": "string"})),
+            "List accounts in id order (with `metadata=key=value`, only those whose metadata holds it)",
+            {
+                let mut params = page_params("after", json!({"type": "string"}));
+                params.push(param(
+                    "metadata",
+                    "query",
+                    json!({"type": "string"}),
+                    "key=value: only accounts whose metadata maps key to value",
+                ));
+                params
+            },
             None,
             ok(
                 "A page",
@@ -140,6 +149,12 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
             "Get an account: balance, reserved, incoming, available",
             vec![id_param("account id")],
             None,
+            account(),
+        ),
+        ("PUT", "/v1/accounts/{id}/metadata") => (
+            "Replace an account's metadata (`{}` removes it)",
+            vec![id_param("account id")],
+            Some(body("MetadataChange")),
             account(),
         ),
         ("POST", "/v1/accounts/{id}/close") => (
@@ -521,8 +536,14 @@ fn schemas() -> Value {
          "description": "minor units of the asset (cents for USD)"},
         {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?$",
          "description": "a decimal in the declared asset's scale (\"12.34\" USD is 1234 cents); more decimals than the scale is 400 amount_has_too_many_decimals"}]});
+    let account_metadata = json!({"type": "object", "maxProperties": 16,
+        "propertyNames": {"pattern": "^[A-Za-z0-9_-]{1,64}$"},
+        "additionalProperties": {"type": "string", "description": "at most 256 bytes"},
+        "description": "labels (owner, tier, …), kept beside the account; filter a listing with metadata=key=value"});
     let decimal = |of: &str| json!({"type": "string", "description": format!("{of} in the asset's declared scale; absent if the asset is not declared")});
-    let bound = json!({"oneOf": [{"type": "integer"}, {"const": "unbounded"}]});
+    let bound = json!({"oneOf": [{"type": "integer"}, {"const": "unbounded"},
+        {"type": "string", "pattern": "^-?[0-9]+(\\.[0-9]+)?$",
+         "description": "a decimal in the asset's declared scale (\"-50.00\")"}]});
     let event_type = json!({"enum": ["accepted", "held", "captured", "voided", "expired", "done",
                                      "canceled", "refunded"]});
     let webhook = json!({"type": "object", "properties": {
@@ -541,7 +562,8 @@ fn schemas() -> Value {
             "in_flight": {"type": "integer"}, "shard": {"type": "integer"},
             "scale": {"type": "integer", "description": "the asset's declared scale; absent if it is not declared"},
             "balance_decimal": decimal("balance"), "reserved_decimal": decimal("reserved"),
-            "incoming_decimal": decimal("incoming"), "available_decimal": decimal("available")}});
+            "incoming_decimal": decimal("incoming"), "available_decimal": decimal("available"),
+            "metadata": account_metadata.clone()}});
     let asset_in = json!({"type": "object", "required": ["code", "scale"], "additionalProperties": false,
             "properties": {"code": {"type": "string", "pattern": "^[A-Z0-9_-]{1,16}$"},
                            "scale": {"type": "integer", "minimum": 0, "maximum": 18,
@@ -572,7 +594,7 @@ fn schemas() -> Value {
             "field": {"type": "string", "description": "the input concerned, e.g. postings[0].amount"}}},
         "AccountCreate": {"type": "object", "required": ["id", "asset"], "additionalProperties": false,
             "properties": {"id": id, "asset": {"type": "string", "pattern": "^[A-Z0-9_-]{1,16}$"},
-                           "lower_bound": bound}},
+                           "lower_bound": bound, "metadata": account_metadata.clone()}},
         "LowerBoundChange": {"type": "object", "required": ["lower_bound"], "additionalProperties": false,
             "properties": {"lower_bound": bound}},
         "Account": account,
@@ -656,6 +678,8 @@ fn schemas() -> Value {
         "AssetIn": asset_in,
         "Asset": {"type": "object", "properties": {"code": {"type": "string"}, "scale": {"type": "integer"}}},
         "PostingOut": posting_out,
+        "MetadataChange": {"type": "object", "required": ["metadata"], "additionalProperties": false,
+            "properties": {"metadata": account_metadata.clone()}},
     });
     if let (Some(all), Value::Object(more)) = (all.as_object_mut(), more) {
         all.extend(more);

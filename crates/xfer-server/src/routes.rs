@@ -40,6 +40,7 @@ pub const ROUTES: &[Route] = &[
     route("GET", "/v1/accounts/{id}", READ),
     route("POST", "/v1/accounts/{id}/close", ADMIN),
     route("PUT", "/v1/accounts/{id}/lower_bound", ADMIN),
+    route("PUT", "/v1/accounts/{id}/metadata", WRITE),
     route("GET", "/v1/accounts/{id}/transfers", READ),
     route("POST", "/v1/transfers", WRITE),
     route("GET", "/v1/transfers", READ),

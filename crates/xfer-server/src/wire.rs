@@ -36,6 +36,77 @@ pub struct AccountCreate {
     /// An integer (0 or below; negative is a credit line) or `"unbounded"` (an issuer).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lower_bound: Option<serde_json::Value>,
+    /// Labels (owner, tier, …): see [`account_metadata`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// `PUT /v1/accounts/{id}/metadata`: the whole map, replacing the one held (`{}` removes it).
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetadataChange {
+    /// See [`account_metadata`].
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+}
+
+/// The most entries an account's metadata holds.
+pub const ACCOUNT_METADATA_ENTRIES_MAX: usize = 16;
+/// The longest key of an account's metadata.
+pub const ACCOUNT_METADATA_KEY_MAX: usize = 64;
+/// The longest value of an account's metadata, in bytes.
+pub const ACCOUNT_METADATA_VALUE_MAX: usize = 256;
+
+/// An account's metadata as sent: at most [`ACCOUNT_METADATA_ENTRIES_MAX`] entries, each
+/// key 1 to [`ACCOUNT_METADATA_KEY_MAX`] of `A-Z a-z 0-9 _ -`, each value a string of at most
+/// [`ACCOUNT_METADATA_VALUE_MAX`] bytes. `field` names the map (`metadata`).
+pub fn account_metadata(
+    m: &serde_json::Map<String, serde_json::Value>,
+    field: &str,
+) -> Result<xfer_store::Metadata, ApiError> {
+    if m.len() > ACCOUNT_METADATA_ENTRIES_MAX {
+        return Err(Rejection::new(
+            Code::MetadataTooLarge,
+            field,
+            format!(
+                "{} entries, at most {ACCOUNT_METADATA_ENTRIES_MAX}",
+                m.len()
+            ),
+        )
+        .into());
+    }
+    let mut out = xfer_store::Metadata::new();
+    for (k, v) in m {
+        let at = format!("{field}.{k}");
+        let key_ok = !k.is_empty()
+            && k.len() <= ACCOUNT_METADATA_KEY_MAX
+            && k.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        if !key_ok {
+            return Err(Rejection::new(
+                Code::MetadataKeyIsInvalid,
+                at,
+                format!("{k:?}: a key is 1 to {ACCOUNT_METADATA_KEY_MAX} of A-Z a-z 0-9 _ -"),
+            )
+            .into());
+        }
+        let serde_json::Value::String(text) = v else {
+            return Err(ApiError::api(
+                ApiCode::WrongType,
+                Some(&at),
+                format!("{v} is not a string: metadata values are text"),
+            ));
+        };
+        if text.len() > ACCOUNT_METADATA_VALUE_MAX {
+            return Err(Rejection::new(
+                Code::MetadataTooLarge,
+                at,
+                format!("{} bytes, at most {ACCOUNT_METADATA_VALUE_MAX}", text.len()),
+            )
+            .into());
+        }
+        out.insert(k.clone(), text.clone());
+    }
+    Ok(out)
 }
 
 /// `POST /v1/assets`.
@@ -293,8 +364,37 @@ pub fn transfer_id(s: &str, field: &str) -> Result<TransferId, ApiError> {
 
 /// Parses a lower bound: an integer or `"unbounded"`.
 pub fn lower_bound(v: &serde_json::Value, field: &str) -> Result<LowerBound, ApiError> {
+    lower_bound_of(v, None, field)
+}
+
+/// Parses a lower bound of an account of `asset`: also a decimal string in the scale
+/// `catalog` declares for it (`"-50.00"`).
+pub fn lower_bound_of(
+    v: &serde_json::Value,
+    asset: Option<(&AssetCode, &Catalog)>,
+    field: &str,
+) -> Result<LowerBound, ApiError> {
     match v {
         serde_json::Value::String(s) if s == "unbounded" => Ok(LowerBound::Unbounded),
+        // A word other than `unbounded` is the wrong kind of value, not a bad decimal.
+        serde_json::Value::String(s)
+            if asset.is_some()
+                && s.trim_start_matches('-')
+                    .starts_with(|c: char| c.is_ascii_digit()) =>
+        {
+            let (code, catalog) = asset.expect("matched");
+            let (negative, magnitude) = match s.strip_prefix('-') {
+                Some(m) => (true, m),
+                None => (false, s.as_str()),
+            };
+            let units = match catalog.parse_amount(code, magnitude, field) {
+                Ok(a) => a.signed(),
+                // Zero reads as "not positive": as a bound it is just 0.
+                Err(r) if r.code == Code::AmountMustBePositive => 0,
+                Err(r) => return Err(r.into()),
+            };
+            Ok(LowerBound::Bounded(if negative { -units } else { units }))
+        }
         serde_json::Value::Number(n) => match n.as_i64() {
             Some(units) => Ok(LowerBound::Bounded(units)),
             None => Err(Rejection::new(
@@ -311,7 +411,9 @@ pub fn lower_bound(v: &serde_json::Value, field: &str) -> Result<LowerBound, Api
         other => Err(ApiError::api(
             ApiCode::WrongType,
             Some(field),
-            format!("{other} is neither an integer nor \"unbounded\""),
+            format!(
+                "{other} is neither an integer, a decimal in the asset's scale nor \"unbounded\""
+            ),
         )),
     }
 }
@@ -684,9 +786,18 @@ pub struct AccountOut {
     /// `available` in the asset's scale.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub available_decimal: Option<String>,
+    /// Its labels (`{}` when it has none).
+    #[serde(default)]
+    pub metadata: xfer_store::Metadata,
 }
 
 impl AccountOut {
+    /// The same with its metadata.
+    pub fn with_metadata(mut self, metadata: xfer_store::Metadata) -> AccountOut {
+        self.metadata = metadata;
+        self
+    }
+
     /// The answer for `a`, held on `shard`, with decimals where `catalog` declares its asset.
     pub fn new(a: &Account, shard: usize, catalog: &Catalog) -> AccountOut {
         let asset = catalog.get(&a.asset);
@@ -719,6 +830,7 @@ impl AccountOut {
             .to_string(),
             in_flight: a.open_intents() as u64,
             shard,
+            metadata: xfer_store::Metadata::new(),
         }
     }
 }

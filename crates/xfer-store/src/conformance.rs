@@ -505,7 +505,9 @@ async fn account_metadata_is_kept_beside_the_account(s: &dyn Store) {
         found.into_iter().map(|(id, _)| id.to_string()).collect()
     };
     assert_eq!(
-        s.account_metadata(&[a.clone()]).await.expect("read"),
+        s.account_metadata(std::slice::from_ref(&a))
+            .await
+            .expect("read"),
         vec![]
     );
     // Values are any text: quotes, backslashes, dollars, dots and non-ASCII survive.
@@ -547,19 +549,25 @@ async fn account_metadata_is_kept_beside_the_account(s: &dyn Store) {
     s.set_account_metadata(&a, &silver).await.expect("replace");
     assert_eq!(ids(alice(None, 10).await), ["m-c"]);
     assert_eq!(
-        s.account_metadata(&[a.clone()]).await.expect("read"),
+        s.account_metadata(std::slice::from_ref(&a))
+            .await
+            .expect("read"),
         vec![(a.clone(), silver)]
     );
     s.set_account_metadata(&c, &meta(&[]))
         .await
         .expect("remove");
     assert_eq!(
-        s.account_metadata(&[c.clone()]).await.expect("read"),
+        s.account_metadata(std::slice::from_ref(&c))
+            .await
+            .expect("read"),
         vec![]
     );
     assert_eq!(alice(None, 10).await, vec![]);
     assert_eq!(
-        s.account_metadata(&[b.clone()]).await.expect("read"),
+        s.account_metadata(std::slice::from_ref(&b))
+            .await
+            .expect("read"),
         vec![(b, mb)]
     );
 }

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use xfer_client::{segment, Client};
 use xfer_server::config::ServeArgs;
 use xfer_server::wire::{
-    AccountCreate, AssetIn, ExtendIn, HoldIn, PostingIn, RefundIn, TransferIn,
+    AccountCreate, AssetIn, ExtendIn, HoldIn, MetadataChange, PostingIn, RefundIn, TransferIn,
 };
 
 /// The `xfer` command.
@@ -346,6 +346,17 @@ pub enum AccountCommand {
         /// An integer of minor units (0 or below) or `unbounded` (an issuer).
         #[arg(long)]
         lower_bound: Option<String>,
+        /// A label as KEY=VALUE (owner, tier, …); repeat for several.
+        #[arg(long = "meta", value_name = "KEY=VALUE")]
+        meta: Vec<String>,
+    },
+    /// Replace an account's labels with those given (none: remove them all).
+    Label {
+        /// Its id.
+        id: String,
+        /// A label as KEY=VALUE; repeat for several.
+        #[arg(long = "meta", value_name = "KEY=VALUE")]
+        meta: Vec<String>,
     },
     /// Show an account.
     Show {
@@ -357,6 +368,9 @@ pub enum AccountCommand {
         /// Continue after this id.
         #[arg(long)]
         after: Option<String>,
+        /// Only accounts labelled KEY=VALUE.
+        #[arg(long, value_name = "KEY=VALUE")]
+        metadata: Option<String>,
         /// Page size.
         #[arg(long, default_value_t = 100)]
         limit: usize,
@@ -436,6 +450,17 @@ impl TransferArgs {
 }
 
 /// A fresh id for a transfer the user did not name: process id and wall time.
+/// Labels typed as KEY=VALUE, as the API's metadata map (the server checks them).
+fn labels(typed: &[String]) -> Result<serde_json::Map<String, Value>, String> {
+    typed
+        .iter()
+        .map(|t| match t.split_once('=') {
+            Some((k, v)) => Ok((k.to_string(), Value::from(v))),
+            None => Err(format!("--meta {t:?}: expected KEY=VALUE")),
+        })
+        .collect()
+}
+
 /// An amount as typed: an integer goes as minor units, anything else as a decimal string
 /// the server reads in the asset's scale (and refuses, naming the field, if it is not one).
 fn amount_value(typed: &str) -> Value {
@@ -492,6 +517,7 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
             id,
             asset,
             lower_bound,
+            meta,
         }) => {
             let body = AccountCreate {
                 id,
@@ -500,8 +526,17 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
                     Ok(n) => Value::from(n),
                     Err(_) => Value::from(b),
                 }),
+                metadata: (!meta.is_empty()).then(|| labels(&meta)).transpose()?,
             };
             print_account(&client.post_body("/v1/accounts", &body).await?.ok()?);
+        }
+        Command::Account(AccountCommand::Label { id, meta }) => {
+            let path = format!("/v1/accounts/{}/metadata", segment(&id));
+            let body = MetadataChange {
+                metadata: labels(&meta)?,
+            };
+            let body = serde_json::to_value(&body).map_err(|e| e.to_string())?;
+            print_account(&client.put(&path, &body).await?.ok()?);
         }
         Command::Account(AccountCommand::Show { id }) => {
             let path = format!("/v1/accounts/{}", segment(&id));
@@ -524,8 +559,16 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
             let path = format!("/v1/assets/{}", segment(&code));
             print_asset(&client.get(&path).await?.ok()?);
         }
-        Command::Account(AccountCommand::List { after, limit }) => {
-            let page = ("/v1/accounts", "accounts", accounts_table as fn(&[Value]));
+        Command::Account(AccountCommand::List {
+            after,
+            metadata,
+            limit,
+        }) => {
+            let base = match metadata {
+                Some(pair) => format!("/v1/accounts?metadata={}", segment(&pair)),
+                None => "/v1/accounts".to_string(),
+            };
+            let page = (base.as_str(), "accounts", accounts_table as fn(&[Value]));
             print_page(&client, page, after, limit, json_out).await?;
         }
         Command::Account(AccountCommand::Close { id }) => {
@@ -722,7 +765,8 @@ async fn print_page(
     limit: usize,
     json_out: bool,
 ) -> Result<(), String> {
-    let mut path = format!("{base}?limit={limit}");
+    let sep = if base.contains('?') { '&' } else { '?' };
+    let mut path = format!("{base}{sep}limit={limit}");
     if let Some(a) = after {
         path.push_str(&format!("&after={}", segment(&a)));
     }

@@ -245,6 +245,7 @@ async fn create(c: &Client, id: &str, asset: &str, bound: Value) -> Result<(), S
         id: id.to_string(),
         asset: asset.to_string(),
         lower_bound: Some(bound),
+        metadata: None,
     };
     c.post_body("/v1/accounts", &body).await?.ok().map(|_| ())
 }

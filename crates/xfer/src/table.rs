@@ -47,6 +47,18 @@ fn amount_text(v: &Value, key: &str) -> String {
     }
 }
 
+/// An account's metadata as `k=v,k2=v2` (`-` for none).
+fn labels_text(m: &Value) -> String {
+    match m.as_object() {
+        Some(m) if !m.is_empty() => m
+            .iter()
+            .map(|(k, v)| format!("{k}={}", text(v)))
+            .collect::<Vec<_>>()
+            .join(","),
+        _ => "-".to_string(),
+    }
+}
+
 /// Prints declared assets.
 pub fn assets_table(assets: &[Value]) {
     let rows: Vec<Vec<String>> = assets
@@ -72,6 +84,7 @@ pub fn accounts_table(accounts: &[Value]) {
                 text(&a["status"]),
                 text(&a["in_flight"]),
                 text(&a["shard"]),
+                labels_text(&a["metadata"]),
             ]
         })
         .collect();
@@ -87,6 +100,7 @@ pub fn accounts_table(accounts: &[Value]) {
             "STATUS",
             "IN FLIGHT",
             "SHARD",
+            "LABELS",
         ],
         &rows,
     );

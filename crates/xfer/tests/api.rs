@@ -667,6 +667,133 @@ async fn assets(ts: &TestServer) {
     );
 }
 
+/// Accounts' metadata: set at creation, replaced, removed, filtered in the listing, and
+/// every refusal by field, changing nothing.
+async fn account_metadata(ts: &TestServer) {
+    let create = |id: &str, metadata: Value| {
+        let body = json!({"id": id, "asset": "USD", "metadata": metadata});
+        async move { ts.post("/v1/accounts", &body).await }
+    };
+    let a = create("md-a", json!({"owner": "alice", "tier": "gold"})).await;
+    assert_eq!(a.status, 201, "{}", a.text);
+    assert_eq!(
+        a.body["metadata"],
+        json!({"owner": "alice", "tier": "gold"})
+    );
+    for (id, owner) in [("md-b", "bob"), ("md-c", "alice")] {
+        let a = create(id, json!({"owner": owner})).await;
+        assert_eq!(a.status, 201, "{}", a.text);
+    }
+    let a = ts.get("/v1/accounts/md-a").await;
+    assert_eq!(
+        a.body["metadata"],
+        json!({"owner": "alice", "tier": "gold"})
+    );
+    let ids = |a: &Response| -> Vec<String> {
+        a.body["accounts"]
+            .as_array()
+            .expect("accounts")
+            .iter()
+            .map(|x| x["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let a = ts.get("/v1/accounts?metadata=owner=alice").await;
+    assert_eq!(ids(&a), ["md-a", "md-c"], "{}", a.text);
+    assert_eq!(a.body["accounts"][1]["metadata"], json!({"owner": "alice"}));
+    let a = ts.get("/v1/accounts?metadata=owner=alice&limit=1").await;
+    assert_eq!(
+        (ids(&a), a.body["next_after"].clone()),
+        (vec!["md-a".to_string()], json!("md-a"))
+    );
+    let a = ts.get("/v1/accounts?metadata=owner=alice&after=md-a").await;
+    assert_eq!(ids(&a), ["md-c"]);
+    let a = ts.get("/v1/accounts?after=md-a&limit=2").await;
+    assert_eq!(
+        a.body["accounts"][0]["metadata"],
+        json!({"owner": "bob"}),
+        "{}",
+        a.text
+    );
+
+    // Replaced whole, then removed.
+    let put = |id: &str, metadata: Value| {
+        let path = format!("/v1/accounts/{id}/metadata");
+        let body = json!({"metadata": metadata});
+        async move { ts.send(Method::PUT, &path, Some(&body)).await }
+    };
+    let a = put("md-a", json!({"tier": "silver"})).await;
+    assert_eq!(
+        (a.status, a.body["metadata"].clone()),
+        (200, json!({"tier": "silver"}))
+    );
+    assert_eq!(
+        ids(&ts.get("/v1/accounts?metadata=owner=alice").await),
+        ["md-c"]
+    );
+    let a = put("md-c", json!({})).await;
+    assert_eq!((a.status, a.body["metadata"].clone()), (200, json!({})));
+    assert_eq!(
+        ts.get("/v1/accounts/md-c").await.body["metadata"],
+        json!({})
+    );
+
+    // Refusals name the field and change nothing.
+    let many: serde_json::Map<String, Value> =
+        (0..17).map(|i| (format!("k{i}"), json!("v"))).collect();
+    let long = "x".repeat(257);
+    for (metadata, code, field) in [
+        (
+            json!({"bad key": "v"}),
+            "metadata_key_is_invalid",
+            "metadata.bad key",
+        ),
+        (
+            json!({"a.b": "v"}),
+            "metadata_key_is_invalid",
+            "metadata.a.b",
+        ),
+        (json!({"n": 5}), "wrong_type", "metadata.n"),
+        (json!({"k": long}), "metadata_too_large", "metadata.k"),
+        (Value::Object(many), "metadata_too_large", "metadata"),
+    ] {
+        let a = put("md-b", metadata.clone()).await;
+        expect_error(&a, 400, code, Some(field), &format!("PUT {metadata}"));
+        let a = create("md-new", metadata.clone()).await;
+        expect_error(
+            &a,
+            400,
+            code,
+            Some(field),
+            &format!("create with {metadata}"),
+        );
+    }
+    assert_eq!(
+        ts.get("/v1/accounts/md-b").await.body["metadata"],
+        json!({"owner": "bob"})
+    );
+    assert_eq!(
+        ts.get("/v1/accounts/md-new").await.status,
+        404,
+        "no account made"
+    );
+    let a = put("md-nobody", json!({"owner": "x"})).await;
+    expect_error(
+        &a,
+        404,
+        "account_not_found",
+        Some("id"),
+        "PUT on no account",
+    );
+    let a = ts.get("/v1/accounts?metadata=owner").await;
+    expect_error(
+        &a,
+        400,
+        "invalid_query",
+        Some("metadata"),
+        "a filter without =",
+    );
+}
+
 async fn accounts(ts: &TestServer) {
     // Issuers may go below zero without limit; everyone else starts at 0.
     let bank = ts.create_account("bank", "USD", json!("unbounded")).await;
@@ -2245,6 +2372,7 @@ async fn every_route(backend: Backend) {
     webhooks(&ts, feed).await;
     extend_holds(&ts).await;
     assets(&ts).await;
+    account_metadata(&ts).await;
     metrics(&ts).await;
     // Twice: a request is counted once answered, so the second shows the first.
     let text = metrics(&ts).await;

@@ -498,6 +498,7 @@ pub fn accounts(prefix: &str, rows: &[Account], next: Option<String>, catalog: &
 pub fn account(
     v: &Viewer<'_>,
     a: &Account,
+    labels: &xfer_store::Metadata,
     history: &[TransferRecord],
     next: Option<String>,
 ) -> Markup {
@@ -512,6 +513,10 @@ pub fn account(
             dt { "Incoming" } dd .num { (amount(i128::from(a.incoming), asset, &v.catalog)) }
             dt { "Available" } dd .num #available { (amount(a.available(), asset, &v.catalog)) }
             dt { "Lower bound" } dd #lower-bound-value { (bound(a.lower_bound)) }
+            dt { "Labels" } dd #labels {
+                @if labels.is_empty() { "none" }
+                @for (k, val) in labels { span .label { (k) "=" (val) } " " }
+            }
         }
         h2 { "Open intents" }
         ul #open-intents {
