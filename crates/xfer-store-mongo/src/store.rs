@@ -16,7 +16,7 @@ use std::time::Duration;
 use xfer_core::{Account, AccountId, Asset, Clock, Timestamp, TransferId, TransferRecord};
 use xfer_store::database::{plain_name, OpenError};
 use xfer_store::{
-    AccountOp, BoxFuture, HistoryPage, Op, PrepareOutcome, ReleaseOutcome, Reply, Store,
+    AccountOp, BoxFuture, HistoryPage, Metadata, Op, PrepareOutcome, ReleaseOutcome, Reply, Store,
     StoreError, TransferOp,
 };
 
@@ -63,6 +63,8 @@ pub struct MongoStore {
     history: Collection<Document>,
     /// The asset catalog: `{_id: code, scale}`.
     assets: Collection<Document>,
+    /// Account metadata: `{_id: account, metadata: {key: value, …}}`.
+    account_metadata: Collection<Document>,
     name: String,
     clock: Arc<dyn Clock>,
     call_timeout: Duration,
@@ -111,6 +113,7 @@ impl MongoStore {
             transfers: db.collection("transfers"),
             history: db.collection("history"),
             assets: db.collection("assets"),
+            account_metadata: db.collection("account_metadata"),
             client,
             database: cfg.database.clone(),
             name,
@@ -210,6 +213,23 @@ impl MongoStore {
         let bad = |what: String| self.corrupted(format!("assets {code:?}: {what}"));
         let scale = u8::try_from(scale).map_err(|_| bad(format!("scale {scale}")))?;
         Asset::new(code, scale).map_err(|e| bad(e.message))
+    }
+
+    /// An `account_metadata` document.
+    fn metadata(&self, d: &Document) -> Result<(AccountId, Metadata), StoreError> {
+        let (Ok(account), Ok(fields)) = (d.get_str("_id"), d.get_document("metadata")) else {
+            return Err(self.corrupted(format!("account_metadata document {d}")));
+        };
+        let bad = |what: String| self.corrupted(format!("account_metadata {account:?}: {what}"));
+        let id = AccountId::new(account).map_err(|e| bad(e.message))?;
+        let metadata = fields
+            .iter()
+            .map(|(k, v)| match v {
+                Bson::String(v) => Ok((k.clone(), v.clone())),
+                other => Err(bad(format!("{k}: {other}"))),
+            })
+            .collect::<Result<_, _>>()?;
+        Ok((id, metadata))
     }
 
     /// What a failed call means for the caller. No answer, or one lost on the way, may
@@ -734,6 +754,85 @@ impl Store for MongoStore {
                 .find_all(&self.assets, doc! {}, doc! {"_id": 1}, usize::MAX)
                 .await?;
             docs.iter().map(|d| self.asset(d)).collect()
+        })
+    }
+
+    fn set_account_metadata<'a>(
+        &'a self,
+        account: &'a AccountId,
+        metadata: &'a Metadata,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let filter = doc! {"_id": account.as_str()};
+            if metadata.is_empty() {
+                return self
+                    .timed(self.account_metadata.delete_one(filter))
+                    .await
+                    .map(drop);
+            }
+            let fields: Document = metadata
+                .iter()
+                .map(|(k, v)| (k.clone(), Bson::String(v.clone())))
+                .collect();
+            let replacement = doc! {"_id": account.as_str(), "metadata": fields};
+            let replace = || {
+                let (filter, replacement) = (filter.clone(), replacement.clone());
+                self.account_metadata
+                    .replace_one(filter, replacement)
+                    .upsert(true)
+            };
+            // Two upserts of a new account race to insert it: the loser, tried again,
+            // replaces the winner's (no reliance on the server retrying it).
+            match tokio::time::timeout(self.call_timeout, replace().into_future()).await {
+                Ok(Err(e)) if is_duplicate(&e) => self.timed(replace()).await.map(drop),
+                Ok(r) => r.map(drop).map_err(|e| self.failed(e)),
+                Err(_) => Err(self.late()),
+            }
+        })
+    }
+
+    fn account_metadata<'a>(
+        &'a self,
+        accounts: &'a [AccountId],
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        Box::pin(async move {
+            if accounts.is_empty() {
+                return Ok(vec![]);
+            }
+            let ids: Vec<&str> = accounts.iter().map(AccountId::as_str).collect();
+            let filter = doc! {"_id": {"$in": ids}};
+            let docs = self
+                .find_all(&self.account_metadata, filter, doc! {"_id": 1}, usize::MAX)
+                .await?;
+            let found = docs
+                .iter()
+                .map(|d| self.metadata(d))
+                .collect::<Result<HashMap<_, _>, _>>()?;
+            Ok(accounts
+                .iter()
+                .filter_map(|a| found.get(a).map(|m| (a.clone(), m.clone())))
+                .collect())
+        })
+    }
+
+    /// Keys are `[A-Za-z0-9_-]` (the API's rule), so `metadata.<key>` is a plain path.
+    fn accounts_with_metadata<'a>(
+        &'a self,
+        key: &'a str,
+        value: &'a str,
+        after: Option<&'a AccountId>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        Box::pin(async move {
+            if limit == 0 {
+                return Ok(vec![]); // a find's limit 0 is none
+            }
+            let after = after.map_or("", |a| a.as_str());
+            let filter = doc! {format!("metadata.{key}"): value, "_id": {"$gt": after}};
+            let docs = self
+                .find_all(&self.account_metadata, filter, doc! {"_id": 1}, limit)
+                .await?;
+            docs.iter().map(|d| self.metadata(d)).collect()
         })
     }
 }

@@ -4,10 +4,11 @@ use crate::durability::Durability;
 use crate::wire;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
+use std::collections::HashMap;
 use std::time::Duration;
 use xfer_core::{Account, AccountId, Asset, Timestamp, TransferId, TransferRecord};
 use xfer_store::database::{plain_name, OpenError};
-use xfer_store::{reply_json, BoxFuture, HistoryPage, Op, Reply, Store, StoreError};
+use xfer_store::{reply_json, BoxFuture, HistoryPage, Metadata, Op, Reply, Store, StoreError};
 
 /// The backend's name in errors.
 const STORE: &str = "mysql";
@@ -51,6 +52,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (3, include_str!("migration_3.sql")),
     (4, include_str!("migration_4.sql")),
     (5, include_str!("migration_5.sql")),
+    (6, include_str!("migration_6.sql")),
 ];
 
 /// What every new connection runs first: UTC (so `xfer_now_ms` is exact) and read committed (a
@@ -76,6 +78,19 @@ const DECLARE_ASSET: &str = "INSERT INTO assets (code, scale) VALUES (?, ?) \
      ON DUPLICATE KEY UPDATE code = code";
 const ASSET: &str = "SELECT code, scale FROM assets WHERE code = ?";
 const ASSETS: &str = "SELECT code, scale FROM assets ORDER BY code";
+/// An account's metadata replaced whole (`migration_6.sql`), the JSON given twice (MySQL
+/// deprecates `VALUES()` in the update, MariaDB lacks the row alias), or removed.
+const SET_METADATA: &str = "INSERT INTO account_metadata (account, metadata) VALUES (?, ?) \
+     ON DUPLICATE KEY UPDATE metadata = ?";
+const DELETE_METADATA: &str = "DELETE FROM account_metadata WHERE account = ?";
+/// The accounts' `?`s are added, one per account asked.
+const METADATA: &str = "SELECT account, metadata FROM account_metadata \
+     WHERE account IN ";
+/// The key's path (`$."key"`) is a parameter; the value is compared as bytes, since under
+/// `utf8mb4_bin`, the collation of the unquoted text, `'a ' = 'a'`.
+const WITH_METADATA: &str = "SELECT account, metadata FROM account_metadata \
+     WHERE CAST(JSON_UNQUOTE(JSON_EXTRACT(metadata, ?)) AS BINARY) = CAST(? AS BINARY) \
+       AND account > ? ORDER BY account LIMIT ?";
 
 /// One shard in a MySQL database. Cheap to share behind an `Arc`; the pool connects lazily
 /// and replaces broken connections.
@@ -225,6 +240,17 @@ impl MysqlStore {
         let bad = |what: String| self.corrupted(format!("assets {code:?}: {what}"));
         let scale = u8::try_from(*scale).map_err(|_| bad(format!("scale {scale}")))?;
         Asset::new(code, scale).map_err(|e| bad(e.message))
+    }
+
+    /// An `account_metadata` row (account, metadata as JSON text).
+    fn metadata(
+        &self,
+        (account, json): (String, String),
+    ) -> Result<(AccountId, Metadata), StoreError> {
+        let bad = |what: String| self.corrupted(format!("account_metadata {account:?}: {what}"));
+        let id = AccountId::new(&account).map_err(|e| bad(e.message))?;
+        let metadata = serde_json::from_str(&json).map_err(|e| bad(e.to_string()))?;
+        Ok((id, metadata))
     }
 
     async fn execute_batch(&self, ops: Vec<Op>) -> Result<Vec<Reply>, StoreError> {
@@ -437,6 +463,64 @@ impl Store for MysqlStore {
         Box::pin(async move {
             let rows: Vec<(String, i64)> = self.rows(ASSETS, ().into()).await?;
             rows.iter().map(|r| self.asset(r)).collect()
+        })
+    }
+
+    fn set_account_metadata<'a>(
+        &'a self,
+        account: &'a AccountId,
+        metadata: &'a Metadata,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let account = account.as_str();
+            let _: Vec<mysql_async::Row> = if metadata.is_empty() {
+                self.rows(DELETE_METADATA, (account,).into()).await?
+            } else {
+                let json = serde_json::to_string(metadata).expect("a map of strings");
+                self.rows(SET_METADATA, (account, &json, &json).into())
+                    .await?
+            };
+            Ok(())
+        })
+    }
+
+    fn account_metadata<'a>(
+        &'a self,
+        accounts: &'a [AccountId],
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        Box::pin(async move {
+            if accounts.is_empty() {
+                return Ok(vec![]);
+            }
+            let sql = format!("{METADATA}({})", vec!["?"; accounts.len()].join(", "));
+            let ids: Vec<&str> = accounts.iter().map(AccountId::as_str).collect();
+            let rows: Vec<(String, String)> = self.rows(&sql, ids.into()).await?;
+            let found = rows
+                .into_iter()
+                .map(|r| self.metadata(r))
+                .collect::<Result<HashMap<_, _>, _>>()?;
+            Ok(accounts
+                .iter()
+                .filter_map(|a| found.get(a).map(|m| (a.clone(), m.clone())))
+                .collect())
+        })
+    }
+
+    fn accounts_with_metadata<'a>(
+        &'a self,
+        key: &'a str,
+        value: &'a str,
+        after: Option<&'a AccountId>,
+        limit_: usize,
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        Box::pin(async move {
+            // Keys are `[A-Za-z0-9_-]` (the API's rule): nothing in one needs escaping.
+            let path = format!("$.\"{key}\"");
+            let after = after.map_or("", |a| a.as_str());
+            let rows: Vec<(String, String)> = self
+                .rows(WITH_METADATA, (path, value, after, limit(limit_)).into())
+                .await?;
+            rows.into_iter().map(|r| self.metadata(r)).collect()
         })
     }
 }

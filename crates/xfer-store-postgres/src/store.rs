@@ -2,13 +2,14 @@
 
 use crate::wire;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
+use std::collections::HashMap;
 use std::time::Duration;
 use tokio_postgres::NoTls;
 use xfer_core::{Account, AccountId, Asset, Timestamp, TransferId, TransferRecord};
 use xfer_store::database::{plain_name, OpenError};
 use xfer_store::{
-    reply_json, BoxFuture, Event, EventKind, EventPage, FeedPosition, HistoryPage, Op, Reply,
-    Store, StoreError,
+    reply_json, BoxFuture, Event, EventKind, EventPage, FeedPosition, HistoryPage, Metadata, Op,
+    Reply, Store, StoreError,
 };
 
 /// The backend's name in errors.
@@ -57,6 +58,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (6, include_str!("migration_6.sql")),
     (7, include_str!("migration_7.sql")),
     (8, include_str!("migration_8.sql")),
+    (9, include_str!("migration_9.sql")),
 ];
 
 const EXECUTE: &str = "SELECT r::text FROM execute($1::text::jsonb) AS r";
@@ -88,6 +90,16 @@ const TRANSFERS: &str = "SELECT to_jsonb(t)::text FROM transfers t \
 const DECLARE_ASSET: &str = "INSERT INTO assets (code, scale) VALUES ($1, $2) \
      ON CONFLICT (code) DO UPDATE SET scale = assets.scale RETURNING code, scale";
 const ASSETS: &str = "SELECT code, scale FROM assets ORDER BY code";
+/// An account's metadata replaced whole (`migration_9.sql`), or removed.
+const SET_METADATA: &str = "INSERT INTO account_metadata (account, metadata) \
+     VALUES ($1, $2::text::jsonb) ON CONFLICT (account) DO UPDATE SET metadata = EXCLUDED.metadata";
+const DELETE_METADATA: &str = "DELETE FROM account_metadata WHERE account = $1";
+const METADATA: &str = "SELECT account, metadata::text FROM account_metadata \
+     WHERE account = ANY($1)";
+/// Containment of the one pair compares the value exactly, and the GIN index serves it.
+const WITH_METADATA: &str = "SELECT account, metadata::text FROM account_metadata \
+     WHERE metadata @> jsonb_build_object($1::text, $2::text) AND account > $3 \
+     ORDER BY account LIMIT $4";
 
 /// One shard in a PostgreSQL schema. Cheap to share behind an `Arc`; the pool connects
 /// lazily and replaces broken connections.
@@ -271,6 +283,15 @@ impl PostgresStore {
         let bad = |what: String| self.corrupted(format!("assets {code:?}: {what}"));
         let scale = u8::try_from(scale).map_err(|_| bad(format!("scale {scale}")))?;
         Asset::new(code, scale).map_err(|e| bad(e.message))
+    }
+
+    /// An `account_metadata` row (account, metadata as JSON text).
+    fn metadata(&self, r: &tokio_postgres::Row) -> Result<(AccountId, Metadata), StoreError> {
+        let (account, json): (&str, &str) = (r.get(0), r.get(1));
+        let bad = |what: String| self.corrupted(format!("account_metadata {account:?}: {what}"));
+        let id = AccountId::new(account).map_err(|e| bad(e.message))?;
+        let metadata = serde_json::from_str(json).map_err(|e| bad(e.to_string()))?;
+        Ok((id, metadata))
     }
 
     async fn execute_batch(&self, ops: Vec<Op>) -> Result<Vec<Reply>, StoreError> {
@@ -468,6 +489,57 @@ impl Store for PostgresStore {
         Box::pin(async move {
             let rows = self.rows(ASSETS, &[]).await?;
             rows.iter().map(|r| self.asset(r)).collect()
+        })
+    }
+
+    fn set_account_metadata<'a>(
+        &'a self,
+        account: &'a AccountId,
+        metadata: &'a Metadata,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let account = account.as_str();
+            if metadata.is_empty() {
+                self.rows(DELETE_METADATA, &[&account]).await?;
+            } else {
+                let json = serde_json::to_string(metadata).expect("a map of strings");
+                self.rows(SET_METADATA, &[&account, &json]).await?;
+            }
+            Ok(())
+        })
+    }
+
+    fn account_metadata<'a>(
+        &'a self,
+        accounts: &'a [AccountId],
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        Box::pin(async move {
+            let ids: Vec<&str> = accounts.iter().map(AccountId::as_str).collect();
+            let rows = self.rows(METADATA, &[&ids]).await?;
+            let found = rows
+                .iter()
+                .map(|r| self.metadata(r))
+                .collect::<Result<HashMap<_, _>, _>>()?;
+            Ok(accounts
+                .iter()
+                .filter_map(|a| found.get(a).map(|m| (a.clone(), m.clone())))
+                .collect())
+        })
+    }
+
+    fn accounts_with_metadata<'a>(
+        &'a self,
+        key: &'a str,
+        value: &'a str,
+        after: Option<&'a AccountId>,
+        limit_: usize,
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        Box::pin(async move {
+            let after = after.map_or("", |a| a.as_str());
+            let rows = self
+                .rows(WITH_METADATA, &[&key, &value, &after, &limit(limit_)])
+                .await?;
+            rows.iter().map(|r| self.metadata(r)).collect()
         })
     }
 }

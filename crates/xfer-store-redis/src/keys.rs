@@ -60,6 +60,11 @@ impl Keys {
     pub(crate) fn assets(&self) -> String {
         format!("{}:assets", self.tag)
     }
+
+    /// Account metadata: a hash of account id → its map as a JSON object.
+    pub(crate) fn metadata(&self) -> String {
+        format!("{}:metadata", self.tag)
+    }
 }
 
 #[cfg(test)]
@@ -83,6 +88,7 @@ mod tests {
             k.events(),
             k.events_dropped(),
             k.assets(),
+            k.metadata(),
         ] {
             assert!(key.starts_with("{xfer_shard_3}:"), "{key}");
         }

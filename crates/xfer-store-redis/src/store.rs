@@ -11,7 +11,9 @@ use std::fmt;
 use std::time::Duration;
 use xfer_core::{Account, AccountId, Asset, Timestamp, TransferId, TransferRecord};
 use xfer_store::database::OpenError;
-use xfer_store::{BoxFuture, EventPage, FeedPosition, HistoryPage, Op, Reply, Store, StoreError};
+use xfer_store::{
+    BoxFuture, EventPage, FeedPosition, HistoryPage, Metadata, Op, Reply, Store, StoreError,
+};
 
 /// The backend's name in errors.
 const STORE: &str = "redis";
@@ -324,6 +326,7 @@ impl RedisStore {
             k.tombs(),
             k.seq(),
             k.assets(),
+            k.metadata(),
             k.events(),
             k.events_dropped(),
         ] {
@@ -425,6 +428,19 @@ fn decode_asset(key: &str, code: &str, scale: Value) -> Result<Asset, StoreError
     let scale: String = redis::from_redis_value(scale).map_err(|e| bad(e.to_string()))?;
     let scale = scale.parse().map_err(|_| bad(format!("scale {scale:?}")))?;
     Asset::new(code, scale).map_err(|e| bad(e.message))
+}
+
+/// An account's metadata as the hash `key` holds it: a JSON object of strings.
+fn decode_metadata(
+    key: &str,
+    account: &str,
+    json: Value,
+) -> Result<(AccountId, Metadata), StoreError> {
+    let bad = |what: String| StoreError::Corrupted(format!("{key} {account:?}: {what}"));
+    let id = AccountId::new(account).map_err(|e| bad(e.message))?;
+    let json: String = redis::from_redis_value(json).map_err(|e| bad(e.to_string()))?;
+    let metadata = serde_json::from_str(&json).map_err(|e| bad(e.to_string()))?;
+    Ok((id, metadata))
 }
 
 /// The settings of the server at `seed`, or of the master at `addr` (`host:port`) reached
@@ -734,6 +750,82 @@ impl Store for RedisStore {
             all.into_iter()
                 .map(|(code, scale)| decode_asset(&key, &code, scale))
                 .collect()
+        })
+    }
+
+    fn set_account_metadata<'a>(
+        &'a self,
+        account: &'a AccountId,
+        metadata: &'a Metadata,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let (key, account) = (self.keys.metadata(), account.as_str());
+            let cmd = if metadata.is_empty() {
+                Cmd::hdel(&key, account)
+            } else {
+                let json = serde_json::to_string(metadata).expect("a map of strings");
+                Cmd::hset(&key, account, json)
+            };
+            self.call::<Value>(&cmd).await.map(drop)
+        })
+    }
+
+    fn account_metadata<'a>(
+        &'a self,
+        accounts: &'a [AccountId],
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        Box::pin(async move {
+            if accounts.is_empty() {
+                return Ok(vec![]);
+            }
+            let key = self.keys.metadata();
+            let ids: Vec<&str> = accounts.iter().map(AccountId::as_str).collect();
+            let held: Vec<Value> = self.call(redis::cmd("HMGET").arg(&key).arg(&ids)).await?;
+            let mut out = vec![];
+            for (id, json) in ids.iter().zip(held) {
+                if json != Value::Nil {
+                    out.push(decode_metadata(&key, id, json)?);
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// The filter reads the shard's whole map (`HSCAN`, a page at a time so the server
+    /// serves others between pages), keeping the first `limit` matches in id order.
+    fn accounts_with_metadata<'a>(
+        &'a self,
+        key: &'a str,
+        value: &'a str,
+        after: Option<&'a AccountId>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<(AccountId, Metadata)>, StoreError>> {
+        Box::pin(async move {
+            let hash = self.keys.metadata();
+            let mut found = BTreeMap::new();
+            let mut cursor = "0".to_string();
+            loop {
+                let mut hscan = redis::cmd("HSCAN");
+                hscan.arg(&hash).arg(&cursor).arg("COUNT").arg(1000);
+                let (next, page): (String, BTreeMap<String, Value>) = self.call(&hscan).await?;
+                for (id, json) in page {
+                    if after.is_some_and(|a| id.as_str() <= a.as_str()) {
+                        continue;
+                    }
+                    let (id, metadata) = decode_metadata(&hash, &id, json)?;
+                    if metadata.get(key).map(String::as_str) == Some(value) {
+                        found.insert(id, metadata);
+                        if found.len() > limit {
+                            found.pop_last();
+                        }
+                    }
+                }
+                if next == "0" {
+                    break;
+                }
+                cursor = next;
+            }
+            Ok(found.into_iter().collect())
         })
     }
 }

@@ -24,7 +24,8 @@ async fn conformance_on_a_cluster() {
 }
 
 /// `destroy` (what tests, demos and benches call on the shards they made) leaves no key of
-/// the shard behind: records, indexes, the change feed and the asset catalog.
+/// the shard behind: records, indexes, the change feed, the asset catalog and account
+/// metadata.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn destroy_leaves_no_key_of_the_shard() {
     let shards = Shards::new(Server::Single, "destroy");
@@ -34,5 +35,10 @@ async fn destroy_leaves_no_key_of_the_shard() {
     xfer_store::Store::declare_asset(&store, &usd)
         .await
         .expect("declare");
+    let owner = [("owner".to_string(), "alice".to_string())].into();
+    let alice = xfer_core::AccountId::new("alice").expect("an id");
+    xfer_store::Store::set_account_metadata(&store, &alice, &owner)
+        .await
+        .expect("metadata");
     assert_eq!(shards.destroy_and_find_left().await, Vec::<String>::new());
 }
