@@ -48,6 +48,7 @@ pub enum Code {
     AssetNotDeclared,
     AssetDeclaredWithAnotherScale,
     MetadataKeyIsInvalid,
+    MetadataValueIsInvalid,
 }
 
 impl Code {
@@ -93,6 +94,7 @@ impl Code {
             Code::AssetNotDeclared => "asset_not_declared",
             Code::AssetDeclaredWithAnotherScale => "asset_declared_with_another_scale",
             Code::MetadataKeyIsInvalid => "metadata_key_is_invalid",
+            Code::MetadataValueIsInvalid => "metadata_value_is_invalid",
         }
     }
 

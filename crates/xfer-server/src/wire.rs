@@ -58,7 +58,8 @@ pub const ACCOUNT_METADATA_VALUE_MAX: usize = 256;
 
 /// An account's metadata as sent: at most [`ACCOUNT_METADATA_ENTRIES_MAX`] entries, each
 /// key 1 to [`ACCOUNT_METADATA_KEY_MAX`] of `A-Z a-z 0-9 _ -`, each value a string of at most
-/// [`ACCOUNT_METADATA_VALUE_MAX`] bytes. `field` names the map (`metadata`).
+/// [`ACCOUNT_METADATA_VALUE_MAX`] bytes with no control character. `field` names the map
+/// (`metadata`).
 pub fn account_metadata(
     m: &serde_json::Map<String, serde_json::Value>,
     field: &str,
@@ -96,6 +97,15 @@ pub fn account_metadata(
                 format!("{v} is not a string: metadata values are text"),
             ));
         };
+        // Control characters have no place in a label, and PostgreSQL's jsonb stores no NUL.
+        if text.chars().any(char::is_control) {
+            return Err(Rejection::new(
+                Code::MetadataValueIsInvalid,
+                at,
+                format!("{text:?} holds a control character"),
+            )
+            .into());
+        }
         if text.len() > ACCOUNT_METADATA_VALUE_MAX {
             return Err(Rejection::new(
                 Code::MetadataTooLarge,

@@ -753,6 +753,16 @@ async fn account_metadata(ts: &TestServer) {
             "metadata.a.b",
         ),
         (json!({"n": 5}), "wrong_type", "metadata.n"),
+        (
+            json!({"nul": "a\u{0}b"}),
+            "metadata_value_is_invalid",
+            "metadata.nul",
+        ),
+        (
+            json!({"tab": "a\tb"}),
+            "metadata_value_is_invalid",
+            "metadata.tab",
+        ),
         (json!({"k": long}), "metadata_too_large", "metadata.k"),
         (Value::Object(many), "metadata_too_large", "metadata"),
     ] {
