@@ -807,11 +807,8 @@ impl Store for MongoStore {
             let found = docs
                 .iter()
                 .map(|d| self.metadata(d))
-                .collect::<Result<HashMap<_, _>, _>>()?;
-            Ok(accounts
-                .iter()
-                .filter_map(|a| found.get(a).map(|m| (a.clone(), m.clone())))
-                .collect())
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(xfer_store::metadata_in_order(accounts, found))
         })
     }
 

@@ -4,7 +4,6 @@ use crate::durability::Durability;
 use crate::wire;
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Pool, PoolConstraints, PoolOpts};
-use std::collections::HashMap;
 use std::time::Duration;
 use xfer_core::{Account, AccountId, Asset, Timestamp, TransferId, TransferRecord};
 use xfer_store::database::{plain_name, OpenError};
@@ -498,11 +497,8 @@ impl Store for MysqlStore {
             let found = rows
                 .into_iter()
                 .map(|r| self.metadata(r))
-                .collect::<Result<HashMap<_, _>, _>>()?;
-            Ok(accounts
-                .iter()
-                .filter_map(|a| found.get(a).map(|m| (a.clone(), m.clone())))
-                .collect())
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(xfer_store::metadata_in_order(accounts, found))
         })
     }
 

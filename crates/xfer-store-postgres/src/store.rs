@@ -2,7 +2,6 @@
 
 use crate::wire;
 use deadpool_postgres::{Manager, ManagerConfig, Pool, PoolError, RecyclingMethod, Runtime};
-use std::collections::HashMap;
 use std::time::Duration;
 use tokio_postgres::NoTls;
 use xfer_core::{Account, AccountId, Asset, Timestamp, TransferId, TransferRecord};
@@ -519,11 +518,8 @@ impl Store for PostgresStore {
             let found = rows
                 .iter()
                 .map(|r| self.metadata(r))
-                .collect::<Result<HashMap<_, _>, _>>()?;
-            Ok(accounts
-                .iter()
-                .filter_map(|a| found.get(a).map(|m| (a.clone(), m.clone())))
-                .collect())
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(xfer_store::metadata_in_order(accounts, found))
         })
     }
 

@@ -50,4 +50,6 @@ pub use intercept::{AheadHook, ExecuteHook, Intercept};
 pub use log::{same_log, SharedLog};
 pub use op::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
 pub use shard::{MemoryShard, MemoryStore};
-pub use store::{answered_durable, BoxFuture, HistoryPage, Metadata, Store, StoreError};
+pub use store::{
+    answered_durable, metadata_in_order, BoxFuture, HistoryPage, Metadata, Store, StoreError,
+};

@@ -234,6 +234,19 @@ pub trait Store: Send + Sync {
 /// An account's metadata: a small map of text (owner, labels), bounded by the API.
 pub type Metadata = std::collections::BTreeMap<String, String>;
 
+/// What [`Store::account_metadata`] answers from the maps a store `found` in any order:
+/// those of `accounts` that have one, in the order asked.
+pub fn metadata_in_order(
+    accounts: &[AccountId],
+    found: Vec<(AccountId, Metadata)>,
+) -> Vec<(AccountId, Metadata)> {
+    let mut found: std::collections::HashMap<AccountId, Metadata> = found.into_iter().collect();
+    accounts
+        .iter()
+        .filter_map(|a| found.remove(a).map(|m| (a.clone(), m)))
+        .collect()
+}
+
 /// Writes the named [`Store`] methods of a wrapper as calls to the same method of its
 /// `$inner` field: wrappers that change one or two calls (`Intercept`, `Coalesce`, `Faulty`)
 /// forward the rest with this instead of repeating the signatures.
