@@ -814,16 +814,30 @@ async fn account_action(
         "close" => "Close not sent: tick the confirmation first".to_string(),
         "lower_bound" => {
             let text = form.get("lower_bound").map(|s| s.trim()).unwrap_or("");
-            let bound = if text == "unbounded" {
-                Ok(LowerBound::Unbounded)
-            } else {
-                text.parse::<i64>()
-                    .map(LowerBound::Bounded)
-                    .map_err(|_| format!("{text:?} is not a whole number or \"unbounded\""))
+            // Read in the account's asset's scale, as the form shows it.
+            let bound = match app.svc.get_account(&aid).await {
+                Ok(a) => {
+                    let catalog = app.svc.catalog_cache().get();
+                    let v = serde_json::Value::from(text);
+                    let declared = catalog.get(&a.asset).is_some();
+                    let read = if declared || text == "unbounded" {
+                        crate::wire::lower_bound_of(&v, Some((&a.asset, &catalog)), "lower_bound")
+                    } else {
+                        text.parse::<i64>().map(LowerBound::Bounded).map_err(|_| {
+                            ApiError::api(
+                                crate::error::ApiCode::WrongType,
+                                Some("lower_bound"),
+                                format!("{text:?} is not a whole number or \"unbounded\""),
+                            )
+                        })
+                    };
+                    read.map_err(|e| format!("Lower bound refused: {}: {}", e.code, e.message))
+                }
+                Err(e) => Err(refused("Lower bound", e)),
             };
             match bound {
                 Ok(b) => said("Lower bound", app.svc.set_lower_bound(aid, b).await),
-                Err(why) => format!("Lower bound refused: invalid_lower_bound: {why}"),
+                Err(text) => text,
             }
         }
         _ => {
@@ -853,7 +867,13 @@ async fn refund_from_form(
     if form.get("confirm").map(String::as_str) != Some("yes") {
         return ("Refund not sent: tick the confirmation first".into(), back);
     }
-    let amounts = match refund_amounts(form) {
+    // Amounts are read in the scales of the original's assets, posting by posting.
+    let assets: Vec<xfer_core::AssetCode> = match app.svc.get_transfer(original).await {
+        Ok(r) => r.spec.postings.iter().map(|p| p.asset.clone()).collect(),
+        Err(e) => return (refused("Refund", e), back),
+    };
+    let catalog = app.svc.catalog_cache().get();
+    let amounts = match refund_amounts(form, &assets, &catalog) {
         Ok(amounts) => amounts,
         Err(text) => return (text, back),
     };
@@ -875,9 +895,14 @@ async fn refund_from_form(
     (outcome("Refund", done), to)
 }
 
-/// The refund form's amounts, one field `amount{i}` per posting: all blank refunds what is
+/// The refund form's amounts, one field `amount{i}` per posting, each in its asset's
+/// declared scale (`0.30`; minor units if it is not declared): all blank refunds what is
 /// left ([`RefundAmounts::Left`]); otherwise every posting needs one.
-fn refund_amounts(form: &HashMap<String, String>) -> Result<crate::refund::RefundAmounts, String> {
+fn refund_amounts(
+    form: &HashMap<String, String>,
+    assets: &[xfer_core::AssetCode],
+    catalog: &crate::catalog::Catalog,
+) -> Result<crate::refund::RefundAmounts, String> {
     use crate::refund::RefundAmounts;
     let mut given = Vec::new();
     for i in 0.. {
@@ -891,14 +916,29 @@ fn refund_amounts(form: &HashMap<String, String>) -> Result<crate::refund::Refun
     }
     let mut amounts = Vec::new();
     for (i, text) in given.iter().enumerate() {
-        let units = text.parse::<u64>().map_err(|_| {
-            format!(
-                "Refund not sent: posting {} needs an amount, a whole number of minor units",
-                i + 1
-            )
+        let field = format!("amounts[{i}]");
+        let read = match assets.get(i) {
+            Some(asset) if catalog.get(asset).is_some() => {
+                catalog.parse_amount(asset, text, &field)
+            }
+            _ => text
+                .parse::<u64>()
+                .map_err(|_| {
+                    xfer_core::Rejection::new(
+                        xfer_core::Code::AmountIsNotANumber,
+                        &field,
+                        format!("{text:?}: a whole number of minor units"),
+                    )
+                })
+                .and_then(|units| xfer_core::Amount::new(units, &field)),
+        };
+        let amount = read.map_err(|r| {
+            if text.is_empty() {
+                format!("Refund not sent: posting {} needs an amount", i + 1)
+            } else {
+                format!("Refund refused: {}: {}", r.code, r.message)
+            }
         })?;
-        let amount = xfer_core::Amount::new(units, &format!("amounts[{i}]"))
-            .map_err(|r| format!("Refund not sent: {}: {}", r.code, r.message))?;
         amounts.push(amount);
     }
     Ok(RefundAmounts::Each(amounts))

@@ -391,7 +391,28 @@ async fn console_signs_in_filters_and_shows_a_transfer_and_its_timeline() {
         assert!(history.contains(id), "{id} in alice's history: {history:?}");
     }
     b.el("form#close").await;
-    b.el("form#lower-bound input[name=lower_bound]").await;
+    // The bound is shown and taken in USD's scale: -1.50 is a credit line of 150 cents.
+    let bound = "form#lower-bound input[name=lower_bound]";
+    assert_eq!(
+        b.el(bound)
+            .await
+            .prop("value")
+            .await
+            .ok()
+            .flatten()
+            .as_deref(),
+        Some("0.00")
+    );
+    b.fill(bound, "-1.50").await;
+    b.click("form#lower-bound [type=submit]").await;
+    assert!(
+        b.text("#outcome").await.contains("Lower bound"),
+        "the outcome"
+    );
+    b.go("/console/accounts/alice").await;
+    assert_eq!(b.text("#lower-bound-value").await, "-1.50");
+    let a = api.get("/v1/accounts/alice").await.expect("alice").ok();
+    assert_eq!(a.expect("alice")["lower_bound"], json!(-150));
     b.shot("account").await;
 
     // Sign out: the pages are closed again.
@@ -655,15 +676,21 @@ async fn partial_refunds_from_the_console_move_back_what_is_asked_and_no_more() 
             b.text("#outcome").await
         }
     };
-    let outcome = refund("30").await;
+    // Amounts in USD's scale, as the form shows them: 0.30 is 30 cents.
+    let outcome = refund("0.301").await;
+    assert!(
+        outcome.contains("amount_has_too_many_decimals"),
+        "finer than a cent: {outcome:?}"
+    );
+    let outcome = refund("0.30").await;
     assert!(outcome.contains("done"), "30 of 100: {outcome:?}");
     b.go("/console/transfers/buy-2").await;
     let links = b.text("#refunds").await;
-    assert!(links.contains("30"), "#refunds: {links:?}");
+    assert!(links.contains("0.30 USD"), "#refunds: {links:?}");
     let label = b.text("form#refund label").await;
-    assert!(label.contains("70"), "70 left: {label:?}");
+    assert!(label.contains("0.70 USD"), "70 left: {label:?}");
     b.shot("partial-refund").await;
-    let outcome = refund("80").await;
+    let outcome = refund("0.80").await;
     assert!(
         outcome.contains("refund_exceeds_original"),
         "80 more of 100: {outcome:?}"

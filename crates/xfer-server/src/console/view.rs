@@ -60,9 +60,13 @@ pub fn amount(n: i128, asset: &str, catalog: &Catalog) -> String {
     format!("{}{out} {asset}", if n < 0 { "-" } else { "" })
 }
 
-fn bound(b: LowerBound) -> String {
-    match b {
-        LowerBound::Bounded(n) => n.to_string(),
+/// Account `a`'s lower bound as the form shows and takes it: in its asset's declared
+/// scale, minor units if it is not declared, or `unbounded`.
+fn bound_in(a: &Account, catalog: &Catalog) -> String {
+    match a.lower_bound {
+        LowerBound::Bounded(n) => catalog
+            .decimal(&a.asset, i128::from(n))
+            .unwrap_or_else(|| n.to_string()),
         LowerBound::Unbounded => "unbounded".into(),
     }
 }
@@ -425,8 +429,14 @@ pub fn transfer(
                         @for (i, (p, taken)) in r.spec.postings.iter().zip(taken).enumerate() {
                             label {
                                 "Move back of " (p.from.as_str()) " → " (p.to.as_str())
-                                " (" (amount(i128::from(p.amount.units().saturating_sub(*taken)), p.asset.as_str(), &v.catalog)) " left), minor units "
-                                input type="number" min="1" name=(format!("amount{i}")) placeholder="what is left";
+                                " (" (amount(i128::from(p.amount.units().saturating_sub(*taken)), p.asset.as_str(), &v.catalog)) " left), "
+                                @if v.catalog.get(&p.asset).is_some() {
+                                    "in " (p.asset.as_str()) " "
+                                    input type="text" inputmode="decimal" pattern="[0-9]+([.][0-9]+)?" name=(format!("amount{i}")) placeholder="what is left";
+                                } @else {
+                                    "minor units "
+                                    input type="number" min="1" name=(format!("amount{i}")) placeholder="what is left";
+                                }
                             }
                         }
                         label { input type="checkbox" name="confirm" value="yes" required; " Refund " (id) " (blank amounts: what is left of every posting)" }
@@ -512,7 +522,7 @@ pub fn account(
             dt { "Reserved" } dd .num { (amount(i128::from(a.reserved), asset, &v.catalog)) }
             dt { "Incoming" } dd .num { (amount(i128::from(a.incoming), asset, &v.catalog)) }
             dt { "Available" } dd .num #available { (amount(a.available(), asset, &v.catalog)) }
-            dt { "Lower bound" } dd #lower-bound-value { (bound(a.lower_bound)) }
+            dt { "Lower bound" } dd #lower-bound-value { (bound_in(a, &v.catalog)) }
             dt { "Labels" } dd #labels {
                 @if labels.is_empty() { "none" }
                 @for (k, val) in labels { span .label { (k) "=" (val) } " " }
@@ -533,7 +543,7 @@ pub fn account(
             div .actions {
                 form #lower-bound method="post" action=(format!("/console/accounts/{id}/lower_bound")) {
                     (csrf(v))
-                    label { "Lower bound " input name="lower_bound" value=(bound(a.lower_bound)) size="12"; }
+                    label { "Lower bound " input name="lower_bound" value=(bound_in(a, &v.catalog)) size="12"; }
                     button type="submit" { "Change" }
                 }
                 form #close method="post" action=(format!("/console/accounts/{id}/close")) {
