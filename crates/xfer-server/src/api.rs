@@ -468,7 +468,7 @@ async fn list_accounts(State(app): Shared, RawQuery(q): RawQuery) -> Handled {
         .transpose()?;
     let (accounts, next) = match q.metadata.as_deref() {
         Some(pair) => {
-            let (k, v) = metadata_pair(pair)
+            let (k, v) = wire::metadata_filter(pair)
                 .map_err(|why| ApiError::api(ApiCode::InvalidQuery, Some("metadata"), why))?;
             let page = app
                 .svc

@@ -73,7 +73,7 @@ pub fn not_declared(code: &AssetCode, field: &str) -> Rejection {
     )
 }
 
-/// The service's copy of the catalog, replaced whole when read again.
+/// The service's copy of the catalog: every declaration it has seen, each never changed.
 #[derive(Debug, Default)]
 pub struct CatalogCache {
     held: RwLock<Arc<Catalog>>,
@@ -85,9 +85,14 @@ impl CatalogCache {
         self.held.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// Keeps `catalog`, read from the store just now.
+    /// Keeps what `catalog`, read from the store just now, adds to what is held. Merged,
+    /// not replaced: a declaration added while the read was under way stays, and none is
+    /// ever dropped.
     pub fn set(&self, catalog: Catalog) {
-        *self.held.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(catalog);
+        let mut held = self.held.write().unwrap_or_else(|e| e.into_inner());
+        let mut next = (**held).clone();
+        next.by_code.extend(catalog.by_code);
+        *held = Arc::new(next);
     }
 
     /// Adds one declaration the store answered.
@@ -136,7 +141,7 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_adds_and_replaces_whole() {
+    fn the_cache_adds_and_merges_what_it_reads() {
         let cache = CatalogCache::default();
         let before = cache.get();
         cache.add(Asset::new("USD", 2).unwrap());
@@ -145,8 +150,9 @@ mod tests {
             "a snapshot never changes"
         );
         assert_eq!(cache.get().get(&code("USD")).map(|a| a.scale), Some(2));
+        // A read that began before USD was added does not drop it.
         cache.set(Catalog::new([Asset::new("BTC", 8).unwrap()]));
         let codes: Vec<_> = cache.get().iter().map(|a| a.code.to_string()).collect();
-        assert_eq!(codes, ["BTC"]);
+        assert_eq!(codes, ["BTC", "USD"]);
     }
 }

@@ -814,25 +814,25 @@ async fn account_action(
         "close" => "Close not sent: tick the confirmation first".to_string(),
         "lower_bound" => {
             let text = form.get("lower_bound").map(|s| s.trim()).unwrap_or("");
-            // Read in the account's asset's scale, as the form shows it.
+            // Read in the unit the form was drawn in, not the catalog's of now.
+            let decimal = form.get("unit").map(String::as_str) == Some("decimal");
             let bound = match app.svc.get_account(&aid).await {
-                Ok(a) => {
-                    let catalog = app.svc.catalog_cache().get();
-                    let v = serde_json::Value::from(text);
-                    let declared = catalog.get(&a.asset).is_some();
-                    let read = if declared || text == "unbounded" {
-                        crate::wire::lower_bound_of(&v, Some((&a.asset, &catalog)), "lower_bound")
-                    } else {
-                        text.parse::<i64>().map(LowerBound::Bounded).map_err(|_| {
-                            ApiError::api(
-                                crate::error::ApiCode::WrongType,
-                                Some("lower_bound"),
-                                format!("{text:?} is not a whole number or \"unbounded\""),
-                            )
-                        })
-                    };
-                    read.map_err(|e| format!("Lower bound refused: {}: {}", e.code, e.message))
-                }
+                Ok(a) if decimal => match app.svc.catalog_for(std::iter::once(&a.asset)).await {
+                    Ok(catalog) => {
+                        let v = serde_json::Value::from(text);
+                        let asset = Some((&a.asset, &*catalog));
+                        crate::wire::lower_bound_of(&v, asset, "lower_bound")
+                            .map_err(|e| format!("Lower bound refused: {}: {}", e.code, e.message))
+                    }
+                    Err(e) => Err(refused("Lower bound", e)),
+                },
+                Ok(_) if text == "unbounded" => Ok(LowerBound::Unbounded),
+                Ok(_) => text.parse::<i64>().map(LowerBound::Bounded).map_err(|_| {
+                    format!(
+                        "Lower bound refused: wrong_type: {text:?} is not a whole number of \
+                         minor units or \"unbounded\""
+                    )
+                }),
                 Err(e) => Err(refused("Lower bound", e)),
             };
             match bound {
@@ -872,7 +872,10 @@ async fn refund_from_form(
         Ok(r) => r.spec.postings.iter().map(|p| p.asset.clone()).collect(),
         Err(e) => return (refused("Refund", e), back),
     };
-    let catalog = app.svc.catalog_cache().get();
+    let catalog = match app.svc.catalog_for(assets.iter()).await {
+        Ok(c) => c,
+        Err(e) => return (refused("Refund", e), back),
+    };
     let amounts = match refund_amounts(form, &assets, &catalog) {
         Ok(amounts) => amounts,
         Err(text) => return (text, back),
@@ -917,10 +920,10 @@ fn refund_amounts(
     let mut amounts = Vec::new();
     for (i, text) in given.iter().enumerate() {
         let field = format!("amounts[{i}]");
+        // Read in the unit the field was drawn in (`unit{i}`), not the catalog's of now.
+        let decimal = form.get(&format!("unit{i}")).map(String::as_str) == Some("decimal");
         let read = match assets.get(i) {
-            Some(asset) if catalog.get(asset).is_some() => {
-                catalog.parse_amount(asset, text, &field)
-            }
+            Some(asset) if decimal => catalog.parse_amount(asset, text, &field),
             _ => text
                 .parse::<u64>()
                 .map_err(|_| {
@@ -942,4 +945,42 @@ fn refund_amounts(
         amounts.push(amount);
     }
     Ok(RefundAmounts::Each(amounts))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::Catalog;
+    use crate::refund::RefundAmounts;
+
+    fn form(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// A field is read in the unit the form was drawn in, whatever the catalog holds when
+    /// it comes back: "3000" drawn as minor units stays 3000, never 3000.00 USD.
+    #[test]
+    fn refund_amounts_are_read_in_the_unit_their_form_was_drawn_in() {
+        let usd = xfer_core::AssetCode::new("USD", "asset").unwrap();
+        let declared = Catalog::new([xfer_core::Asset::new("USD", 2).unwrap()]);
+        let units = |r: Result<RefundAmounts, String>| match r {
+            Ok(RefundAmounts::Each(a)) => a.iter().map(|x| x.units()).collect::<Vec<_>>(),
+            other => panic!("{:?}", other.map(|_| ())),
+        };
+        let minor = form(&[("amount0", "3000"), ("unit0", "minor")]);
+        let read = refund_amounts(&minor, std::slice::from_ref(&usd), &declared);
+        assert_eq!(units(read), [3000]);
+        let decimal = form(&[("amount0", "0.30"), ("unit0", "decimal")]);
+        let read = refund_amounts(&decimal, std::slice::from_ref(&usd), &declared);
+        assert_eq!(units(read), [30]);
+        // Drawn as a decimal, read where the scale is unknown: refused, not guessed.
+        let read = refund_amounts(&decimal, std::slice::from_ref(&usd), &Catalog::default());
+        assert!(read.is_err_and(|t| t.contains("asset_not_declared")));
+        let blank = form(&[("amount0", ""), ("unit0", "decimal")]);
+        let read = refund_amounts(&blank, std::slice::from_ref(&usd), &declared);
+        assert!(matches!(read, Ok(RefundAmounts::Left)));
+    }
 }

@@ -115,7 +115,12 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
         ),
         ("GET", "/v1/assets/{code}") => (
             "One declared asset (404 asset_not_declared)",
-            vec![id_param("asset code")],
+            vec![param(
+                "code",
+                "path",
+                json!({"type": "string", "pattern": "^[A-Z0-9_-]{1,16}$"}),
+                "asset code",
+            )],
             None,
             ok("The asset", schema_ref("Asset")),
         ),
@@ -747,5 +752,26 @@ mod tests {
             .map(|p| p.as_object().unwrap().len())
             .sum();
         assert_eq!(in_doc, documented);
+    }
+
+    #[test]
+    fn every_path_parameter_is_declared_under_its_name() {
+        let doc = document();
+        for r in ROUTES {
+            let op = &doc["paths"][r.path][r.method.to_ascii_lowercase()];
+            let declared: Vec<&str> = op["parameters"]
+                .as_array()
+                .map_or(&[][..], |v| v)
+                .iter()
+                .filter(|p| p["in"] == "path")
+                .filter_map(|p| p["name"].as_str())
+                .collect();
+            let named: Vec<&str> = r
+                .path
+                .split('/')
+                .filter_map(|seg| seg.strip_prefix('{')?.strip_suffix('}'))
+                .collect();
+            assert_eq!(declared, named, "{} {}", r.method, r.path);
+        }
     }
 }

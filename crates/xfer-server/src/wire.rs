@@ -56,6 +56,18 @@ pub const ACCOUNT_METADATA_KEY_MAX: usize = 64;
 /// The longest value of an account's metadata, in bytes.
 pub const ACCOUNT_METADATA_VALUE_MAX: usize = 256;
 
+/// A listing's `metadata=key=value` filter, held to the rules of what may be stored (so no
+/// key or value a store cannot take reaches one), or why not.
+pub fn metadata_filter(text: &str) -> Result<(String, String), String> {
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?}: expected key=value"))?;
+    let mut one = serde_json::Map::new();
+    one.insert(key.to_string(), serde_json::Value::from(value));
+    account_metadata(&one, "metadata").map_err(|e| e.message)?;
+    Ok((key.to_string(), value.to_string()))
+}
+
 /// An account's metadata as sent: at most [`ACCOUNT_METADATA_ENTRIES_MAX`] entries, each
 /// key 1 to [`ACCOUNT_METADATA_KEY_MAX`] of `A-Z a-z 0-9 _ -`, each value a string of at most
 /// [`ACCOUNT_METADATA_VALUE_MAX`] bytes with no control character. `field` names the map
@@ -389,7 +401,8 @@ pub fn lower_bound_of(
         // A word other than `unbounded` is the wrong kind of value, not a bad decimal.
         serde_json::Value::String(s)
             if asset.is_some()
-                && s.trim_start_matches('-')
+                && s.strip_prefix('-')
+                    .unwrap_or(s)
                     .starts_with(|c: char| c.is_ascii_digit()) =>
         {
             let (code, catalog) = asset.expect("matched");

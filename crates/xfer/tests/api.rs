@@ -665,6 +665,50 @@ async fn assets(ts: &TestServer) {
         Some("amount"),
         "a refund of 0.001",
     );
+    // Lower bounds in decimals too; a malformed one changes nothing.
+    let body = json!({"id": "dec-c", "asset": "USD", "lower_bound": "-5.00"});
+    let a = ts.post("/v1/accounts", &body).await;
+    assert_eq!(
+        (a.status, a.body["lower_bound"].clone()),
+        (201, json!(-500)),
+        "{}",
+        a.text
+    );
+    let put_bound = |bound: &'static str| {
+        let body = json!({"lower_bound": bound});
+        async move {
+            ts.send(Method::PUT, "/v1/accounts/dec-c/lower_bound", Some(&body))
+                .await
+        }
+    };
+    let a = put_bound("-7.25").await;
+    assert_eq!(
+        (a.status, a.body["lower_bound"].clone()),
+        (200, json!(-725)),
+        "{}",
+        a.text
+    );
+    for bad in ["--50.00", "--1.2.3", "-", "-x"] {
+        let a = put_bound(bad).await;
+        assert_eq!(
+            (a.status, a.code()),
+            (400, "wrong_type"),
+            "{bad}: {}",
+            a.text
+        );
+    }
+    let a = put_bound("-7.255").await;
+    expect_error(
+        &a,
+        400,
+        "amount_has_too_many_decimals",
+        Some("lower_bound"),
+        "-7.255",
+    );
+    assert_eq!(
+        ts.get("/v1/accounts/dec-c").await.body["lower_bound"],
+        json!(-725)
+    );
 }
 
 /// Accounts' metadata: set at creation, replaced, removed, filtered in the listing, and
@@ -802,6 +846,11 @@ async fn account_metadata(ts: &TestServer) {
         Some("metadata"),
         "a filter without =",
     );
+    // A filter no label could hold is refused before it reaches a store.
+    for q in ["a%22=x", "x%22**.%22owner=1", "owner=%00", "=x"] {
+        let a = ts.get(&format!("/v1/accounts?metadata={q}")).await;
+        expect_error(&a, 400, "invalid_query", Some("metadata"), q);
+    }
 }
 
 async fn accounts(ts: &TestServer) {

@@ -430,11 +430,15 @@ pub fn transfer(
                             label {
                                 "Move back of " (p.from.as_str()) " → " (p.to.as_str())
                                 " (" (amount(i128::from(p.amount.units().saturating_sub(*taken)), p.asset.as_str(), &v.catalog)) " left), "
+                                // The unit the field was drawn in goes with it, so that it is read
+                                // the same way whatever the catalog learns meanwhile.
                                 @if v.catalog.get(&p.asset).is_some() {
                                     "in " (p.asset.as_str()) " "
+                                    input type="hidden" name=(format!("unit{i}")) value="decimal";
                                     input type="text" inputmode="decimal" pattern="[0-9]+([.][0-9]+)?" name=(format!("amount{i}")) placeholder="what is left";
                                 } @else {
                                     "minor units "
+                                    input type="hidden" name=(format!("unit{i}")) value="minor";
                                     input type="number" min="1" name=(format!("amount{i}")) placeholder="what is left";
                                 }
                             }
@@ -543,6 +547,7 @@ pub fn account(
             div .actions {
                 form #lower-bound method="post" action=(format!("/console/accounts/{id}/lower_bound")) {
                     (csrf(v))
+                    input type="hidden" name="unit" value=(if v.catalog.get(&a.asset).is_some() { "decimal" } else { "minor" });
                     label { "Lower bound " input name="lower_bound" value=(bound_in(a, &v.catalog)) size="12"; }
                     button type="submit" { "Change" }
                 }
