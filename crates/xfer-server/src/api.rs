@@ -891,19 +891,26 @@ async fn refund(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b:
     let original_id = wire::transfer_id(&id, "original")?;
     let req: RefundIn = body(&app, &headers, b).await?;
     let refund_id = wire::transfer_id(&req.id, "id")?;
-    // Decimal amounts are read in the scales of the original's assets, posting by posting.
-    let assets: Vec<AssetCode> = if req.has_decimals() {
+    // Decimal amounts are read in the scales of the original's assets, posting by posting;
+    // others are checked before the original is read.
+    let (original, amounts) = if req.has_decimals() {
         let original = app.svc.get_transfer(&original_id).await?;
-        let postings = original.spec.postings.iter();
-        postings.map(|p| p.asset.clone()).collect()
+        let assets: Vec<AssetCode> = original
+            .spec
+            .postings
+            .iter()
+            .map(|p| p.asset.clone())
+            .collect();
+        let catalog = app.svc.catalog_for(assets.iter()).await?;
+        let amounts = req.amounts(&assets, &catalog)?;
+        (original, amounts)
     } else {
-        Vec::new()
+        let amounts = req.amounts(&[], &crate::catalog::Catalog::default())?;
+        (app.svc.get_transfer(&original_id).await?, amounts)
     };
-    let catalog = app.svc.catalog_for(assets.iter()).await?;
-    let amounts = req.amounts(&assets, &catalog)?;
     let answer = app
         .svc
-        .refund(original_id, refund_id, amounts, req.metadata)
+        .refund(&original, refund_id, amounts, req.metadata)
         .await?;
     Ok(json_status(status_of(&answer), answer_out(&app, &answer)))
 }

@@ -38,7 +38,13 @@ impl Catalog {
 
     /// A declared asset, or `asset_not_declared` naming `field`.
     pub fn require(&self, code: &AssetCode, field: &str) -> Result<&Asset, Rejection> {
-        self.get(code).ok_or_else(|| not_declared(code, field))
+        self.get(code).ok_or_else(|| {
+            Rejection::new(
+                Code::AssetNotDeclared,
+                field,
+                format!("{code} is not a declared asset: declare it first (POST /v1/assets)"),
+            )
+        })
     }
 
     /// An amount of `code` given as decimal text (`"12.34"`), in minor units; refused when
@@ -62,15 +68,6 @@ impl Catalog {
         })?;
         asset.parse_amount(text, field)
     }
-}
-
-/// `asset_not_declared` for `code`, naming `field`.
-pub fn not_declared(code: &AssetCode, field: &str) -> Rejection {
-    Rejection::new(
-        Code::AssetNotDeclared,
-        field,
-        format!("{code} is not a declared asset: declare it first (POST /v1/assets)"),
-    )
 }
 
 /// The service's copy of the catalog: every declaration it has seen, each never changed.

@@ -868,10 +868,16 @@ async fn refund_from_form(
         return ("Refund not sent: tick the confirmation first".into(), back);
     }
     // Amounts are read in the scales of the original's assets, posting by posting.
-    let assets: Vec<xfer_core::AssetCode> = match app.svc.get_transfer(original).await {
-        Ok(r) => r.spec.postings.iter().map(|p| p.asset.clone()).collect(),
+    let record = match app.svc.get_transfer(original).await {
+        Ok(r) => r,
         Err(e) => return (refused("Refund", e), back),
     };
+    let assets: Vec<xfer_core::AssetCode> = record
+        .spec
+        .postings
+        .iter()
+        .map(|p| p.asset.clone())
+        .collect();
     let catalog = match app.svc.catalog_for(assets.iter()).await {
         Ok(c) => c,
         Err(e) => return (refused("Refund", e), back),
@@ -888,7 +894,7 @@ async fn refund_from_form(
     };
     let done = app
         .svc
-        .refund(original.clone(), rid.clone(), amounts, String::new())
+        .refund(&record, rid.clone(), amounts, String::new())
         .await
         .map(|x| x.record().clone());
     let to = match done {

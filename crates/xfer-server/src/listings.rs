@@ -8,8 +8,8 @@ use crate::service::Service;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use xfer_core::{
-    Account, AccountId, Asset, AssetCode, Code, LowerBound, Rejection, TransferId, TransferRecord,
-    TransferState,
+    Account, AccountId, AccountStatus, Asset, AssetCode, Code, LowerBound, Rejection, TransferId,
+    TransferRecord, TransferState,
 };
 use xfer_engine::{AuditReport, ExecError, ReplayReport};
 use xfer_store::{AccountOp, Metadata, Op, Reply};
@@ -194,15 +194,22 @@ impl Service {
         let next = (found.len() == limit)
             .then(|| found.last().map(|(id, _)| id.clone()))
             .flatten();
-        let mut items = Vec::with_capacity(found.len());
-        for (id, metadata) in found {
-            // Metadata of an id whose account is gone or was never made lists nothing.
-            match self.get_account(&id).await {
-                Ok(a) => items.push((a, metadata)),
-                Err(ExecError::Rejected(_)) => {}
-                Err(e) => return Err(e),
-            }
-        }
+        // One batch of reads per shard; metadata of an id with no account lists nothing.
+        let ops = found
+            .iter()
+            .map(|(id, _)| Op::Account(id.clone(), AccountOp::Get))
+            .collect();
+        let replies = self.executor().execute_ops(ops).await?;
+        let items = found
+            .into_iter()
+            .zip(replies)
+            .filter_map(|((_, metadata), reply)| match reply {
+                Reply::Account(a) if a.status != AccountStatus::Unopened => {
+                    Some((Arc::unwrap_or_clone(a), metadata))
+                }
+                _ => None,
+            })
+            .collect();
         Ok(Page { items, next })
     }
 

@@ -89,39 +89,39 @@ impl RefundAmounts {
 }
 
 impl Service {
-    /// Refunds the done transfer `original_id` with a new transfer `refund_id` of its
-    /// reversed postings with `amounts`, linked both ways, waiting for its outcome. Refused
-    /// before anything is written when the original is not done, or when the refunds linked
-    /// to it, less those that were canceled, leave too little (or no room for another).
+    /// Refunds the done transfer `original`, as the caller read it, with a new transfer
+    /// `refund_id` of its reversed postings with `amounts`, linked both ways, waiting for its
+    /// outcome. Refused before anything is written when the original is not done, or when
+    /// the refunds linked to it, less those that were canceled, leave too little (or no
+    /// room for another).
     pub async fn refund(
         &self,
-        original_id: TransferId,
+        original: &TransferRecord,
         refund_id: TransferId,
         amounts: RefundAmounts,
         metadata: String,
     ) -> Result<Answer, ExecError> {
-        let original = self.get_transfer(&original_id).await?;
         let amounts = match amounts {
-            RefundAmounts::Left => self.left_of(&original).await?,
+            RefundAmounts::Left => self.left_of(original).await?,
             other => other,
         };
-        let postings = amounts.postings(&original)?;
+        let postings = amounts.postings(original)?;
         let refused = |code: Code, live: Option<&[u64]>| {
             let field = match code {
                 Code::RefundExceedsOriginal => amounts.field(),
                 _ => "original",
             };
-            refusal(code, field, &original, live)
+            refusal(code, field, original, live)
         };
-        if let Err(code) = link_refund(&original, &refund_id, &[], &postings) {
+        if let Err(code) = link_refund(original, &refund_id, &[], &postings) {
             if code == Code::OriginalIsNotDone {
                 return Err(refused(code, None).into());
             }
             // A resubmission is answered from its record. Otherwise the links of canceled
             // refunds may be replaced, as the protocol does when it links.
             if !self.exists(&refund_id).await? {
-                let canceled = self.canceled_refunds(&original).await?;
-                if let Err(code) = link_refund(&original, &refund_id, &canceled, &postings) {
+                let canceled = self.canceled_refunds(original).await?;
+                if let Err(code) = link_refund(original, &refund_id, &canceled, &postings) {
                     let live = original.refunded_units_except(&canceled);
                     return Err(refused(code, Some(&live)).into());
                 }
@@ -132,7 +132,7 @@ impl Service {
             postings: postings.into(),
             metadata,
             kind: TransferKind::Transfer,
-            refund_of: Some(original_id),
+            refund_of: Some(original.spec.id.clone()),
             timeout_ms: TIMEOUT_MS_DEFAULT,
         };
         spec.validate()?;
