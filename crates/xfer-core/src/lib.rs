@@ -38,6 +38,6 @@ pub use time::{Clock, ManualClock, SystemClock, Timestamp};
 pub use timeline::{Step, Timeline, TIMELINE_STEPS_MAX};
 pub use transfer::Posting;
 pub use transfer::{
-    CancelReason, Leg, Legs, Postings, RefundLink, TransferKind, TransferRecord, TransferSpec,
-    TransferState, POSTINGS_MAX, REFUNDS_MAX,
+    CancelReason, Escalation, Leg, Legs, Postings, RefundLink, TransferKind, TransferRecord,
+    TransferSpec, TransferState, POSTINGS_MAX, REFUNDS_MAX,
 };

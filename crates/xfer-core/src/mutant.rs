@@ -50,11 +50,16 @@ pub enum Mutant {
     RefundSumUnchecked,
     /// Extending a hold answers as if the expiry moved, and leaves it where it was.
     ExtendForgotten,
+    /// A post of a hold captured in part moves the whole intent, as if captured whole.
+    CapturePostsWhole,
+    /// Sweepers neither escalate a transfer whose recovery keeps failing nor skip one
+    /// escalated: they retry it every pass, forever.
+    EscalationIgnored,
 }
 
 impl Mutant {
     /// Every mutant, in a stable order.
-    pub const ALL: [Mutant; 21] = [
+    pub const ALL: [Mutant; 23] = [
         Mutant::CreditAtPrepare,
         Mutant::DebitWithoutBalanceCheck,
         Mutant::DoublePost,
@@ -76,6 +81,8 @@ impl Mutant {
         Mutant::TimelineSkipsTakeover,
         Mutant::RefundSumUnchecked,
         Mutant::ExtendForgotten,
+        Mutant::CapturePostsWhole,
+        Mutant::EscalationIgnored,
     ];
 
     /// Its command-line name.
@@ -102,6 +109,8 @@ impl Mutant {
             Mutant::TimelineSkipsTakeover => "timeline-skips-takeover",
             Mutant::RefundSumUnchecked => "refund-sum-unchecked",
             Mutant::ExtendForgotten => "extend-forgotten",
+            Mutant::CapturePostsWhole => "capture-posts-whole",
+            Mutant::EscalationIgnored => "escalation-ignored",
         }
     }
 
@@ -130,6 +139,10 @@ impl Mutant {
             Mutant::TimelineSkipsTakeover => "a take-over adds no timeline step",
             Mutant::RefundSumUnchecked => "a refund link ignores the refunds linked before",
             Mutant::ExtendForgotten => "extending a hold answers but keeps the old expiry",
+            Mutant::CapturePostsWhole => "a hold captured in part posts its whole amounts",
+            Mutant::EscalationIgnored => {
+                "a transfer whose recovery keeps failing is retried forever"
+            }
             Mutant::DuplicateAnswersStaleState => {
                 "a duplicate submission is told the stored state as final"
             }

@@ -49,6 +49,7 @@ pub enum Code {
     AssetDeclaredWithAnotherScale,
     MetadataKeyIsInvalid,
     MetadataValueIsInvalid,
+    CaptureExceedsHold,
 }
 
 impl Code {
@@ -95,6 +96,7 @@ impl Code {
             Code::AssetDeclaredWithAnotherScale => "asset_declared_with_another_scale",
             Code::MetadataKeyIsInvalid => "metadata_key_is_invalid",
             Code::MetadataValueIsInvalid => "metadata_value_is_invalid",
+            Code::CaptureExceedsHold => "capture_exceeds_hold",
         }
     }
 

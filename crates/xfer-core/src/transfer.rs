@@ -199,18 +199,66 @@ impl TransferSpec {
         Ok(legs)
     }
 
-    /// The postings that undo `self`: each one reversed, in order.
+    /// The postings that undo `self`: each one reversed, in order, whole (a record's
+    /// [`TransferRecord::reversed_postings`] undoes what it moved).
     pub fn reversed_postings(&self) -> Vec<Posting> {
-        self.postings
-            .iter()
-            .map(|p| Posting {
-                from: p.to.clone(),
-                to: p.from.clone(),
-                asset: p.asset.clone(),
-                amount: p.amount,
-            })
-            .collect()
+        reversed(&self.postings)
     }
+
+    /// Checks the amounts of a capture in part against the held postings: one per
+    /// posting, in order, each at most the posting's amount. `Ok(true)` when they capture
+    /// every posting whole (an ordinary capture).
+    pub fn check_capture(&self, amounts: &[Amount]) -> Result<bool, Rejection> {
+        let n = self.postings.len();
+        if amounts.len() != n {
+            return Err(Rejection::new(
+                Code::CaptureExceedsHold,
+                "amounts",
+                format!(
+                    "{} amounts for {n} held postings: give one for each, in order",
+                    amounts.len()
+                ),
+            ));
+        }
+        for (i, (p, a)) in self.postings.iter().zip(amounts).enumerate() {
+            if *a > p.amount {
+                return Err(Rejection::new(
+                    Code::CaptureExceedsHold,
+                    format!("amounts[{i}]"),
+                    format!("{} is more than the {} held", a.units(), p.amount.units()),
+                ));
+            }
+        }
+        Ok(self
+            .postings
+            .iter()
+            .zip(amounts)
+            .all(|(p, a)| p.amount == *a))
+    }
+
+    /// The legs of these postings with `amounts` instead of theirs (checked by
+    /// [`TransferSpec::check_capture`]): the same accounts in the same order as
+    /// [`TransferSpec::validate`]'s legs, with what each account moves.
+    pub fn legs_with(&self, amounts: &[Amount]) -> Result<Legs, Rejection> {
+        let mut moved = self.clone();
+        for (p, a) in moved.postings.iter_mut().zip(amounts) {
+            p.amount = *a;
+        }
+        moved.validate()
+    }
+}
+
+/// Each of `postings` reversed, in order.
+fn reversed(postings: &[Posting]) -> Vec<Posting> {
+    postings
+        .iter()
+        .map(|p| Posting {
+            from: p.to.clone(),
+            to: p.from.clone(),
+            asset: p.asset.clone(),
+            amount: p.amount,
+        })
+        .collect()
 }
 
 /// Where a transfer is in the protocol.
@@ -323,6 +371,41 @@ impl fmt::Display for CancelReason {
     }
 }
 
+/// The longest error an [`Escalation`] keeps, in bytes.
+pub const ESCALATION_ERROR_LEN_MAX: usize = 512;
+
+/// A transfer marked for a person: recovering it kept failing for a reason retrying will not
+/// fix (a protocol violation, a damaged record, a store error past the retry limit).
+/// Sweepers leave it alone until a re-drive clears the mark. It changes nothing of the
+/// protocol's fields (state, owner, epoch, lease), so it cannot change an outcome.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Escalation {
+    /// Failed recoveries in a row when it was marked.
+    pub attempts: u32,
+    /// The last failure, at most [`ESCALATION_ERROR_LEN_MAX`] bytes.
+    pub error: String,
+    /// When it was marked (the sweeper's clock).
+    pub at: Timestamp,
+}
+
+impl Escalation {
+    /// An escalation of `error` (a NUL, which some stores' JSON cannot hold, made U+FFFD;
+    /// cut to [`ESCALATION_ERROR_LEN_MAX`] bytes on a character boundary) after `attempts`
+    /// failures, at `at`.
+    pub fn new(attempts: u32, error: &str, at: Timestamp) -> Escalation {
+        let error = error.replace('\0', "\u{FFFD}");
+        let mut end = error.len().min(ESCALATION_ERROR_LEN_MAX);
+        while !error.is_char_boundary(end) {
+            end -= 1;
+        }
+        Escalation {
+            attempts,
+            error: error[..end].to_string(),
+            at,
+        }
+    }
+}
+
 /// At most this many refunds link to one transfer (a canceled refund's link is replaced).
 pub const REFUNDS_MAX: usize = 16;
 
@@ -372,6 +455,16 @@ pub struct TransferRecord {
     /// `timeline`.
     #[serde(skip)]
     pub refunds: Vec<RefundLink>,
+    /// For a hold captured in part: of each posting, in order, the amount captured (at
+    /// least 1, at most the posting's); the rest was released by the same posts. Empty when
+    /// every posting moves its whole amount. Set with the capture decision, never changed
+    /// after. Not part of this type's serde encoding, as `refunds`.
+    #[serde(skip)]
+    pub captured: Vec<Amount>,
+    /// Marked for a person ([`Escalation`]): sweepers skip it until a re-drive clears this.
+    /// Not part of this type's serde encoding, as `refunds`.
+    #[serde(skip)]
+    pub escalation: Option<Escalation>,
     /// The states it passed through (`timeline.rs`): its first step and its latest, at most
     /// 16; older steps in the middle are dropped. Written by the store in the step that
     /// changes the record (`xfer_store::timeline::step_of`). Not part of this type's serde
@@ -409,6 +502,8 @@ impl TransferRecord {
             reason: None,
             refunded_by: None,
             refunds: Vec::new(),
+            captured: Vec::new(),
+            escalation: None,
             timeline: Timeline::default(),
         }
     }
@@ -419,10 +514,29 @@ impl TransferRecord {
         match (&self.refunded_by, self.refunds.is_empty()) {
             (Some(refund), true) => std::borrow::Cow::Owned(vec![RefundLink {
                 refund: refund.clone(),
-                amounts: self.spec.postings.iter().map(|p| p.amount).collect(),
+                amounts: self.moved_postings().iter().map(|p| p.amount).collect(),
             }]),
             _ => std::borrow::Cow::Borrowed(&self.refunds),
         }
+    }
+
+    /// The postings as they move money: the spec's, with the captured amounts of a hold
+    /// captured in part.
+    pub fn moved_postings(&self) -> std::borrow::Cow<'_, Postings> {
+        if self.captured.is_empty() {
+            return std::borrow::Cow::Borrowed(&self.spec.postings);
+        }
+        let mut postings = self.spec.postings.clone();
+        for (p, a) in postings.iter_mut().zip(&self.captured) {
+            p.amount = *a;
+        }
+        std::borrow::Cow::Owned(postings)
+    }
+
+    /// The postings that undo what it moved: each of [`TransferRecord::moved_postings`]
+    /// reversed, in order.
+    pub fn reversed_postings(&self) -> Vec<Posting> {
+        reversed(&self.moved_postings())
     }
 
     /// How much of each posting the linked refunds take back, in the postings' order

@@ -308,6 +308,20 @@ impl Executor {
         self.drive_one(start).await
     }
 
+    /// Captures `amounts` of the hold `id`, one per posting in order, and posts them,
+    /// giving the rest back in the same steps: `done` (a repeat answers the same), or
+    /// rejected with `capture_exceeds_hold` (field `amounts[i]`, nothing written),
+    /// `hold_already_captured` (captured before, whole or with other amounts),
+    /// `hold_expired`, `hold_already_voided` or `transfer_is_not_held`.
+    pub async fn capture_part(
+        &self,
+        id: TransferId,
+        amounts: Vec<xfer_core::Amount>,
+    ) -> Result<Outcome, ExecError> {
+        let start = Machine::capture_part(id, amounts, self.owner.clone(), self.cfg);
+        self.drive_one(start).await
+    }
+
     /// Voids the hold `id` and releases it: `canceled` with reason `voided` (a repeat
     /// answers the same), or rejected with `hold_expired`, `hold_already_captured` or
     /// `transfer_is_not_held`.

@@ -8,6 +8,7 @@
 //!  (id exists) └─▶ Claiming ─────┤                                                  ├─▶ Releasing ─▶ Finishing
 //!  recover ───────▶ Claiming ────┘                                                  └─▶ (held: stop)
 //!  capture / void ─────────────────────────────────▶ Posting / Releasing
+//!  capture in part ─▶ ReadingHold ─▶ capture
 //! ```
 //!
 //! A new transfer is inserted already claimed by its submitter (`pending`, epoch 1, leased),
@@ -23,7 +24,7 @@
 use std::sync::Arc;
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{
-    CancelReason, Code, Leg, Legs, OwnerId, Rejection, Timestamp, TransferId, TransferKind,
+    Amount, CancelReason, Code, Leg, Legs, OwnerId, Rejection, Timestamp, TransferId, TransferKind,
     TransferRecord, TransferSpec, TransferState, POSTINGS_MAX,
 };
 use xfer_store::{AccountOp, Op, PostOutcome, PrepareOutcome, ReleaseOutcome, Reply, TransferOp};
@@ -82,7 +83,10 @@ pub enum Outcome {
 enum Phase {
     Inserting,
     Claiming,
-    Capturing,
+    /// A capture in part: reading the hold to check the amounts against its postings.
+    ReadingHold(Vec<Amount>),
+    /// A capture: of each posting the amount asked, or none for every posting whole.
+    Capturing(Vec<Amount>),
     Voiding,
     /// Refund: linking the original to this transfer, possibly replacing canceled refunds.
     Linking {
@@ -242,7 +246,23 @@ impl Machine {
         now: Timestamp,
         cfg: Config,
     ) -> (Machine, Vec<Request>) {
-        Machine::settle_hold(id, owner, now, cfg, Phase::Capturing)
+        Machine::settle_hold(id, owner, now, cfg, Phase::Capturing(Vec::new()))
+    }
+
+    /// Captures `amounts` of the hold `id`, one per posting in order (each at most the
+    /// posting's), and posts them, giving the rest back in the same posts. Reads the hold
+    /// first: the amounts are checked against its postings before anything is written
+    /// (`capture_exceeds_hold`), and amounts that take every posting whole capture it as
+    /// [`Machine::capture`] does.
+    pub fn capture_part(
+        id: TransferId,
+        amounts: Vec<Amount>,
+        owner: OwnerId,
+        cfg: Config,
+    ) -> (Machine, Vec<Request>) {
+        let mut m = Machine::blank(id, owner, cfg);
+        m.whole(Phase::ReadingHold(amounts), TransferOp::Get);
+        m.started()
     }
 
     /// Voids the hold `id` and releases it.
@@ -262,10 +282,22 @@ impl Machine {
         cfg: Config,
         phase: Phase,
     ) -> (Machine, Vec<Request>) {
-        let mut m = Machine::blank(id, owner.clone(), cfg);
-        let lease_until = now.plus_ms(cfg.lease_ms);
-        let op = match phase {
-            Phase::Capturing => TransferOp::Capture {
+        let mut m = Machine::blank(id, owner, cfg);
+        m.settle(phase, now);
+        m.started()
+    }
+
+    /// Asks for the capture or void of `phase`, taking the hold over.
+    fn settle(&mut self, phase: Phase, now: Timestamp) {
+        let (owner, lease_until) = (self.owner.clone(), now.plus_ms(self.cfg.lease_ms));
+        let op = match &phase {
+            Phase::Capturing(amounts) if !amounts.is_empty() => TransferOp::CapturePart {
+                owner,
+                now,
+                lease_until,
+                amounts: amounts.clone(),
+            },
+            Phase::Capturing(_) => TransferOp::Capture {
                 owner,
                 now,
                 lease_until,
@@ -276,8 +308,7 @@ impl Machine {
                 lease_until,
             },
         };
-        m.whole(phase, op);
-        m.started()
+        self.whole(phase, op);
     }
 
     /// A new machine and the first requests it made.
@@ -358,7 +389,7 @@ impl Machine {
         match self.phase {
             Phase::Inserting => "inserting",
             Phase::Claiming => "claiming",
-            Phase::Capturing => "capturing",
+            Phase::ReadingHold(_) | Phase::Capturing(_) => "capturing",
             Phase::Voiding => "voiding",
             Phase::Linking { .. } | Phase::ReadingOriginal(_) | Phase::ReadingRivals { .. } => {
                 "linking"
@@ -430,8 +461,11 @@ impl Machine {
         match std::mem::replace(&mut self.phase, Phase::Finishing) {
             Phase::Inserting => self.on_inserted(reply, now),
             Phase::Claiming => self.on_claimed(reply, now),
-            Phase::Capturing => self.on_captured(reply, now, TransferState::Applied),
-            Phase::Voiding => self.on_captured(reply, now, TransferState::Canceling),
+            Phase::ReadingHold(amounts) => self.on_read_hold(reply, amounts, now),
+            Phase::Capturing(amounts) => {
+                self.on_captured(reply, now, TransferState::Applied, &amounts)
+            }
+            Phase::Voiding => self.on_captured(reply, now, TransferState::Canceling, &[]),
             Phase::Linking { replacing } => self.on_linked(reply, replacing, now),
             Phase::ReadingOriginal(code) => self.on_read_original(reply, code, now),
             Phase::ReadingRivals {
@@ -516,6 +550,9 @@ impl Machine {
     fn run_from(&mut self, now: Timestamp, rec: Arc<TransferRecord>) {
         let (state, deadline) = (rec.state, rec.deadline);
         let refund_of = rec.spec.refund_of.clone();
+        // A hold captured in part posts what each leg captured.
+        let parts =
+            (!rec.captured.is_empty() && state == TransferState::Applied).then(|| parts_of(&rec));
         let copy = move || Arc::unwrap_or_clone(rec);
         if self.legs.is_empty() {
             return self.stop(Outcome::Violation(format!(
@@ -546,7 +583,14 @@ impl Machine {
                     now,
                 )
             }
-            TransferState::Applied => self.post_all(),
+            TransferState::Applied => match parts {
+                None => self.post_all(),
+                Some(Some(parts)) if parts.len() == self.legs.len() => self.post_parts(parts),
+                Some(_) => self.stop(Outcome::Violation(format!(
+                    "{}: captured amounts that do not fit its postings",
+                    self.id
+                ))),
+            },
             TransferState::Canceling => self.release_all(),
             TransferState::Held => self.stop(Outcome::Held(copy())),
             TransferState::Done | TransferState::Canceled => self.stop(Outcome::Finished(copy())),
@@ -575,7 +619,7 @@ impl Machine {
     fn prepare_all(&mut self) {
         let deadline = self.seen.as_ref().expect("prepare after claim").deadline;
         let horizon = deadline.plus_ms(self.cfg.skew_ms);
-        self.each_leg(Phase::Preparing, |transfer, l| AccountOp::Prepare {
+        self.each_leg(Phase::Preparing, |transfer, _, l| AccountOp::Prepare {
             transfer: transfer.clone(),
             asset: l.asset.clone(),
             debit: l.debit,
@@ -586,9 +630,20 @@ impl Machine {
     }
 
     fn post_all(&mut self) {
-        self.each_leg(Phase::Posting, |transfer, l| AccountOp::Post {
+        self.each_leg(Phase::Posting, |transfer, _, l| AccountOp::Post {
             transfer: transfer.clone(),
             asset: l.asset.clone(),
+        });
+    }
+
+    /// The posts of a hold captured in part: each leg moves what the captured amounts
+    /// make of it, and its intent's rest is given back.
+    fn post_parts(&mut self, parts: Legs) {
+        self.each_leg(Phase::Posting, |transfer, i, l| AccountOp::PostPart {
+            transfer: transfer.clone(),
+            asset: l.asset.clone(),
+            debit: parts[i].debit,
+            credit: parts[i].credit,
         });
     }
 
@@ -599,7 +654,7 @@ impl Machine {
             .expect("release after claim")
             .deadline
             .plus_ms(self.cfg.skew_ms);
-        self.each_leg(Phase::Releasing, |transfer, l| AccountOp::Release {
+        self.each_leg(Phase::Releasing, |transfer, _, l| AccountOp::Release {
             transfer: transfer.clone(),
             asset: l.asset.clone(),
             horizon,
@@ -607,7 +662,7 @@ impl Machine {
     }
 
     /// Enters `phase` with one request per leg, `step` on the leg's account.
-    fn each_leg(&mut self, phase: Phase, step: impl Fn(&TransferId, &Leg) -> AccountOp) {
+    fn each_leg(&mut self, phase: Phase, step: impl Fn(&TransferId, usize, &Leg) -> AccountOp) {
         if self.legs.len() > LEGS_MAX {
             // Validation allows no more; a record that has more is corrupt.
             return self.stop(Outcome::Violation(format!(
@@ -619,7 +674,7 @@ impl Machine {
         self.enter(phase);
         for i in 0..self.legs.len() {
             let leg = &self.legs[i];
-            let op = Op::Account(leg.account.clone(), step(&self.id, leg));
+            let op = Op::Account(leg.account.clone(), step(&self.id, i, leg));
             self.request(op);
         }
     }
@@ -698,7 +753,28 @@ impl Machine {
         }
     }
 
-    fn on_captured(&mut self, reply: Reply, now: Timestamp, goal: TransferState) {
+    /// The hold read for a capture in part: its postings judge the amounts.
+    fn on_read_hold(&mut self, reply: Reply, amounts: Vec<Amount>, now: Timestamp) {
+        match reply {
+            Reply::Transfer(rec) | Reply::Unchanged(rec) => {
+                if rec.spec.kind == TransferKind::Transfer {
+                    // As a capture would be refused.
+                    let refusal = settled_otherwise(&rec, TransferState::Applied);
+                    return self.stop(Outcome::Rejected(refusal.expect("not a hold")));
+                }
+                let whole = match rec.spec.check_capture(&amounts) {
+                    Ok(whole) => whole,
+                    Err(refusal) => return self.stop(Outcome::Rejected(refusal)),
+                };
+                let amounts = if whole { Vec::new() } else { amounts };
+                self.settle(Phase::Capturing(amounts), now)
+            }
+            Reply::NotFound => self.stop(Outcome::NotFound),
+            other => self.unexpected("capture/void", other),
+        }
+    }
+
+    fn on_captured(&mut self, reply: Reply, now: Timestamp, goal: TransferState, asked: &[Amount]) {
         match reply {
             Reply::Transfer(rec) => {
                 self.adopt(&rec);
@@ -708,6 +784,18 @@ impl Machine {
                 self.adopt(&rec);
                 if let Some(refusal) = settled_otherwise(&rec, goal) {
                     self.stop(Outcome::Rejected(refusal))
+                } else if goal == TransferState::Applied
+                    && rec.state.is_decided()
+                    && rec.captured != asked
+                {
+                    self.stop(Outcome::Rejected(Rejection::new(
+                        Code::HoldAlreadyCaptured,
+                        "amounts",
+                        format!(
+                            "{} was captured with other amounts; a captured hold can only be refunded",
+                            self.id
+                        ),
+                    )))
                 } else if rec.state.is_terminal() {
                     self.stop(Outcome::Finished(Arc::unwrap_or_clone(rec)))
                 } else if rec.state == goal && rec.owner.as_ref() == Some(&self.owner) {
@@ -948,6 +1036,13 @@ impl Machine {
             self.id
         )))
     }
+}
+
+/// The legs of `rec`'s captured amounts ([`TransferSpec::legs_with`]), or `None` if they do
+/// not fit its postings (a corrupt record: the capture checked them).
+fn parts_of(rec: &TransferRecord) -> Option<Legs> {
+    rec.spec.check_capture(&rec.captured).ok()?;
+    rec.spec.legs_with(&rec.captured).ok()
 }
 
 /// Why a capture (`goal` applied) or a void (`goal` canceling) that left the record as it

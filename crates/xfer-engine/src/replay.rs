@@ -141,7 +141,7 @@ pub async fn replay(
                 match r.state {
                     TransferState::Done => {
                         report.done += 1;
-                        for p in r.spec.postings.iter() {
+                        for p in r.moved_postings().iter() {
                             let amount = i128::from(p.amount.units());
                             *replayed.entry(p.from.clone()).or_default() -= amount;
                             *replayed.entry(p.to.clone()).or_default() += amount;

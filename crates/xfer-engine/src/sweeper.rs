@@ -20,19 +20,31 @@
 //!
 //! A pass never fails as a whole: a shard that cannot be scanned or pruned, or a transfer
 //! that cannot be finished, is reported in the [`PassReport`] and comes back next pass
-//! (its wake time is still due). Any number of sweepers may run at once: claims are
+//! (its wake time is still due).
+//!
+//! Escalation instead of retrying forever ([`Tally`]): a transfer whose recovery fails for
+//! a reason no retry fixes (a protocol violation, a damaged record, an unroutable op) is
+//! marked for a person at once ([`TransferOp::Escalate`]); one whose recovery fails
+//! [`SweepConfig::escalate_after`] passes in a row, in passes where other transfers were
+//! finished (so the stores work; an outage escalates nothing), is marked then. A marked
+//! transfer keeps its wake time (the stuck list finds it there) but sweepers skip it, so it
+//! is reported once, not every pass, until a re-drive clears the mark. The mark changes no
+//! protocol field, so it cannot change an outcome. The count of failures in a row is this
+//! sweeper's: it restarts with the process, and from zero for a transfer not due in a pass. Any number of sweepers may run at once: claims are
 //! compare-and-set, so each transfer is taken by one of them. Recovery at start-up is the
 //! first pass of [`Sweeper::run`].
 
 use crate::error::ExecError;
+use crate::escalation::Tally;
 use crate::executor::Executor;
 use crate::machine::{Machine, Outcome};
 use futures_util::future::{join_all, select, Either};
 use futures_util::FutureExt;
 use std::future::Future;
-use std::sync::Arc;
-use xfer_core::TransferId;
-use xfer_store::{BoxFuture, Store, StoreError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use xfer_core::{Escalation, TransferId, TransferRecord};
+use xfer_store::{BoxFuture, Op, Reply, Store, StoreError, TransferOp};
 
 /// Default for [`SweepConfig::interval_ms`].
 pub const SWEEP_INTERVAL_MS_DEFAULT: u64 = 1_000;
@@ -40,6 +52,8 @@ pub const SWEEP_INTERVAL_MS_DEFAULT: u64 = 1_000;
 pub const SCAN_LIMIT_DEFAULT: usize = 256;
 /// Default for [`SweepConfig::prune_limit`].
 pub const PRUNE_LIMIT_DEFAULT: usize = 1_024;
+/// Default for [`SweepConfig::escalate_after`].
+pub const ESCALATE_AFTER_DEFAULT: u32 = 5;
 /// The change feed keeps an event a week unless told otherwise.
 pub const EVENTS_RETENTION_MS_DEFAULT: u64 = 7 * 24 * 3_600_000;
 
@@ -55,6 +69,9 @@ pub struct SweepConfig {
     pub prune_limit: usize,
     /// How long the change feed keeps an event (`Store::trim_events`), in ms.
     pub events_retention_ms: u64,
+    /// Failed recoveries of one transfer in a row (in passes that finished others) before
+    /// it is escalated to a person; at least 1.
+    pub escalate_after: u32,
 }
 
 impl Default for SweepConfig {
@@ -64,6 +81,7 @@ impl Default for SweepConfig {
             scan_limit: SCAN_LIMIT_DEFAULT,
             prune_limit: PRUNE_LIMIT_DEFAULT,
             events_retention_ms: EVENTS_RETENTION_MS_DEFAULT,
+            escalate_after: ESCALATE_AFTER_DEFAULT,
         }
     }
 }
@@ -81,6 +99,10 @@ pub struct PassReport {
     pub left: usize,
     /// Could not be finished this pass, and why.
     pub failed: Vec<(TransferId, ExecError)>,
+    /// Escalated to a person in this pass, with the mark (each is reported here once).
+    pub escalated: Vec<(TransferId, Escalation)>,
+    /// Due transfers skipped because they were escalated before.
+    pub escalated_waiting: usize,
     /// Tombstones dropped.
     pub pruned: usize,
     /// Change-feed events dropped by retention.
@@ -94,12 +116,21 @@ pub struct PassReport {
 pub struct Sweeper {
     executor: Executor,
     cfg: SweepConfig,
+    /// Failed recoveries in a row, of the transfers that failed in the last pass.
+    tally: Mutex<Tally>,
+    /// Escalated transfers the last scan skipped: the next asks for as many more.
+    skipped: AtomicUsize,
 }
 
 impl Sweeper {
     /// A sweeper that drives recoveries with `executor`.
     pub fn new(executor: Executor, cfg: SweepConfig) -> Sweeper {
-        Sweeper { executor, cfg }
+        Sweeper {
+            executor,
+            cfg,
+            tally: Mutex::new(Tally::new(cfg.escalate_after)),
+            skipped: AtomicUsize::new(0),
+        }
     }
 
     /// The executor it drives recoveries with.
@@ -129,6 +160,7 @@ impl Sweeper {
                 Err(e) => report.failed.push((id, e)),
             }
         }
+        self.escalate(&mut report).await;
         self.prune(&mut report).await;
         self.trim_events(&mut report).await;
         report
@@ -153,19 +185,78 @@ impl Sweeper {
         }
     }
 
-    /// The due transfers of every shard, scanned concurrently.
+    /// The due transfers of every shard, scanned concurrently, less the escalated ones
+    /// (counted in the report). A scan asks for as many more as the last one skipped, up to
+    /// four times the limit, so that escalated transfers take no place of due ones.
     async fn scan(&self, report: &mut PassReport) -> Vec<TransferId> {
         let now = self.executor.clock().now();
         let shards = self.executor.cluster().shards();
-        let scans = join_all(shards.iter().map(|s| s.scan_due(now, self.cfg.scan_limit))).await;
+        let limit = self.cfg.scan_limit
+            + (self.skipped.load(Ordering::Relaxed)).min(3 * self.cfg.scan_limit);
+        let scans = join_all(shards.iter().map(|s| s.scan_due(now, limit))).await;
         let mut ids = Vec::new();
         for (shard, scan) in scans.into_iter().enumerate() {
             match scan {
-                Ok(records) => ids.extend(records.into_iter().map(|r| r.spec.id.clone())),
+                Ok(records) => {
+                    let (escalated, due): (Vec<TransferRecord>, Vec<TransferRecord>) =
+                        records.into_iter().partition(Tally::skips);
+                    report.escalated_waiting += escalated.len();
+                    ids.extend(
+                        due.into_iter()
+                            .take(self.cfg.scan_limit)
+                            .map(|r| r.spec.id.clone()),
+                    );
+                }
                 Err(e) => report.shard_errors.push((shard, e)),
             }
         }
+        self.skipped
+            .store(report.escalated_waiting, Ordering::Relaxed);
         ids
+    }
+
+    /// Counts this pass's failures and marks the transfers that are to be escalated.
+    async fn escalate(&self, report: &mut PassReport) {
+        let others_finished = report.finished + report.held + report.left > 0;
+        let now = self.executor.clock().now();
+        let marks: Vec<(TransferId, Escalation)> = {
+            let mut tally = self.tally.lock().expect("not poisoned");
+            let marks = report
+                .failed
+                .iter()
+                .filter_map(|(id, e)| {
+                    Some((id.clone(), tally.failed(id, e, others_finished, now)?))
+                })
+                .collect();
+            tally.keep_only(report.failed.iter().map(|(id, _)| id));
+            marks
+        };
+        if marks.is_empty() {
+            return;
+        }
+        let ops: Vec<Op> = marks
+            .iter()
+            .map(|(id, escalation)| {
+                let escalation = escalation.clone();
+                Op::Transfer(id.clone(), TransferOp::Escalate { escalation })
+            })
+            .collect();
+        let replies = self.executor.execute_ops(ops).await;
+        let mut tally = self.tally.lock().expect("not poisoned");
+        match replies {
+            Ok(replies) => {
+                for ((id, e), reply) in marks.into_iter().zip(replies) {
+                    match reply {
+                        Reply::Transfer(_) => report.escalated.push((id, e)),
+                        // Finished meanwhile, or marked by another sweeper.
+                        Reply::Unchanged(_) | Reply::NotFound => {}
+                        _ => tally.unwritten(&id, &e),
+                    }
+                }
+            }
+            // Marked at the next failure: the counts stay.
+            Err(_) => marks.iter().for_each(|(id, e)| tally.unwritten(id, e)),
+        }
     }
 
     /// Retention: each shard's change feed trimmed of the events older than it keeps.

@@ -313,6 +313,82 @@ async fn hold_then_capture_is_done() {
 }
 
 #[tokio::test(flavor = "current_thread")]
+async fn a_hold_captured_in_part_moves_the_part_and_releases_the_rest() {
+    let w = World::memory();
+    w.bank().await;
+    let units = |v: &[u64]| -> Vec<xfer_core::Amount> {
+        v.iter()
+            .map(|n| xfer_core::Amount::new(*n, "amount").unwrap())
+            .collect()
+    };
+    let two = vec![
+        posting("alice", "bob", "USD", 30),
+        posting("alice", "bob", "USD", 20),
+    ];
+    for id in ["h1", "h2"] {
+        let held = w.exec.submit(hold(id, two.clone())).await;
+        assert!(matches!(held, Ok(Outcome::Held(_))), "{id}: {held:?}");
+    }
+    let code = |r: Result<Outcome, ExecError>| match r.expect_err("refused") {
+        ExecError::Rejected(r) => (Some(r.code), Some(r.field)),
+        other => (None, Some(other.to_string())),
+    };
+    // Refused before anything is written: too much, or not one amount per posting.
+    assert_eq!(
+        code(w.exec.capture_part(tid("h1"), units(&[30, 21])).await),
+        (Some(Code::CaptureExceedsHold), Some("amounts[1]".into()))
+    );
+    assert_eq!(
+        code(w.exec.capture_part(tid("h1"), units(&[5])).await),
+        (Some(Code::CaptureExceedsHold), Some("amounts".into()))
+    );
+    assert_eq!(w.transfer("h1").await.state, TransferState::Held);
+    let rec = finished(w.exec.capture_part(tid("h1"), units(&[12, 20])).await);
+    assert_eq!(rec.state, TransferState::Done);
+    assert_eq!(rec.captured, units(&[12, 20]));
+    // A repeat answers the same; other amounts, a whole capture or a void are refused.
+    assert_eq!(
+        finished(w.exec.capture_part(tid("h1"), units(&[12, 20])).await),
+        rec
+    );
+    assert_eq!(
+        code(w.exec.capture_part(tid("h1"), units(&[11, 20])).await).0,
+        Some(Code::HoldAlreadyCaptured)
+    );
+    assert_eq!(
+        code(w.exec.capture(tid("h1")).await).0,
+        Some(Code::HoldAlreadyCaptured)
+    );
+    assert_eq!(
+        code(w.exec.void(tid("h1")).await).0,
+        Some(Code::HoldAlreadyCaptured)
+    );
+    // Amounts that take every posting whole are a whole capture.
+    let whole = finished(w.exec.capture_part(tid("h2"), units(&[30, 20])).await);
+    assert!(whole.captured.is_empty());
+    assert_eq!(
+        finished(w.exec.capture(tid("h2")).await).state,
+        TransferState::Done
+    );
+    // A transfer is no hold.
+    finished(
+        w.exec
+            .submit(spec("t1", vec![posting("alice", "bob", "USD", 1)]))
+            .await,
+    );
+    assert_eq!(
+        code(w.exec.capture_part(tid("t1"), units(&[1])).await).0,
+        Some(Code::TransferIsNotHeld)
+    );
+    assert_eq!(
+        code(w.exec.capture_part(tid("nope"), units(&[1])).await).0,
+        Some(Code::TransferNotFound)
+    );
+    w.assert_settled(&[("alice", 100 - 32 - 50 - 1), ("bob", 32 + 50 + 1)])
+        .await;
+}
+
+#[tokio::test(flavor = "current_thread")]
 async fn hold_then_void_is_canceled() {
     let w = World::memory();
     w.bank().await;
@@ -1375,4 +1451,165 @@ async fn replay_lists_tombstones_left_past_their_horizon_and_skips_accounts_in_u
         .await
         .expect("replayed");
     assert_eq!(r.overdue_tombstones_total, 0, "{r:?}");
+}
+
+/// A shard store that answers every post of `t-bad` as if its intent had been released (a
+/// protocol violation), and fails every batch with a post of `t-down` (a store error),
+/// until `healed`.
+fn poisons(
+    clock: Arc<ManualClock>,
+    healed: Arc<std::sync::atomic::AtomicBool>,
+) -> Intercept<MemoryStore> {
+    let hook: ExecuteHook<MemoryStore> = Box::new(move |inner, ops| {
+        let posts = |name: &str| {
+            ops.iter().any(|op| {
+                matches!(op, Op::Account(_, AccountOp::Post { transfer, .. }) if transfer.as_str() == name)
+            })
+        };
+        if healed.load(Relaxed) {
+            return inner.execute(ops);
+        }
+        if posts("t-down") {
+            // The batch's other ops are applied, but the answer is lost.
+            let others: Vec<Op> = ops
+                .iter()
+                .filter(|op| !matches!(op, Op::Account(_, AccountOp::Post { transfer, .. }) if transfer.as_str() == "t-down"))
+                .cloned()
+                .collect();
+            return Box::pin(async move {
+                inner.execute(others).await?;
+                Err(StoreError::Unavailable("down".into()))
+            });
+        }
+        if posts("t-bad") {
+            let replies = ops
+                .iter()
+                .map(|op| match op {
+                    Op::Account(_, AccountOp::Post { transfer, .. })
+                        if transfer.as_str() == "t-bad" =>
+                    {
+                        Reply::Post(xfer_store::PostOutcome::FoundReleased)
+                    }
+                    _ => Reply::NotFound,
+                })
+                .collect();
+            return Box::pin(std::future::ready(Ok(replies)));
+        }
+        inner.execute(ops)
+    });
+    Intercept::new(MemoryStore::new(clock), hook)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_transfer_no_retry_fixes_is_escalated_once_and_a_redrive_clears_it() {
+    let clock = Arc::new(ManualClock::at(T0));
+    let healed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let shards = (0..SHARDS)
+        .map(|_| Arc::new(poisons(clock.clone(), healed.clone())) as Arc<dyn Store>)
+        .collect();
+    let sweep = SweepConfig {
+        escalate_after: 2,
+        ..SweepConfig::default()
+    };
+    let w = World::over(clock, shards, sweep);
+    w.bank().await;
+    let submit = |id: &'static str| {
+        let exec = &w.exec;
+        async move {
+            let r = exec
+                .submit(spec(id, vec![posting("alice", "bob", "USD", 5)]))
+                .await;
+            assert!(r.is_err(), "{id}: {r:?}");
+        }
+    };
+    submit("t-bad").await;
+    assert_eq!(w.transfer("t-bad").await.state, TransferState::Applied);
+    let lapse = || w.clock.advance_ms(Config::default().lease_ms + 1);
+    // A violation is escalated at once.
+    lapse();
+    let r = w.sweeper.pass().await;
+    assert_eq!(r.failed.len(), 1, "{r:?}");
+    let marked: Vec<(&str, u32)> = r
+        .escalated
+        .iter()
+        .map(|(id, e)| (id.as_str(), e.attempts))
+        .collect();
+    assert_eq!(marked, [("t-bad", 1)], "{r:?}");
+    assert!(
+        r.escalated[0].1.error.contains("protocol violation"),
+        "{r:?}"
+    );
+    let rec = w.transfer("t-bad").await;
+    assert_eq!(rec.escalation.as_ref(), Some(&r.escalated[0].1));
+    assert_eq!(
+        rec.state,
+        TransferState::Applied,
+        "the mark changes no state"
+    );
+    // A store error alone (nothing else finished: an outage, perhaps) counts nothing.
+    submit("t-down").await;
+    for _ in 0..4 {
+        lapse();
+        let r = w.sweeper.pass().await;
+        assert!(r.escalated.is_empty(), "{r:?}");
+        assert_eq!(r.escalated_waiting, 1, "t-bad skipped, not retried: {r:?}");
+        assert_eq!(
+            r.failed
+                .iter()
+                .map(|(id, _)| id.as_str())
+                .collect::<Vec<_>>(),
+            ["t-down"]
+        );
+    }
+    assert!(w.transfer("t-down").await.escalation.is_none());
+    // With others finishing beside it, t-down's failures count: marked after two. The
+    // others' records and accounts live on a shard t-down's posts do not touch.
+    let router = w.exec.cluster().router();
+    let usd = asset_code("USD");
+    let shard = |name: &str| router.shard_of_account(&acct(name), Some(&usd)).unwrap();
+    let poisoned = [shard("alice"), shard("bob")];
+    let free = |prefix: &str, n: usize| -> Vec<String> {
+        (0..)
+            .map(|i| format!("{prefix}{i}"))
+            .filter(|name| {
+                !poisoned.contains(&shard(name))
+                    && !poisoned.contains(&router.shard_of_transfer(&tid(name)))
+            })
+            .take(n)
+            .collect()
+    };
+    let (accounts, ids) = (free("x", 2), free("t-ok", 2));
+    for a in &accounts {
+        w.open(a, "USD", LowerBound::Unbounded).await;
+    }
+    for id in &ids {
+        lapse();
+        let other = TransferRecord::accept(
+            spec(id, vec![posting(&accounts[0], &accounts[1], "USD", 1)]),
+            w.clock.now(),
+            0,
+        );
+        let insert = Op::Transfer(other.spec.id.clone(), TransferOp::Insert(Arc::new(other)));
+        w.exec.execute_op(insert).await.expect("inserted");
+        let r = w.sweeper.pass().await;
+        assert_eq!(r.finished, 1, "{r:?}");
+        let marked: Vec<&str> = r.escalated.iter().map(|(id, _)| id.as_str()).collect();
+        let want: &[&str] = if *id == ids[0] { &[] } else { &["t-down"] };
+        assert_eq!(marked, want, "{r:?}");
+    }
+    assert_eq!(w.transfer("t-down").await.escalation.unwrap().attempts, 2);
+    // Fixed by a person: a re-drive clears the mark and finishes it.
+    healed.store(true, Relaxed);
+    for id in ["t-bad", "t-down"] {
+        let rec = finished(w.exec.redrive(tid(id)).await);
+        assert_eq!(
+            (rec.state, rec.escalation),
+            (TransferState::Done, None),
+            "{id}"
+        );
+    }
+    lapse();
+    let r = w.sweeper.pass().await;
+    assert_eq!((r.escalated_waiting, r.failed.len()), (0, 0), "{r:?}");
+    w.assert_settled(&[("alice", 90), ("bob", 10)]).await;
 }

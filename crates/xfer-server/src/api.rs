@@ -18,8 +18,9 @@ use crate::sink::webhook::Webhooks;
 use crate::stats::Overview;
 use crate::transfer_list::{metadata_pair, ListCursor, ListError, TransferFilter};
 use crate::wire::{
-    self, AccountCreate, AccountOut, AssetIn, AssetOut, BatchIn, BatchItemOut, EventOut, ExtendIn,
-    LowerBoundChange, MetadataChange, RefundIn, TransferIn, TransferOut, BATCH_MAX,
+    self, AccountCreate, AccountOut, AssetIn, AssetOut, BatchIn, BatchItemOut, CaptureIn, EventOut,
+    ExtendIn, LowerBoundChange, MetadataChange, PostingAmounts, RefundIn, TransferIn, TransferOut,
+    BATCH_MAX,
 };
 use axum::body::Body;
 use axum::extract::{FromRequestParts, MatchedPath, Path, RawQuery, Request, State};
@@ -868,8 +869,38 @@ async fn act(app: &App, id: String, action: Action, headers: HeaderMap, b: Body)
     Ok(json_status(status_of(&answer), answer_out(app, &answer)))
 }
 
+/// No body (or `{}`) captures the hold whole; `amount` or `amounts` capture that much of
+/// it and release the rest, in the same posts.
 async fn capture(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Handled {
-    act(&app, id, Action::Capture, headers, b).await
+    let id = wire::transfer_id(&id, "id")?;
+    let bytes = bytes(&app, b).await?;
+    let req: CaptureIn = if bytes.trim_ascii().is_empty() {
+        CaptureIn::default()
+    } else {
+        decode_json(&headers, &bytes)?
+    };
+    // Decimal amounts are read in the scales of the hold's assets, posting by posting.
+    let asked = if req.has_decimals() {
+        let hold = app.svc.get_transfer(&id).await?;
+        let assets: Vec<AssetCode> = hold.spec.postings.iter().map(|p| p.asset.clone()).collect();
+        let catalog = app.svc.catalog_for(assets.iter()).await?;
+        req.amounts(&assets, &catalog)?
+    } else {
+        req.amounts(&[], &crate::catalog::Catalog::default())?
+    };
+    let one = matches!(asked, Some(PostingAmounts::One(_)));
+    let action = match asked {
+        None => Action::Capture,
+        Some(a) => Action::CapturePart(a.into_vec()),
+    };
+    let answer = match app.svc.act(id, action).await {
+        // `amount` was read as the one posting's: a refusal of it names the field sent.
+        Err(xfer_engine::ExecError::Rejected(r)) if one && r.field.starts_with("amounts") => {
+            return Err(xfer_engine::ExecError::Rejected(r.at("amount")).into())
+        }
+        other => other?,
+    };
+    Ok(json_status(status_of(&answer), answer_out(&app, &answer)))
 }
 
 async fn void(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Handled {

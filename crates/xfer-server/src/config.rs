@@ -114,6 +114,11 @@ pub struct ServeArgs {
     /// A transfer whose owner lapsed this long ago counts as stuck, in ms. [default: 10000]
     #[arg(long, env = "XFER_STUCK_AFTER_MS")]
     pub stuck_after_ms: Option<u64>,
+    /// Failed recoveries of one transfer in a row (in sweeps that finished others) before it
+    /// is escalated to a person and left alone until re-driven; a protocol violation or a
+    /// damaged record escalates at once. [default: 5]
+    #[arg(long, env = "XFER_ESCALATE_AFTER")]
+    pub escalate_after: Option<u32>,
     /// How long the change feed keeps an event, in hours; readers further behind get 410
     /// `cursor_expired`. [default: 168]
     #[arg(long, env = "XFER_EVENTS_RETENTION_HOURS")]
@@ -349,6 +354,7 @@ pub struct FileConfig {
     skew_ms: Option<u64>,
     sweep_interval_ms: Option<u64>,
     stuck_after_ms: Option<u64>,
+    escalate_after: Option<u32>,
     events_retention_hours: Option<u64>,
     sink_nats: Option<String>,
     sink_nats_stream: Option<String>,
@@ -417,6 +423,8 @@ pub struct ServeConfig {
     pub sweep_interval_ms: u64,
     /// When an unfinished transfer counts as stuck.
     pub stuck_after_ms: u64,
+    /// Failed recoveries in a row before a transfer is escalated.
+    pub escalate_after: u32,
     /// How long the change feed keeps an event.
     pub events_retention_hours: u64,
     /// The change feed's NATS JetStream sink, if any.
@@ -458,6 +466,7 @@ impl Default for ServeConfig {
             skew_ms: 500,
             sweep_interval_ms: 1_000,
             stuck_after_ms: 10_000,
+            escalate_after: xfer_engine::sweeper::ESCALATE_AFTER_DEFAULT,
             events_retention_hours: 168,
             sink_nats: None,
             sink_amqp: None,
@@ -607,6 +616,11 @@ impl ServeConfig {
                 .stuck_after_ms
                 .or(file.stuck_after_ms)
                 .unwrap_or(d.stuck_after_ms),
+            escalate_after: args
+                .escalate_after
+                .or(file.escalate_after)
+                .unwrap_or(d.escalate_after)
+                .max(1),
             events_retention_hours: args
                 .events_retention_hours
                 .or(file.events_retention_hours)

@@ -7,7 +7,8 @@
 //! | `xfer_transfers_total{outcome}` | transfers answered: done, canceled, held, accepted, rejected, failed |
 //! | `xfer_transfer_duration_seconds` | submit to outcome (decided and finished, or held) |
 //! | `xfer_transfers_in_flight` | transfers this process is driving now |
-//! | `xfer_transfers_stuck` | unfinished transfers whose owner lapsed more than `stuck_after_ms` ago (each sweep) |
+//! | `xfer_transfers_stuck` | unfinished transfers whose owner lapsed more than `stuck_after_ms` ago, and the escalated (each sweep) |
+//! | `xfer_transfers_escalated` | unfinished transfers escalated to a person: their recovery kept failing, sweepers leave them until a re-drive (each sweep, from one lease after the mark) |
 //! | `xfer_retries_total` | store calls retried after a failure |
 //! | `xfer_store_round_trips_total{shard}`, `xfer_store_ops_total{shard}`, `xfer_store_errors_total{shard}`, `xfer_store_round_trip_seconds{shard}` | calls to each shard, the ops they carried, failures, latency (of calls that wait for durability; the embedded store's protocol steps answer ahead of the sync and are only counted) |
 //! | `xfer_sweeper_recovered_total`, `xfer_sweeper_pruned_total` | transfers finished by the sweeper, tombstones dropped |
@@ -76,6 +77,7 @@ pub struct Metrics {
     transfer_us: std::sync::atomic::AtomicU64,
     in_flight: Gauge,
     stuck: Gauge,
+    escalated: Gauge,
     retries: Counter,
     round_trips: Family<ShardLabels, Counter>,
     store_ops: Family<ShardLabels, Counter>,
@@ -109,6 +111,7 @@ impl Metrics {
             transfer_us: Default::default(),
             in_flight: Gauge::default(),
             stuck: Gauge::default(),
+            escalated: Gauge::default(),
             retries: Counter::default(),
             round_trips: Family::default(),
             store_ops: Family::default(),
@@ -152,6 +155,11 @@ impl Metrics {
             "xfer_transfers_stuck",
             "Unfinished transfers whose owner lapsed more than stuck_after_ms ago",
             m.stuck.clone(),
+        );
+        r.register(
+            "xfer_transfers_escalated",
+            "Unfinished transfers escalated to a person, left alone until re-driven",
+            m.escalated.clone(),
         );
         r.register(
             "xfer_retries",
@@ -297,6 +305,11 @@ impl Metrics {
     /// The stuck count of the last sweep.
     pub fn set_stuck(&self, n: usize) {
         self.stuck.set(n as i64);
+    }
+
+    /// The escalated count of the last sweep.
+    pub fn set_escalated(&self, n: usize) {
+        self.escalated.set(n as i64);
     }
 
     /// One call to shard `shard` carrying `ops` ops, taking `seconds` if it waited for the

@@ -285,12 +285,19 @@ fn operation(method: &str, path: &str) -> (&'static str, Vec<Value>, Option<Valu
             transfer(),
         ),
         ("POST", "/v1/transfers/{id}/capture") => (
-            "Capture a hold: post it. Capturing a captured hold again answers it as the first \
-             capture did (200, or 202 while it posts); a voided hold is refused with 409 \
-             `hold_already_voided`, an expired one with 409 `hold_expired`, a transfer that is \
-             no hold (or a hold canceled before it was held) with 409 `transfer_is_not_held`",
+            "Capture a hold: post it, whole (no body, or `{}`) or in part (`amount` of a hold \
+             of one posting, `amounts` one per posting in order, each at most the posting's: \
+             400 `capture_exceeds_hold` naming the field otherwise, nothing written); the rest \
+             of a hold captured in part is released by the same posts, and its postings show \
+             `captured`. Capturing a captured hold again with the same amounts answers it as \
+             the first capture did (200, or 202 while it posts); other amounts, or a whole \
+             capture of a hold captured in part, are refused with 409 `hold_already_captured`; \
+             a voided hold with 409 `hold_already_voided`, an expired one with 409 \
+             `hold_expired`, a transfer that is no hold (or a hold canceled before it was \
+             held) with 409 `transfer_is_not_held`. Refunds of a hold captured in part move \
+             back at most what it captured",
             vec![id_param("hold id")],
-            None,
+            Some(json!({"required": false, "content": {"application/json": {"schema": schema_ref("Capture")}}})),
             transfer(),
         ),
         ("POST", "/v1/transfers/{id}/void") => (
@@ -577,11 +584,22 @@ fn schemas() -> Value {
             "properties": {"id": id, "metadata": {"type": "string"},
                 "amount": {"allOf": [amount.clone()],
                     "description": "a partial refund of a transfer of one posting: how much to move back"},
-                "amounts": {"type": "array", "items": amount,
+                "amounts": {"type": "array", "items": amount.clone(),
                     "description": "a partial refund: how much to move back of each of the original's postings, in order"}}});
+    let capture = json!({"type": "object", "additionalProperties": false,
+            "description": "empty: capture the hold whole",
+            "properties": {
+                "amount": {"allOf": [amount.clone()],
+                    "description": "a capture in part of a hold of one posting: how much to post"},
+                "amounts": {"type": "array", "items": amount.clone(),
+                    "description": "a capture in part: how much to post of each of the hold's postings, in order"}}});
     let posting_out = json!({"type": "object", "properties": {"from": id, "to": id, "asset": {"type": "string"},
             "amount": {"type": "integer", "description": "minor units"},
-            "amount_decimal": decimal("amount")}});
+            "amount_decimal": decimal("amount"),
+            "captured": {"type": "integer", "description": "of a hold captured in part: what moved, in minor units (the rest was released); absent when the whole amount moves"},
+            "captured_decimal": decimal("captured")}});
+    let escalation = json!({"type": "object", "description": "escalated to a person: its recovery kept failing (a protocol violation or a damaged record at once, other failures after --escalate-after sweeps in a row); sweepers leave it alone until it is re-driven. Absent otherwise",
+        "properties": {"attempts": {"type": "integer"}, "error": {"type": "string"}, "at_ms": {"type": "integer"}}});
     let timeline = json!({"type": "array", "maxItems": 16,
         "description": "every state it passed through, oldest first, each as one write left its record: the first step (accepted) and the latest, at most 16; older steps in the middle are dropped",
         "items": {"type": "object", "required": ["at_ms", "state", "owner", "epoch"], "properties": {
@@ -661,6 +679,7 @@ fn schemas() -> Value {
                 "expires_at_ms": {"type": "integer", "description": "the new expiry, ms since the Unix epoch"},
                 "ttl_ms": {"type": "integer", "description": "the new expiry, this long from the server's now"}}},
         "Refund": refund,
+        "Capture": capture,
         "Transfer": {"type": "object", "properties": {
             "id": {"type": "string"},
             "state": {"enum": ["initial", "pending", "applied", "held", "canceling", "done", "canceled"]},
@@ -677,7 +696,7 @@ fn schemas() -> Value {
                 "code": {"type": "string"}, "account": {"type": "string"}, "message": {"type": "string"}}},
             "created_at_ms": {"type": "integer"}, "updated_at_ms": {"type": "integer"},
             "deadline_ms": {"type": "integer"}, "hold_expires_at_ms": {"type": ["integer", "null"]},
-            "timeline": timeline}}
+            "timeline": timeline, "escalation": escalation}}
     });
     let more = json!({
         "AssetIn": asset_in,

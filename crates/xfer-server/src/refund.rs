@@ -39,7 +39,7 @@ impl RefundAmounts {
 
     /// `original`'s postings reversed with these amounts, or what is wrong with them.
     pub fn postings(&self, original: &TransferRecord) -> Result<Vec<Posting>, Rejection> {
-        let mut postings = original.spec.reversed_postings();
+        let mut postings = original.reversed_postings();
         let n = postings.len();
         let amounts: Vec<Amount> = match self {
             RefundAmounts::Whole | RefundAmounts::Left => return Ok(postings),
@@ -179,8 +179,7 @@ impl Service {
         }
         let taken = self.refunded_live(original).await?;
         let each: Option<Vec<Amount>> = original
-            .spec
-            .postings
+            .moved_postings()
             .iter()
             .zip(&taken)
             .map(|(p, t)| Amount::new(p.amount.units().saturating_sub(*t), "amounts").ok())
@@ -222,8 +221,7 @@ fn refusal(code: Code, field: &str, original: &TransferRecord, live: Option<&[u6
         ),
         _ => {
             let moved: Vec<u64> = original
-                .spec
-                .postings
+                .moved_postings()
                 .iter()
                 .map(|p| p.amount.units())
                 .collect();

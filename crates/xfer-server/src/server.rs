@@ -230,6 +230,7 @@ pub fn assemble(
         SweepConfig {
             interval_ms: cfg.sweep_interval_ms,
             events_retention_ms: cfg.events_retention_hours.saturating_mul(3_600_000),
+            escalate_after: cfg.escalate_after,
             ..SweepConfig::default()
         },
     );

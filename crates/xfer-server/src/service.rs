@@ -193,6 +193,15 @@ impl Service {
         for (shard, e) in &report.shard_errors {
             tracing::warn!(shard, error = %e, "sweeper could not scan shard");
         }
+        // Once per transfer: sweepers leave it alone from now on.
+        for (id, e) in &report.escalated {
+            tracing::error!(
+                transfer_id = %id,
+                attempts = e.attempts,
+                error = %e.error,
+                "transfer escalated: its recovery keeps failing; fix it, then re-drive it"
+            );
+        }
         if report.finished > 0 {
             tracing::info!(
                 finished = report.finished,
@@ -201,6 +210,8 @@ impl Service {
         }
         if let Ok(stuck) = self.stuck(usize::MAX >> 1).await {
             self.metrics.set_stuck(stuck.len());
+            let escalated = stuck.iter().filter(|r| r.escalation.is_some()).count();
+            self.metrics.set_escalated(escalated);
         }
         // Declarations made by other processes reach this one's answers within a pass.
         if let Err(e) = self.read_assets().await {
@@ -210,16 +221,21 @@ impl Service {
     }
 
     /// Unfinished transfers whose owner lapsed more than `stuck_after_ms` ago (or, for a
-    /// hold, whose expiry passed that long ago), earliest first.
+    /// hold, whose expiry passed that long ago), and the escalated ones once their lease
+    /// lapsed, earliest first.
     pub async fn stuck(&self, limit: usize) -> Result<Vec<TransferRecord>, ExecError> {
         let before = self.now().minus_ms(self.stuck_after_ms);
         let mut all = Vec::new();
         for shard in self.cluster().shards() {
+            // Escalated transfers are stuck as soon as they are due; others after a while.
             let due = shard
-                .scan_due(before, limit)
+                .scan_due(self.now(), limit)
                 .await
                 .map_err(|e| ExecError::Unavailable(format!("scan: {e}")))?;
-            all.extend(due);
+            all.extend(
+                due.into_iter()
+                    .filter(|r| r.escalation.is_some() || r.wake_at().is_some_and(|w| w <= before)),
+            );
         }
         all.sort_by_key(|r| r.wake_at());
         all.truncate(limit);
@@ -228,6 +244,15 @@ impl Service {
 
     /// Why `r`, listed by [`Service::stuck`], is stuck, as of `now`.
     pub fn why_stuck(r: &TransferRecord, now: xfer_core::Timestamp) -> String {
+        if let Some(e) = &r.escalation {
+            return format!(
+                "{} and escalated {} ms ago after {} failed recoveries, sweepers leave it alone until it is re-driven; last error: {}",
+                r.state,
+                now.as_ms().saturating_sub(e.at.as_ms()),
+                e.attempts,
+                e.error
+            );
+        }
         match (r.state, r.hold_expires_at) {
             (xfer_core::TransferState::Held, Some(at)) => format!(
                 "hold expired {} ms ago and was not voided yet",
@@ -408,6 +433,7 @@ impl Service {
         let outcome = async {
             match action {
                 Action::Capture => self.executor.capture(id).await,
+                Action::CapturePart(amounts) => self.executor.capture_part(id, amounts).await,
                 Action::Void => self.executor.void(id).await,
                 Action::Redrive => self.executor.redrive(id).await,
             }
@@ -426,10 +452,12 @@ impl Service {
     }
 }
 /// An action on an existing transfer: a hold's capture or void, or a re-drive.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub enum Action {
     /// Post the hold.
     Capture,
+    /// Post these amounts of the hold, one per posting, and release the rest.
+    CapturePart(Vec<xfer_core::Amount>),
     /// Release the hold.
     Void,
     /// Finish an unfinished transfer now.
@@ -437,9 +465,9 @@ pub enum Action {
 }
 
 impl Action {
-    fn as_str(self) -> &'static str {
+    fn as_str(&self) -> &'static str {
         match self {
-            Action::Capture => "capture",
+            Action::Capture | Action::CapturePart(_) => "capture",
             Action::Void => "void",
             Action::Redrive => "redrive",
         }

@@ -299,8 +299,7 @@ pub struct RefundIn {
 impl RefundIn {
     /// True if an amount is a decimal string (read in the original's assets' scales).
     pub fn has_decimals(&self) -> bool {
-        let each = self.amounts.iter().flatten();
-        self.amount.iter().chain(each).any(|v| v.is_string())
+        any_decimal(&self.amount, &self.amounts)
     }
 
     /// How much it asks to move back (neither `amount` nor `amounts`: everything).
@@ -310,35 +309,114 @@ impl RefundIn {
         assets: &[AssetCode],
         catalog: &Catalog,
     ) -> Result<RefundAmounts, ApiError> {
-        let one = |i: usize, v: &serde_json::Value, field: &str| match assets.get(i) {
-            Some(asset) => amount_of(v, asset, catalog, field),
-            None if v.is_string() => Err(ApiError::api(
-                ApiCode::InvalidValue,
-                Some(field),
-                "the original has no such posting to read this decimal in its asset's scale",
-            )),
-            None => units(v, field),
-        };
-        match (&self.amount, &self.amounts) {
-            (None, None) => Ok(RefundAmounts::Whole),
-            (Some(a), None) => Ok(RefundAmounts::One(one(0, a, "amount")?)),
-            (None, Some(each)) if each.is_empty() => Err(ApiError::api(
-                ApiCode::InvalidValue,
-                Some("amounts"),
-                "no amounts: give one for each of the original's postings",
-            )),
-            (None, Some(each)) => Ok(RefundAmounts::Each(
-                each.iter()
-                    .enumerate()
-                    .map(|(i, a)| one(i, a, &format!("amounts[{i}]")))
-                    .collect::<Result<_, _>>()?,
-            )),
-            (Some(_), Some(_)) => Err(ApiError::api(
-                ApiCode::InvalidValue,
-                Some("amounts"),
-                "give `amount` or `amounts`, not both",
-            )),
+        let asked = posting_amounts(&self.amount, &self.amounts, assets, catalog, "original")?;
+        Ok(match asked {
+            None => RefundAmounts::Whole,
+            Some(PostingAmounts::One(a)) => RefundAmounts::One(a),
+            Some(PostingAmounts::Each(each)) => RefundAmounts::Each(each),
+        })
+    }
+}
+
+/// Amounts asked of a transfer's postings: `amount` of its one posting, or `amounts`, one
+/// for each, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PostingAmounts {
+    /// `amount`.
+    One(Amount),
+    /// `amounts`.
+    Each(Vec<Amount>),
+}
+
+impl PostingAmounts {
+    /// The amounts, in posting order.
+    pub fn into_vec(self) -> Vec<Amount> {
+        match self {
+            PostingAmounts::One(a) => vec![a],
+            PostingAmounts::Each(each) => each,
         }
+    }
+}
+
+/// True if `amount` or one of `amounts` is a decimal string.
+fn any_decimal(
+    amount: &Option<serde_json::Value>,
+    amounts: &Option<Vec<serde_json::Value>>,
+) -> bool {
+    let each = amounts.iter().flatten();
+    amount.iter().chain(each).any(|v| v.is_string())
+}
+
+/// Reads `amount` or `amounts` (neither: `None`), each in minor units or as a decimal
+/// string in the scale of its posting's asset (`assets`, needed only for decimals; `whose`
+/// names the transfer they are read against in a refusal).
+fn posting_amounts(
+    amount: &Option<serde_json::Value>,
+    amounts: &Option<Vec<serde_json::Value>>,
+    assets: &[AssetCode],
+    catalog: &Catalog,
+    whose: &str,
+) -> Result<Option<PostingAmounts>, ApiError> {
+    let one = |i: usize, v: &serde_json::Value, field: &str| match assets.get(i) {
+        Some(asset) => amount_of(v, asset, catalog, field),
+        None if v.is_string() => Err(ApiError::api(
+            ApiCode::InvalidValue,
+            Some(field),
+            format!("the {whose} has no such posting to read this decimal in its asset's scale"),
+        )),
+        None => units(v, field),
+    };
+    match (amount, amounts) {
+        (None, None) => Ok(None),
+        (Some(a), None) => Ok(Some(PostingAmounts::One(one(0, a, "amount")?))),
+        (None, Some(each)) if each.is_empty() => Err(ApiError::api(
+            ApiCode::InvalidValue,
+            Some("amounts"),
+            format!("no amounts: give one for each of the {whose}'s postings"),
+        )),
+        (None, Some(each)) => Ok(Some(PostingAmounts::Each(
+            each.iter()
+                .enumerate()
+                .map(|(i, a)| one(i, a, &format!("amounts[{i}]")))
+                .collect::<Result<_, _>>()?,
+        ))),
+        (Some(_), Some(_)) => Err(ApiError::api(
+            ApiCode::InvalidValue,
+            Some("amounts"),
+            "give `amount` or `amounts`, not both",
+        )),
+    }
+}
+
+/// `POST /v1/transfers/{id}/capture`: no body (or `{}`) captures the hold whole; `amount`
+/// (a hold of one posting) or `amounts` (one per posting, in order) capture that much and
+/// release the rest.
+#[derive(Debug, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureIn {
+    /// Of a hold of one posting, how much to capture, in minor units or as a decimal
+    /// string in the asset's scale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount: Option<serde_json::Value>,
+    /// Of each posting, in order, how much to capture.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amounts: Option<Vec<serde_json::Value>>,
+}
+
+impl CaptureIn {
+    /// True if an amount is a decimal string (read in the hold's assets' scales).
+    pub fn has_decimals(&self) -> bool {
+        any_decimal(&self.amount, &self.amounts)
+    }
+
+    /// What it asks to capture (`None`: the whole hold). `assets` are the hold's postings'
+    /// assets, needed only for decimal amounts.
+    pub fn amounts(
+        &self,
+        assets: &[AssetCode],
+        catalog: &Catalog,
+    ) -> Result<Option<PostingAmounts>, ApiError> {
+        posting_amounts(&self.amount, &self.amounts, assets, catalog, "hold")
     }
 }
 
@@ -563,6 +641,13 @@ pub struct PostingOut {
     /// The amount in the asset's declared scale (`"12.34"`); absent if it is not declared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub amount_decimal: Option<String>,
+    /// Of a hold captured in part: what moved, in minor units (the rest of `amount` was
+    /// released); absent when the whole amount moves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub captured: Option<u64>,
+    /// `captured` in the asset's declared scale.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub captured_decimal: Option<String>,
 }
 
 /// A refund linked to the transfer it moves back.
@@ -621,6 +706,21 @@ pub struct TransferOut {
     /// latest, at most 16 (older steps in the middle are dropped).
     #[serde(default)]
     pub timeline: Vec<StepOut>,
+    /// Escalated to a person: its recovery kept failing, and sweepers leave it alone until
+    /// it is re-driven (`POST /v1/transfers/{id}/redrive`). Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalation: Option<EscalationOut>,
+}
+
+/// Why and since when a transfer waits for a person.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub struct EscalationOut {
+    /// Failed recoveries in a row when it was escalated.
+    pub attempts: u32,
+    /// The last failure.
+    pub error: String,
+    /// When it was escalated.
+    pub at_ms: u64,
 }
 
 /// One step of a transfer's timeline: its record as one write left it.
@@ -703,12 +803,15 @@ impl From<&TransferRecord> for TransferOut {
                 .spec
                 .postings
                 .iter()
-                .map(|p| PostingOut {
+                .enumerate()
+                .map(|(i, p)| PostingOut {
                     from: p.from.to_string(),
                     to: p.to.to_string(),
                     asset: p.asset.to_string(),
                     amount: p.amount.units(),
                     amount_decimal: None,
+                    captured: r.captured.get(i).map(|a| a.units()),
+                    captured_decimal: None,
                 })
                 .collect(),
             metadata: r.spec.metadata.clone(),
@@ -740,6 +843,11 @@ impl From<&TransferRecord> for TransferOut {
                     refund_id: s.refund.as_ref().map(|r| r.to_string()),
                 })
                 .collect(),
+            escalation: r.escalation.as_ref().map(|e| EscalationOut {
+                attempts: e.attempts,
+                error: e.error.clone(),
+                at_ms: e.at.as_ms(),
+            }),
         }
     }
 }
@@ -750,6 +858,9 @@ impl TransferOut {
         for p in &mut self.postings {
             if let Ok(code) = AssetCode::new(&p.asset, "asset") {
                 p.amount_decimal = catalog.decimal(&code, i128::from(p.amount));
+                p.captured_decimal = p
+                    .captured
+                    .and_then(|c| catalog.decimal(&code, i128::from(c)));
             }
         }
         self

@@ -13,7 +13,7 @@ use xfer_engine::Router;
 use xfer_store::MemoryShard;
 
 /// Every guarantee a checker judges, by the name violations carry.
-pub const GUARANTEES: [&str; 12] = [
+pub const GUARANTEES: [&str; 13] = [
     "conservation",
     "no_overdraft",
     "atomicity",
@@ -26,6 +26,7 @@ pub const GUARANTEES: [&str; 12] = [
     "durable",
     "events",
     "timeline",
+    "escalation",
 ];
 
 /// A broken guarantee.
@@ -49,6 +50,8 @@ pub struct Checker {
     /// How far apart two writers' clocks may be: a timeline's times, each its writer's,
     /// may go back by as much from one writer to the next.
     pub clock_skew_ms: u64,
+    /// The transfer no retry can finish (the `poison` fault), if any.
+    pub poisoned: Option<TransferId>,
 }
 
 impl Checker {
@@ -120,6 +123,12 @@ impl Checker {
         self.record("atomicity", at_ms, detail);
     }
 
+    /// A sweeper started to recover `id` again after it was escalated.
+    pub fn retried_escalated(&mut self, id: &TransferId, at_ms: u64) {
+        let detail = format!("{id}: escalated, and a sweeper recovers it again");
+        self.record("escalation", at_ms, detail);
+    }
+
     /// Guarantee 1: per asset, balances plus the open intents of transfers decided
     /// `applied` (counted as posted) sum to zero: money only moves, and enters from issuers
     /// that go negative by as much.
@@ -134,11 +143,24 @@ impl Checker {
                 .filter(|(_, i)| i.state == IntentState::Open)
             {
                 let shard = &shards[router.shard_of_transfer(tid)];
-                if shard.transfer(tid).is_some_and(|r| {
-                    matches!(r.state, TransferState::Applied | TransferState::Done)
-                }) {
-                    t += i.credit as i128 - i.debit as i128;
-                }
+                let Some(r) = shard
+                    .transfer(tid)
+                    .filter(|r| matches!(r.state, TransferState::Applied | TransferState::Done))
+                else {
+                    continue;
+                };
+                // Decided: the intent will move what the transfer moves of this account (of
+                // a hold captured in part, its captured part).
+                let part = match r.captured.is_empty() {
+                    true => None,
+                    false => r.spec.legs_with(&r.captured).ok().and_then(|legs| {
+                        legs.into_iter()
+                            .find(|l| l.account == a.id)
+                            .map(|l| (l.debit, l.credit))
+                    }),
+                };
+                let (debit, credit) = part.unwrap_or((i.debit, i.credit));
+                t += credit as i128 - debit as i128;
             }
             *totals.entry(a.asset.clone()).or_default() += t;
         }
@@ -208,6 +230,24 @@ impl Checker {
         at_ms: u64,
     ) {
         for (id, r) in transfers {
+            // The poisoned transfer ends escalated; nothing else is ever escalated.
+            let poisoned = self.poisoned.as_ref() == Some(*id);
+            if poisoned != r.escalation.is_some() {
+                let detail = format!(
+                    "{id}: {} {}, escalated: {:?}",
+                    if poisoned {
+                        "poisoned,"
+                    } else {
+                        "not poisoned,"
+                    },
+                    r.state,
+                    r.escalation
+                );
+                self.record("escalation", at_ms, detail);
+            }
+            if poisoned {
+                continue;
+            }
             if !r.state.is_terminal() {
                 self.record(
                     "termination",
@@ -269,9 +309,11 @@ impl Checker {
             .values()
             .filter(|r| r.state == TransferState::Done)
         {
-            for p in &r.spec.postings {
-                *replay.entry(&p.from).or_default() -= p.amount.units() as i128;
-                *replay.entry(&p.to).or_default() += p.amount.units() as i128;
+            // What each posting moved: a hold captured in part moved its captured amounts.
+            for (i, p) in r.spec.postings.iter().enumerate() {
+                let units = r.captured.get(i).unwrap_or(&p.amount).units() as i128;
+                *replay.entry(&p.from).or_default() -= units;
+                *replay.entry(&p.to).or_default() += units;
             }
         }
         for (id, a) in accounts {
@@ -382,8 +424,7 @@ impl Checker {
                 }
             }
             let moved: Vec<u64> = original
-                .spec
-                .postings
+                .moved_postings()
                 .iter()
                 .map(|p| p.amount.units())
                 .collect();

@@ -28,11 +28,14 @@ pub enum FaultKind {
     /// The shared log loses what it had not synced: the store's process dies, and with it
     /// the executors that share its log (only in runs with a shared log).
     LogLoss,
+    /// One transfer is poisoned: every step on its accounts answers what the protocol
+    /// forbids, so no retry can finish it; a sweeper must escalate it, once.
+    Poison,
 }
 
 impl FaultKind {
     /// Every kind, in report order.
-    pub const ALL: [FaultKind; 10] = [
+    pub const ALL: [FaultKind; 11] = [
         FaultKind::Crash,
         FaultKind::ReplyLost,
         FaultKind::Delay,
@@ -43,6 +46,7 @@ impl FaultKind {
         FaultKind::Skew,
         FaultKind::Unavailable,
         FaultKind::LogLoss,
+        FaultKind::Poison,
     ];
 
     /// Its name in reports.
@@ -58,6 +62,7 @@ impl FaultKind {
             FaultKind::Skew => "skew",
             FaultKind::Unavailable => "unavailable",
             FaultKind::LogLoss => "log_loss",
+            FaultKind::Poison => "poison",
         }
     }
 

@@ -19,6 +19,8 @@ pub enum Action {
     Submit(TransferSpec),
     /// Capture a hold.
     Capture(TransferId),
+    /// Capture these amounts of a hold, one per posting.
+    CapturePart(TransferId, Vec<Amount>),
     /// Void a hold.
     Void(TransferId),
     /// Move a hold's expiry from `from` (as the client was told) later, to `until`.
@@ -402,17 +404,34 @@ impl Workload {
     }
 
     /// What a client does after its hold was acknowledged as held, expiring at `expires`:
-    /// capture, void, extend (then capture between the two expiries), or let it expire; and
-    /// after how long.
+    /// capture (whole, or in part: now and then asking more than a posting holds), void,
+    /// extend (then capture between the two expiries), or let it expire; and after how long.
     pub fn after_held(
         &mut self,
-        id: &TransferId,
+        spec: &TransferSpec,
         ttl_ms: u64,
         expires: Timestamp,
     ) -> Option<(u64, Action)> {
+        let id = &spec.id;
         let delay = self.rng.range(1, ttl_ms + 200);
         match self.rng.below(10) {
-            0..=4 => Some((delay, Action::Capture(id.clone()))),
+            0..=2 => Some((delay, Action::Capture(id.clone()))),
+            3 | 4 => {
+                let too_much = self.rng.below(10) == 0;
+                let amounts = spec
+                    .postings
+                    .iter()
+                    .map(|p| {
+                        let held = p.amount.units();
+                        let part = match too_much {
+                            true => held + 1,
+                            false => self.rng.range(1, held),
+                        };
+                        Amount::new(part, "amount").expect("at least 1")
+                    })
+                    .collect();
+                Some((delay, Action::CapturePart(id.clone(), amounts)))
+            }
             5..=7 => Some((delay, Action::Void(id.clone()))),
             8 => {
                 let action = Action::Extend {

@@ -24,7 +24,7 @@ use crate::rounds::Driven;
 use crate::workload::{Action, Told, Workload};
 use std::collections::{BTreeMap, BTreeSet};
 use xfer_core::{Code, OwnerId, Rng, Timestamp, TransferId, TransferKind, TransferState};
-use xfer_engine::{Machine, Outcome, Request, RetryPolicy, Router};
+use xfer_engine::{Machine, Outcome, Request, RetryPolicy, Router, Tally};
 use xfer_store::{AccountOp, MemoryShard, Op, Reply, TransferOp};
 
 /// Simulated time at which the run starts (so skewed clocks never go below zero).
@@ -194,6 +194,10 @@ pub struct World {
     pub(crate) lost_before: u64,
     /// How drives back off between failed rounds.
     pub(crate) policy: RetryPolicy,
+    /// The transfer no retry can finish (the `poison` fault), if any.
+    poisoned: Option<TransferId>,
+    /// The sweepers' count of failed recoveries (one for all: they decide alike).
+    tally: Tally,
 }
 
 impl World {
@@ -263,6 +267,8 @@ impl World {
             log,
             lost_before: 0,
             policy,
+            poisoned: None,
+            tally: Tally::new(xfer_engine::sweeper::ESCALATE_AFTER_DEFAULT),
         };
         let clocks = w
             .procs
@@ -447,10 +453,11 @@ impl World {
             && self.messages_in_flight == 0
             && self.clients_waiting == 0
             && self.procs.iter().all(|p| p.slots.is_empty())
-            && self
-                .shards
-                .iter()
-                .all(|s| s.store.transfers().all(|r| r.state.is_terminal()))
+            && self.shards.iter().all(|s| {
+                s.store
+                    .transfers()
+                    .all(|r| r.state.is_terminal() || Tally::skips(r))
+            })
     }
 
     // --- plumbing -------------------------------------------------------------------------
@@ -591,12 +598,32 @@ impl World {
         }
         self.generated += 1;
         let action = self.workload.next_action();
+        if let Action::Submit(spec) = &action {
+            // Halfway, a new plain transfer of two phases (a one-phase commit takes no
+            // account step) is poisoned before anything of it is sent.
+            let plain = spec.kind == TransferKind::Transfer
+                && spec.refund_of.is_none()
+                && self.workload.submission_count(&spec.id) == 1;
+            if self.cfg.has(FaultKind::Poison)
+                && self.poisoned.is_none()
+                && self.generated >= self.cfg.operations / 2
+                && plain
+                && !self.router.is_local(spec)
+            {
+                self.poisoned = Some(spec.id.clone());
+                self.checker.poisoned = Some(spec.id.clone());
+                self.count(FaultKind::Poison);
+            }
+        }
         let ticket = match &action {
             Action::Submit(spec) => Ticket::Submit(
                 spec.id.clone(),
                 self.workload.submission_count(&spec.id) - 1,
             ),
-            Action::Capture(_) | Action::Void(_) | Action::Extend { .. } => Ticket::Follow,
+            Action::Capture(_)
+            | Action::CapturePart(..)
+            | Action::Void(_)
+            | Action::Extend { .. } => Ticket::Follow,
             Action::Create(..) | Action::Close(_) => Ticket::Admin,
         };
         self.client(0, action, ticket, 0);
@@ -640,6 +667,10 @@ impl World {
             }
             Action::Capture(id) => Some(Machine::capture(id, owner, now, cfg))
                 .map(|(m, r)| (Work::Machine(Box::new(m)), r)),
+            Action::CapturePart(id, amounts) => {
+                Some(Machine::capture_part(id, amounts, owner, cfg))
+                    .map(|(m, r)| (Work::Machine(Box::new(m)), r))
+            }
             Action::Void(id) => Some(Machine::void(id, owner, now, cfg))
                 .map(|(m, r)| (Work::Machine(Box::new(m)), r)),
             Action::Create(ref id, ref asset, lower_bound) => {
@@ -778,6 +809,10 @@ impl World {
     /// Applies `op` on shard `s` with the shard's clock, under the step-by-step checkers;
     /// with a shared log, appends it: answers the reply and the LSN it rests on.
     fn apply(&mut self, s: usize, op: &Op) -> (Reply, u64) {
+        if self.is_poisoned(op) {
+            // Answers what no step may answer, and changes nothing.
+            return (Reply::NotFound, 0);
+        }
         let reply = self.apply_checked(s, op);
         let now = self.shard_clock(s);
         let lsn = match &mut self.log {
@@ -785,6 +820,24 @@ impl World {
             None => 0,
         };
         (reply, lsn)
+    }
+
+    /// An account step of the poisoned transfer.
+    fn is_poisoned(&self, op: &Op) -> bool {
+        let Some(poisoned) = &self.poisoned else {
+            return false;
+        };
+        let transfer = match op {
+            Op::Account(
+                _,
+                AccountOp::Prepare { transfer, .. }
+                | AccountOp::Post { transfer, .. }
+                | AccountOp::PostPart { transfer, .. }
+                | AccountOp::Release { transfer, .. },
+            ) => transfer,
+            _ => return false,
+        };
+        transfer == poisoned
     }
 
     fn apply_checked(&mut self, s: usize, op: &Op) -> Reply {
@@ -967,6 +1020,12 @@ impl World {
             let mut starts = Vec::new();
             for r in due {
                 let id = r.id().clone();
+                if Tally::skips(&r) {
+                    continue;
+                }
+                if r.escalation.is_some() {
+                    self.checker.retried_escalated(&id, self.now);
+                }
                 if self.procs[p].recovering.insert(id.clone()) {
                     let (m, reqs) = Machine::recover(id.clone(), self.owner(p), now, cfg);
                     starts.push((m, reqs, Ticket::Sweep(id)));
@@ -1048,7 +1107,8 @@ impl World {
                 self.tell(ticket, Told::State(TransferState::Held));
                 if let (Ticket::Submit(..), TransferKind::Hold { ttl_ms }) = (ticket, r.spec.kind) {
                     let expires = r.hold_expires_at.expect("a held transfer has an expiry");
-                    if let Some((after, action)) = self.workload.after_held(r.id(), ttl_ms, expires)
+                    if let Some((after, action)) =
+                        self.workload.after_held(&r.spec, ttl_ms, expires)
                     {
                         self.client(after, action, Ticket::Follow, 0);
                     }
@@ -1062,8 +1122,30 @@ impl World {
                 }
                 self.tell(ticket, Told::Rejected(r.code))
             }
-            Some(Outcome::Violation(v)) => self.checker.machine_violation(v, self.now),
+            Some(Outcome::Violation(v)) => {
+                let poisoned = self
+                    .poisoned
+                    .as_ref()
+                    .is_some_and(|id| v.starts_with(&format!("{id}:")));
+                match ticket {
+                    Ticket::Sweep(id) if poisoned => self.escalate(id, v),
+                    _ if poisoned => {} // its submitter's machine, failing as it must
+                    _ => self.checker.machine_violation(v, self.now),
+                }
+            }
             Some(Outcome::Left(_) | Outcome::NotFound) | None => self.tell(ticket, Told::Unknown),
+        }
+    }
+
+    /// A sweeper's recovery of `id` failed with the violation `v`: marks it for a person
+    /// when the tally says so, written at once on its record's shard.
+    fn escalate(&mut self, id: &TransferId, v: String) {
+        let now = Timestamp(self.now);
+        let error = xfer_engine::ExecError::Violation(v);
+        if let Some(escalation) = self.tally.failed(id, &error, true, now) {
+            let shard = self.router.shard_of_transfer(id);
+            let op = Op::Transfer(id.clone(), TransferOp::Escalate { escalation });
+            self.apply(shard, &op);
         }
     }
 

@@ -14,7 +14,9 @@
 //! tombstone run key = shard: u16 BE ‖ checkpoint LSN: u64 BE ‖ number: u32 BE
 //!            -> (latest horizon, [(account, transfer, intent)])
 //! accounts value = the account without its tombstones (they are in the runs)
-//! live, done value = record ‖ timeline: [step] ‖ refunds: [refund link], if any
+//! live, done value = record ‖ timeline: [step] ‖ refunds: [refund link], if any or if
+//!            what follows is there ‖ captured: [amount], if captured in part or escalated
+//!            ‖ escalation, if escalated
 //!            (StoredRecord; no timeline: derived)
 //! ```
 //!
@@ -87,19 +89,29 @@ impl Entry {
 
 /// A transfer record as the `live` and `done` tables keep it: the record's own encoding
 /// (which leaves its timeline and refunds out: the log's inserts carry none), then its
-/// timeline, then its refund links if it has any (most records have none, and their values
-/// stay as they were before partial refunds).
+/// timeline, then its refund links if it has any, then what a hold captured in part
+/// captured (the links, none perhaps, written before them then). Most records have neither,
+/// and their values stay as they were before partial refunds.
 pub struct StoredRecord<'a>(pub &'a TransferRecord);
 
 impl Serialize for StoredRecord<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeTuple;
-        let refunds = !self.0.refunds.is_empty();
-        let mut t = s.serialize_tuple(2 + usize::from(refunds))?;
+        let escalation = self.0.escalation.is_some();
+        let captured = escalation || !self.0.captured.is_empty();
+        let refunds = captured || !self.0.refunds.is_empty();
+        let len = 2 + usize::from(refunds) + usize::from(captured) + usize::from(escalation);
+        let mut t = s.serialize_tuple(len)?;
         t.serialize_element(self.0)?;
         t.serialize_element(&self.0.timeline)?;
         if refunds {
             t.serialize_element(&self.0.refunds)?;
+        }
+        if captured {
+            t.serialize_element(&self.0.captured)?;
+        }
+        if let Some(e) = &self.0.escalation {
+            t.serialize_element(e)?;
         }
         t.end()
     }
@@ -119,8 +131,20 @@ pub fn decode_record(bytes: &[u8]) -> Result<TransferRecord, String> {
     let (timeline, rest) =
         postcard::take_from_bytes::<Timeline>(rest).map_err(|e| e.to_string())?;
     r.timeline = timeline;
+    if rest.is_empty() {
+        return Ok(r);
+    }
+    let (refunds, rest) =
+        postcard::take_from_bytes::<Vec<RefundLink>>(rest).map_err(|e| e.to_string())?;
+    r.refunds = refunds;
+    if rest.is_empty() {
+        return Ok(r);
+    }
+    let (captured, rest) =
+        postcard::take_from_bytes::<Vec<xfer_core::Amount>>(rest).map_err(|e| e.to_string())?;
+    r.captured = captured;
     if !rest.is_empty() {
-        r.refunds = decode::<Vec<RefundLink>>(rest)?;
+        r.escalation = Some(decode::<xfer_core::Escalation>(rest)?);
     }
     Ok(r)
 }
@@ -556,6 +580,25 @@ mod tests {
         let linked = encode(&StoredRecord(&r));
         assert_eq!(decode_record(&linked).unwrap(), r);
         assert!(decode_record(&linked[..linked.len() - 1]).is_err());
+        // Captured in part, with links or none.
+        r.captured = vec![amount(4)];
+        let both = encode(&StoredRecord(&r));
+        assert_eq!(decode_record(&both).unwrap(), r);
+        assert!(decode_record(&both[..both.len() - 1]).is_err());
+        let links = std::mem::take(&mut r.refunds);
+        let captured_only = encode(&StoredRecord(&r));
+        assert_eq!(decode_record(&captured_only).unwrap(), r);
+        r.escalation = Some(xfer_core::Escalation::new(
+            3,
+            "store corrupted: é",
+            Timestamp(9),
+        ));
+        let escalated = encode(&StoredRecord(&r));
+        assert_eq!(decode_record(&escalated).unwrap(), r);
+        assert!(decode_record(&escalated[..escalated.len() - 1]).is_err());
+        r.escalation = None;
+        r.refunds = links;
+        r.captured.clear();
         for replacing in [vec![], vec!["r1"], vec!["r1", "r2"]] {
             let op = Op::Transfer(
                 TransferId::new("t1").unwrap(),

@@ -54,7 +54,9 @@ pub(crate) fn account_entry(
     if let Ok(outcome) = entry.get_str("o") {
         return Ok(match (op, outcome) {
             (AccountOp::Prepare { .. }, "prepared") => Reply::Prepare(PrepareOutcome::Prepared),
-            (AccountOp::Post { .. }, "posted") => Reply::Post(PostOutcome::Posted),
+            (AccountOp::Post { .. } | AccountOp::PostPart { .. }, "posted") => {
+                Reply::Post(PostOutcome::Posted)
+            }
             (AccountOp::Release { .. }, "released") => Reply::Release(ReleaseOutcome::Released),
             (AccountOp::Release { .. }, "marked") => Reply::Release(ReleaseOutcome::Marked),
             _ => return Err(format!("{op:?} left the outcome {outcome:?}")),
@@ -62,6 +64,7 @@ pub(crate) fn account_entry(
     }
     let (AccountOp::Prepare { transfer, .. }
     | AccountOp::Post { transfer, .. }
+    | AccountOp::PostPart { transfer, .. }
     | AccountOp::Release { transfer, .. }) = op
     else {
         return Err(format!("{op:?} has no entry"));

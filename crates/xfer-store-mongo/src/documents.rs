@@ -8,8 +8,9 @@
 //!             hseq, tomb_min?, _op?}
 //! transfers: {_id, spec (JSON text), reversed (JSON text), state, created_at, updated_at,
 //!             deadline, hold_expires_at, owner, lease_until, epoch, reason (JSON text),
-//!             refunded_by, refunds?: [{refund, amounts: [Int64]}],
-//!             timeline: [{at, state, owner, epoch, reason, refund}], wake?, _op?}
+//!             refunded_by, refunds?: [{refund, amounts: [Int64]}], captured?: [Int64],
+//!             escalation? (JSON text), timeline: [{at, state, owner, epoch, reason,
+//!             refund}], wake?, _op?}
 //! history:   {_id: {a: account, q: seq}, t: transfer}
 //! ```
 //!
@@ -23,7 +24,10 @@
 //! names the last step that changed the document (see `steps.rs`). `refunds` are the refund
 //! links, oldest first, absent while there are none; a document written before partial
 //! refunds has only `refunded_by`, read as its one refund of everything
-//! ([`TransferRecord::refund_links`]).
+//! ([`TransferRecord::refund_links`]). `captured` is what a hold captured in part captured
+//! of each posting, in order, absent in every other transfer. `escalation` is an escalated
+//! transfer's mark (`Escalation`'s JSON: only stored, and tested for being there), absent in
+//! every other.
 
 use mongodb::bson::{doc, Bson, Document};
 use xfer_core::{
@@ -166,20 +170,53 @@ pub(crate) fn transfer_document(r: &TransferRecord) -> Document {
             r.refunds.iter().map(link_document).collect::<Vec<_>>(),
         );
     }
+    if !r.captured.is_empty() {
+        d.insert("captured", amounts_bson(&r.captured));
+    }
+    if let Some(e) = &r.escalation {
+        d.insert("escalation", json(e));
+    }
     if let Some(w) = r.wake_at() {
         d.insert("wake", ms(w));
     }
     d
 }
 
-/// A refund link as the document keeps it: `{refund, amounts: [Int64]}`.
-fn link_document(l: &RefundLink) -> Document {
-    let amounts: Vec<Bson> = l
-        .amounts
+/// Amounts as the documents keep them: an array of Int64.
+pub(crate) fn amounts_bson(amounts: &[Amount]) -> Vec<Bson> {
+    amounts
         .iter()
         .map(|a| Bson::Int64(amount_i64(*a)))
-        .collect();
-    doc! {"refund": l.refund.as_str(), "amounts": amounts}
+        .collect()
+}
+
+/// Amounts an array of Int64 holds; `what` names it in errors.
+fn amounts_of(all: &[Bson], what: &str) -> Result<Vec<Amount>, String> {
+    all.iter()
+        .map(|a| match a {
+            Bson::Int64(n) => u64::try_from(*n).ok(),
+            Bson::Int32(n) => u64::try_from(*n).ok(),
+            _ => None,
+        })
+        .map(|n| {
+            n.and_then(|n| Amount::new(n, "amount").ok())
+                .ok_or_else(|| format!("{what}: amounts {all:?}"))
+        })
+        .collect()
+}
+
+/// What a hold captured in part captured (`captured`); none in any other transfer.
+fn captured(d: &Document) -> Result<Vec<Amount>, String> {
+    match d.get("captured") {
+        None | Some(Bson::Null) => Ok(Vec::new()),
+        Some(Bson::Array(all)) => amounts_of(all, "captured"),
+        Some(other) => Err(format!("captured: {other}")),
+    }
+}
+
+/// A refund link as the document keeps it: `{refund, amounts: [Int64]}`.
+fn link_document(l: &RefundLink) -> Document {
+    doc! {"refund": l.refund.as_str(), "amounts": amounts_bson(&l.amounts)}
 }
 
 /// An amount as Int64 (at most `i64::MAX`, `AMOUNT_MAX`).
@@ -204,18 +241,7 @@ fn links(d: &Document) -> Result<Vec<RefundLink>, String> {
                 Some(Bson::Array(a)) => a,
                 other => return Err(format!("refund link {refund}: amounts {other:?}")),
             };
-            let amounts = amounts
-                .iter()
-                .map(|a| match a {
-                    Bson::Int64(n) => u64::try_from(*n).ok(),
-                    Bson::Int32(n) => u64::try_from(*n).ok(),
-                    _ => None,
-                })
-                .map(|n| {
-                    n.and_then(|n| Amount::new(n, "amount").ok())
-                        .ok_or_else(|| format!("refund link {refund}: amounts {amounts:?}"))
-                })
-                .collect::<Result<Vec<_>, String>>()?;
+            let amounts = amounts_of(amounts, &format!("refund link {refund}"))?;
             Ok(RefundLink { refund, amounts })
         })
         .collect()
@@ -252,6 +278,11 @@ pub(crate) fn transfer(d: &Document) -> Result<TransferRecord, String> {
             .map(|t| id(t, "refunded_by"))
             .transpose()?,
         refunds: links(d)?,
+        captured: captured(d)?,
+        escalation: match opt_text(d, "escalation")? {
+            Some(e) => Some(serde_json::from_str(e).map_err(|e| format!("escalation: {e}"))?),
+            None => None,
+        },
         timeline: Timeline::default(),
     };
     let timeline = match d.get("timeline") {

@@ -17,7 +17,7 @@
 //! so no stored number ever overflows (an Int64 `$add` that overflows would become a
 //! double). Ids in `intents` keys have `.` written `~` (`documents.rs`).
 
-use crate::documents::{amount_i64, intent_key, json, ms};
+use crate::documents::{amount_i64, amounts_bson, intent_key, json, ms};
 use mongodb::bson::{doc, Bson, Document};
 use xfer_core::{CancelReason, LowerBound, Timestamp, TransferState, TIMELINE_STEPS_MAX};
 use xfer_store::{AccountOp, TransferOp};
@@ -254,6 +254,34 @@ pub(crate) fn account(op: &AccountOp, now: Timestamp, token: i64) -> Option<Upda
             let record = Record::Appended(snapshot(&key));
             no_upsert(guarded(condition.into(), set, record, "posted"))
         }
+        AccountOp::PostPart {
+            transfer,
+            debit,
+            credit,
+            ..
+        } => {
+            // As a post, moving `debit` and `credit` (compared as Decimal128: they may
+            // exceed Int64) and giving the rest of the intent back. Where the condition
+            // holds they are at most the intent's, so the Int64 sums below are those of a
+            // post of a smaller intent, exact; elsewhere they are never written.
+            let key = intent_key(transfer);
+            let field = |f: &str| format!("{}.{f}", intent_path(&key));
+            let condition = doc! {"$and": [
+                {"$eq": [field("s"), "open"]},
+                {"$lte": [amount(*debit), dec(field("d"))]},
+                {"$lte": [amount(*credit), dec(field("c"))]},
+            ]};
+            let int64 = |n: u64| i64::try_from(n).unwrap_or(MAX);
+            let set = doc! {
+                "reserved": {"$subtract": ["$reserved", field("d")]},
+                "incoming": {"$subtract": ["$incoming", field("c")]},
+                "balance": {"$add": ["$balance", int64(*credit) - int64(*debit)]},
+                "intents": with_intent(&key, intent_state(&key, "posted")),
+                "tomb_min": tomb_min_with(field("h")),
+            };
+            let record = Record::Appended(snapshot(&key));
+            no_upsert(guarded(condition.into(), set, record, "posted"))
+        }
         AccountOp::Release {
             transfer,
             asset,
@@ -428,6 +456,11 @@ fn wake() -> Document {
     }}}}
 }
 
+/// The transfer has an escalation.
+fn escalated() -> Document {
+    doc! {"$ne": [{"$ifNull": ["$escalation", Bson::Null]}, Bson::Null]}
+}
+
 fn is_state(s: &str) -> Document {
     doc! {"$eq": ["$state", s]}
 }
@@ -475,7 +508,8 @@ fn taken(links: &str, i: usize) -> Bson {
 /// `TransferOp::LinkRefund` (record.rs `link_refund`) as one update: the condition, the
 /// fields written, and the stages before that read the original's amounts (`_lf`), its
 /// postings' shapes (`_ls`), its links (`_ll`) and those kept (`_lk`): `LINK_FIELDS`.
-/// The amounts are read from `reversed`'s text as Decimal128, exactly; the links are
+/// The amounts are read from `reversed`'s text as Decimal128, exactly, or where the
+/// original is a hold captured in part are its `captured` ones; the links are
 /// `refunds` (`{refund, amounts: [Int64]}`), or in a document written before partial
 /// refunds that has `refunded_by` set, its one refund of everything.
 fn link_refund(
@@ -495,9 +529,16 @@ fn link_refund(
         {"$ne": [{"$ifNull": ["$refunded_by", Bson::Null]}, Bson::Null]},
     ]};
     let replaced: Vec<&str> = replacing.iter().map(|r| r.as_str()).collect();
+    // What each posting moved: `reversed`'s amounts, or of a hold captured in part its
+    // `captured` (`TransferRecord::moved_postings`).
+    let moved = doc! {"$cond": [
+        {"$eq": [{"$type": "$captured"}, "array"]},
+        {"$map": {"input": {"$ifNull": ["$captured", []]}, "in": dec("$$this")}},
+        {"$map": {"input": found.clone(), "in": dec(nth("$$this.captures", 1))}},
+    ]};
     let prepare = vec![
         doc! {"$set": {
-            "_lf": {"$map": {"input": found.clone(), "in": dec(nth("$$this.captures", 1))}},
+            "_lf": moved,
             "_ls": {"$map": {"input": found, "in": nth("$$this.captures", 0)}},
         }},
         doc! {"$set": {"_ll": {"$cond": [
@@ -622,6 +663,12 @@ pub(crate) fn transfer(op: &TransferOp, store_now: Timestamp, token: i64) -> Opt
             owner,
             now,
             lease_until,
+        }
+        | TransferOp::CapturePart {
+            owner,
+            now,
+            lease_until,
+            ..
         } => {
             // A capture resent long after it was made cannot beat the expiry: the store's
             // clock judges too.
@@ -632,6 +679,15 @@ pub(crate) fn transfer(op: &TransferOp, store_now: Timestamp, token: i64) -> Opt
             ]};
             let condition = doc! {"$and": [is_state("held"), {"$not": [expired]}]};
             let mut set = doc! {"state": "applied"};
+            // A capture in part keeps its amounts (Int64), written only by the step that
+            // captures; none given means all of each posting, as a plain capture.
+            if let TransferOp::CapturePart { amounts, .. } = op {
+                let kept = match amounts.is_empty() {
+                    true => Bson::String("$$REMOVE".into()),
+                    false => Bson::Array(amounts_bson(amounts)),
+                };
+                set.insert("captured", kept);
+            }
             ownership(&mut set, owner.as_str(), *now, *lease_until);
             (Bson::from(condition), set, "captured")
         }
@@ -663,15 +719,29 @@ pub(crate) fn transfer(op: &TransferOp, store_now: Timestamp, token: i64) -> Opt
             (condition, set, "linked")
         }
         TransferOp::Redrive { now } => {
+            // The lease lapses now (a lapsed one stays as it is) and the escalation goes: an
+            // escalated record is re-driven even when its lease lapsed already.
             let condition = doc! {"$and": [
                 {"$not": [in_states(&["done", "canceled"])]},
-                {"$gt": ["$lease_until", ms(*now)]},
+                {"$or": [{"$gt": ["$lease_until", ms(*now)]}, escalated()]},
             ]};
-            (
-                Bson::from(condition),
-                doc! {"lease_until": ms(*now)},
-                "redriven",
-            )
+            let set = doc! {
+                "lease_until": {"$min": ["$lease_until", ms(*now)]},
+                "escalation": "$$REMOVE",
+            };
+            (Bson::from(condition), set, "redriven")
+        }
+        TransferOp::Escalate { escalation } => {
+            // A mark for a person, once, on a record not terminal. Nothing else changes (not
+            // `updated_at`; `wake` and the timeline below find nothing moved). It is JSON
+            // text, which starts with `{`: a literal, never a field path or a variable,
+            // whatever the error says.
+            let condition = doc! {"$and": [
+                {"$not": [in_states(&["done", "canceled"])]},
+                {"$not": [escalated()]},
+            ]};
+            let set = doc! {"escalation": json(escalation)};
+            (Bson::from(condition), set, "escalated")
         }
     };
     let mut pipeline = vec![was()];

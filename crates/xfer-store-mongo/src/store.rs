@@ -583,6 +583,7 @@ fn transfer_of(step: &AccountOp) -> Option<&TransferId> {
     match step {
         AccountOp::Prepare { transfer, .. }
         | AccountOp::Post { transfer, .. }
+        | AccountOp::PostPart { transfer, .. }
         | AccountOp::Release { transfer, .. } => Some(transfer),
         _ => None,
     }

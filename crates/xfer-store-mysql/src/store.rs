@@ -52,6 +52,8 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (4, include_str!("migration_4.sql")),
     (5, include_str!("migration_5.sql")),
     (6, include_str!("migration_6.sql")),
+    (7, include_str!("migration_7.sql")),
+    (8, include_str!("migration_8.sql")),
 ];
 
 /// What every new connection runs first: UTC (so `xfer_now_ms` is exact) and read committed (a

@@ -1,7 +1,7 @@
 //! The JSON a batch travels in to `xfer_execute` (`schema.sql`): one flat object per op,
 //! whose fields `JSON_TABLE` reads as typed columns. What the database only stores or reads
-//! as JSON (a spec, a cancel reason, postings, refund links, the refunds a link replaces)
-//! travels as JSON text in a string.
+//! as JSON (a spec, a cancel reason, postings, refund links, the refunds a link replaces,
+//! an escalation) travels as JSON text in a string.
 
 use serde_json::{json, Value};
 use xfer_core::{LowerBound, Timestamp};
@@ -102,6 +102,13 @@ pub(crate) fn encode(op: &Op) -> Value {
                     "credit": credit, "deadline": ms(*deadline), "horizon": ms(*horizon),
                 }),
                 AccountOp::Post { transfer, .. } => json!({"k": "post", "t": transfer}),
+                // The post's step, with what moves of the intent (migration 7).
+                AccountOp::PostPart {
+                    transfer,
+                    debit,
+                    credit,
+                    ..
+                } => json!({"k": "post_part", "t": transfer, "debit": debit, "credit": credit}),
                 AccountOp::Release {
                     transfer,
                     asset,
@@ -122,8 +129,10 @@ pub(crate) fn encode(op: &Op) -> Value {
         }
         Op::Transfer(id, op) => {
             let mut v = match op {
-                // `postings`: its postings reversed, what `link_refund` checks a refund's
-                // against, posting by posting; `refunds`: its `RefundLink`s, if any. A
+                // `postings`: its spec's postings reversed, whole, what `link_refund` checks a
+                // refund's against, posting by posting (with `captured`, the amounts captured
+                // of a hold captured in part, if any); `refunds`: its `RefundLink`s, if any;
+                // `escalation`: its mark, if any (only an insert stores it). A
                 // one-phase step carries the insert's fields too (it is that insert where it
                 // cannot commit) and its legs (`batch` locks their accounts).
                 TransferOp::Insert(r) | TransferOp::OnePhase(r) => json!({
@@ -135,6 +144,8 @@ pub(crate) fn encode(op: &Op) -> Value {
                     "reason": r.reason.as_ref().map(text), "refund": r.refunded_by,
                     "postings": text(&r.spec.reversed_postings()),
                     "refunds": (!r.refunds.is_empty()).then(|| text(&r.refunds)),
+                    "captured": (!r.captured.is_empty()).then(|| text(&r.captured)),
+                    "escalation": r.escalation.as_ref().map(text),
                     "legs": legs(op),
                 }),
                 TransferOp::Claim {
@@ -153,6 +164,16 @@ pub(crate) fn encode(op: &Op) -> Value {
                     lease_until,
                 } => json!({
                     "k": kind(op), "owner": owner, "now": ms(*now), "lease_until": ms(*lease_until),
+                }),
+                // A capture that keeps its amounts, as JSON text, as the record's `captured`.
+                TransferOp::CapturePart {
+                    owner,
+                    now,
+                    lease_until,
+                    amounts,
+                } => json!({
+                    "k": "capture_part", "owner": owner, "now": ms(*now),
+                    "lease_until": ms(*lease_until), "captured": text(amounts),
                 }),
                 TransferOp::Decide {
                     epoch,
@@ -174,6 +195,10 @@ pub(crate) fn encode(op: &Op) -> Value {
                     "postings": text(postings), "now": ms(*now),
                 }),
                 TransferOp::Redrive { now } => json!({"k": "redrive", "now": ms(*now)}),
+                // The mark as JSON text, kept as the record's `escalation` (migration 8).
+                TransferOp::Escalate { escalation } => {
+                    json!({"k": "escalate", "escalation": text(escalation)})
+                }
                 TransferOp::Extend { until, now } => {
                     json!({"k": "extend", "until": ms(*until), "now": ms(*now)})
                 }

@@ -14,11 +14,13 @@ async fn exact_arithmetic_matches_the_memory_store() {
 }
 
 /// Refund links sum the original's amounts in DECIMAL: held to the Memory store's integers.
+/// Seed 8: since originals may be captured in part, seed 7 draws no refund that fails to
+/// reverse its original, on the Memory store too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refund_links_match_the_memory_store() {
     let databases = Databases::new("refunds");
     let store = databases.open().await;
-    xfer_store::differential::refund_links_same_as_memory(&store, 7).await;
+    xfer_store::differential::refund_links_same_as_memory(&store, 8).await;
 }
 
 /// Hold extensions compare expiries in SQL: held to the Memory store's integers.

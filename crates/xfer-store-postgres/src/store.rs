@@ -58,6 +58,8 @@ const MIGRATIONS: &[(i32, &str)] = &[
     (7, include_str!("migration_7.sql")),
     (8, include_str!("migration_8.sql")),
     (9, include_str!("migration_9.sql")),
+    (10, include_str!("migration_10.sql")),
+    (11, include_str!("migration_11.sql")),
 ];
 
 const EXECUTE: &str = "SELECT r::text FROM execute($1::text::jsonb) AS r";

@@ -38,6 +38,13 @@ pub(crate) fn encode(op: &Op) -> Value {
                     "credit": credit, "deadline": deadline.0, "horizon": ms(*horizon),
                 }),
                 AccountOp::Post { transfer, .. } => json!({"k": "post", "t": transfer}),
+                // What moves of the intent: the same step, with the amounts (migration 10).
+                AccountOp::PostPart {
+                    transfer,
+                    debit,
+                    credit,
+                    ..
+                } => json!({"k": "post_part", "t": transfer, "debit": debit, "credit": credit}),
                 AccountOp::Release {
                     transfer,
                     asset,
@@ -80,6 +87,14 @@ pub(crate) fn encode(op: &Op) -> Value {
                 } => {
                     json!({"k": "capture", "owner": owner, "now": ms(*now), "lease_until": ms(*lease_until)})
                 }
+                TransferOp::CapturePart {
+                    owner,
+                    now,
+                    lease_until,
+                    amounts,
+                } => {
+                    json!({"k": "capture_part", "owner": owner, "now": ms(*now), "lease_until": ms(*lease_until), "amounts": amounts})
+                }
                 TransferOp::Void {
                     owner,
                     now,
@@ -97,6 +112,10 @@ pub(crate) fn encode(op: &Op) -> Value {
                     json!({"k": "link_refund", "refund": refund, "replacing": replacing, "postings": postings, "now": ms(*now)})
                 }
                 TransferOp::Redrive { now } => json!({"k": "redrive", "now": ms(*now)}),
+                // The mark as serde writes it, kept as it is (migration 11).
+                TransferOp::Escalate { escalation } => {
+                    json!({"k": "escalate", "escalation": escalation})
+                }
                 TransferOp::Extend { until, now } => {
                     json!({"k": "extend", "until": ms(*until), "now": ms(*now)})
                 }
@@ -132,5 +151,9 @@ fn record(r: &TransferRecord) -> Value {
         "refunded_by": r.refunded_by,
         // `RefundLink`s, oldest first; none (a record before partial refunds) as null.
         "refunds": (!r.refunds.is_empty()).then_some(&r.refunds),
+        // Of a hold captured in part, each posting's captured amount; none as null.
+        "captured": (!r.captured.is_empty()).then_some(&r.captured),
+        // Its escalation, if marked; none as null.
+        "escalation": r.escalation,
     })
 }

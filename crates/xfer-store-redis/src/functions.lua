@@ -1,4 +1,4 @@
-#!lua name=xfer_4
+#!lua name=xfer_6
 -- xfer's Redis shard: every protocol step as one server-side function on one record.
 --
 -- Loaded once per server (FUNCTION LOAD REPLACE when a store opens). A function runs
@@ -6,6 +6,12 @@
 -- data, never a read followed by a conditional write from the client. Every key a call
 -- touches is passed in KEYS and carries the shard's hash tag `{prefix}`, so a record and the
 -- shard's indexes sit in one Cluster slot.
+--
+-- The library's name (and its functions') carries its version: when a step's arguments or
+-- rules change it takes the next one (xfer_5: captures and posts in part, refunds judged
+-- against what was captured; xfer_6: escalation marks, and re-drives that clear them), so a
+-- process still running older code, which loads its own library when it opens, never
+-- replaces this one under a newer process.
 --
 -- The rules are those of `xfer_store::record` (Rust), which the Memory store runs directly;
 -- the conformance suite holds this file to them.
@@ -22,7 +28,9 @@
 --                     written before partial refunds with refunded_by set, its one refund
 --                     of everything), tl (the timeline: its steps as JSON, timeline.rs;
 --                     absent in a record written before it: derived), tn (how many steps
---                     tl holds)
+--                     tl holds), captured (of a hold captured in part, each posting's
+--                     captured amount, a JSON array of integers; absent: all of each),
+--                     escalation (`Escalation`'s JSON, only stored; absent: none)
 --   {p}:accounts, {p}:transfers   sorted sets of ids (score 0: byte order, for paging)
 --   {p}:due           sorted set: non-terminal transfers scored by their wake time
 --   {p}:tombs         sorted set: "<account> <transfer>" of every tombstone, by horizon
@@ -393,7 +401,7 @@ local function account(keys, args)
   if not status then
     if k == 'prepare' then
       return { 'prepare', 'refused', 'account_not_found' }
-    elseif k == 'post' then
+    elseif k == 'post' or k == 'post_part' then
       return { 'post', 'missing' }
     end
     return { 'not_found' }
@@ -414,8 +422,10 @@ local function account(keys, args)
     return { 'prepare', 'prepared' }
   end
 
-  if k == 'post' then
-    -- Only an open intent moves money.
+  if k == 'post' or k == 'post_part' then
+    -- Only an open intent moves money: all of it, or for a hold captured in part
+    -- (`post_part`, ARGV 4 and 5) the debit and credit given, each at most the intent's;
+    -- the rest is given back in the same step. The intent keeps its own amounts.
     local tid = args[3]
     local v = redis.call('HGET', key, 'i:' .. tid)
     if not v then
@@ -427,8 +437,15 @@ local function account(keys, args)
     elseif state == 'released' then
       return { 'post', 'found_released' }
     end
+    local moved_debit, moved_credit = debit, credit
+    if k == 'post_part' then
+      moved_debit, moved_credit = int(args[4], 'debit'), int(args[5], 'credit')
+      if cmp(moved_debit, debit) > 0 or cmp(moved_credit, credit) > 0 then
+        return { 'refused', 'capture_exceeds_hold' }
+      end
+    end
     local bal, res, inc = sums(key)
-    redis.call('HSET', key, 'balance', add(bal, sub(credit, debit)),
+    redis.call('HSET', key, 'balance', add(bal, sub(moved_credit, moved_debit)),
       'reserved', sub(res, debit), 'incoming', sub(inc, credit),
       'i:' .. tid, 'posted ' .. debit .. ' ' .. credit .. ' ' .. h)
     redis.call('ZADD', tombs, h, aid .. ' ' .. tid)
@@ -652,10 +669,19 @@ local REFUNDS_MAX = 16
 -- nil and the links after as JSON (nil: a repeat, nothing changes).
 local function link_refund(key, rev, refunded_by, args)
   local refund, postings = args[3], args[4]
-  -- The refund's postings are the original's in order, each reversed, of at most its
-  -- amount: `rev` (the original's reversed) but for the amounts.
+  -- The refund's postings are the original's in order, each reversed, of at most what it
+  -- moved: `rev` (the spec's postings reversed) but for the amounts, which are those of
+  -- `rev`, or of a hold captured in part its captured ones (`moved_postings`).
   local shape, amounts = postings_of(postings)
   local rev_shape, full = postings_of(rev)
+  local f = redis.call('HMGET', key, 'refunds', 'captured')
+  local stored, captured = f[1], f[2]
+  if captured then
+    full = {}
+    for a in string.gmatch(captured, '%d+') do
+      full[#full + 1] = a
+    end
+  end
   if shape ~= rev_shape or #amounts ~= #full then
     return 'refund_must_reverse_original'
   end
@@ -664,7 +690,6 @@ local function link_refund(key, rev, refunded_by, args)
       return 'refund_must_reverse_original'
     end
   end
-  local stored = redis.call('HGET', key, 'refunds')
   local links = (stored and stored ~= '[]') and links_of(stored, key) or {}
   if #links == 0 and refunded_by then
     -- Written before partial refunds: its one refund took everything back.
@@ -764,19 +789,27 @@ local function transfer(keys, args)
       end
       changed = true
     end
-  elseif k == 'capture' or k == 'void' then
+  elseif k == 'capture' or k == 'void' or k == 'capture_part' then
+    -- A capture in part (ARGV 6: the captured amounts, a JSON array, '' for all of each)
+    -- is a capture that keeps its amounts, once: only the step that captures writes them.
     local owner, at, lease_until = args[3], args[4], args[5]
+    local capture = k ~= 'void'
     if state == 'initial' or state == 'pending' then
       return { 'refused', 'transfer_is_not_held' }
     elseif state == 'held' then
       -- A capture resent long after it was made cannot beat the expiry: the store's clock
       -- judges too.
-      if k == 'capture' and hold
+      if capture and hold
         and ms(hold, key .. ' hold') <= math.max(ms(at, 'now'), now_ms()) then
         return { 'refused', 'hold_expired' }
       end
-      if k == 'capture' then
+      if capture then
         redis.call('HSET', key, 'state', 'applied')
+        if k == 'capture_part' and args[6] ~= '' then
+          redis.call('HSET', key, 'captured', args[6])
+        elseif k == 'capture_part' then
+          redis.call('HDEL', key, 'captured')
+        end
       else
         redis.call('HSET', key, 'state', 'canceling', 'reason', '"voided"')
       end
@@ -804,10 +837,24 @@ local function transfer(keys, args)
       changed = true
     end
   elseif k == 'redrive' then
+    -- The lease lapses now (a lapsed one stays as it is) and the escalation goes: an
+    -- escalated record is re-driven even when its lease lapsed already.
     local at = args[3]
-    if state ~= 'done' and state ~= 'canceled' and ms(lease, key .. ' lease') > ms(at, 'now') then
-      redis.call('HSET', key, 'lease', at)
-      changed = true
+    if state ~= 'done' and state ~= 'canceled' then
+      local lapses = ms(lease, key .. ' lease') > ms(at, 'now')
+      if lapses then
+        redis.call('HSET', key, 'lease', at)
+      end
+      local cleared = redis.call('HDEL', key, 'escalation') == 1
+      changed = lapses or cleared
+    end
+  elseif k == 'escalate' then
+    -- A mark for a person (ARGV 3: `Escalation`'s JSON), once, on a record not terminal.
+    -- Nothing else changes: not `updated`, the due index, the feed or the timeline, so it
+    -- answers here rather than below.
+    if state ~= 'done' and state ~= 'canceled'
+      and redis.call('HSETNX', key, 'escalation', args[3]) == 1 then
+      return transfer_reply('transfer', key)
     end
   elseif k == 'extend' then
     -- A held transfer's expiry moved later while it has not passed: the store's clock
@@ -953,11 +1000,11 @@ local function trim_events(keys, args)
   return #ids
 end
 
-redis.register_function('xfer_4_account', account)
-redis.register_function('xfer_4_transfer', transfer)
-redis.register_function('xfer_4_one_phase', one_phase)
-redis.register_function { function_name = 'xfer_4_tombs_due', callback = tombs_due,
+redis.register_function('xfer_6_account', account)
+redis.register_function('xfer_6_transfer', transfer)
+redis.register_function('xfer_6_one_phase', one_phase)
+redis.register_function { function_name = 'xfer_6_tombs_due', callback = tombs_due,
   flags = { 'no-writes' } }
-redis.register_function { function_name = 'xfer_4_events', callback = events_after,
+redis.register_function { function_name = 'xfer_6_events', callback = events_after,
   flags = { 'no-writes' } }
-redis.register_function('xfer_4_trim_events', trim_events)
+redis.register_function('xfer_6_trim_events', trim_events)

@@ -4,9 +4,10 @@
 //!
 //! Numbers go as decimal text both ways (the functions do exact integer arithmetic on it);
 //! the parts Redis only stores (a transfer's spec, a cancel reason, the reversed postings a
-//! refund must match) are the domain types' own JSON. The functions read two such texts
+//! refund must match, an escalation) are the domain types' own JSON. The functions read two such texts
 //! themselves, as text: a refund's postings and the reversed ones (amounts aside, the same
-//! text; the amounts their digits), and a record's refund links, which they write too.
+//! text; the amounts their digits), a record's refund links, which they write too, and the
+//! amounts a hold captured in part keeps (`[3,5]`, the digits).
 
 use crate::keys::Keys;
 use redis::{Cmd, Value};
@@ -14,9 +15,9 @@ use serde::de::value::{Error as DeError, StrDeserializer};
 use serde::Deserialize;
 use std::sync::Arc;
 use xfer_core::{
-    Account, AccountId, AccountStatus, AssetCode, CancelReason, Code, Intent, IntentState,
-    LowerBound, OwnerId, RefundLink, Timeline, Timestamp, TransferId, TransferRecord, TransferSpec,
-    TransferState,
+    Account, AccountId, AccountStatus, Amount, AssetCode, CancelReason, Code, Escalation, Intent,
+    IntentState, LowerBound, OwnerId, RefundLink, Timeline, Timestamp, TransferId, TransferRecord,
+    TransferSpec, TransferState,
 };
 use xfer_store::record::one_phase_reply;
 use xfer_store::{
@@ -24,12 +25,12 @@ use xfer_store::{
     ReleaseOutcome, Reply, TransferOp,
 };
 
-pub(crate) const ACCOUNT_FN: &str = "xfer_4_account";
-pub(crate) const TRANSFER_FN: &str = "xfer_4_transfer";
-pub(crate) const ONE_PHASE_FN: &str = "xfer_4_one_phase";
-pub(crate) const TOMBS_DUE_FN: &str = "xfer_4_tombs_due";
-pub(crate) const EVENTS_FN: &str = "xfer_4_events";
-pub(crate) const TRIM_EVENTS_FN: &str = "xfer_4_trim_events";
+pub(crate) const ACCOUNT_FN: &str = "xfer_6_account";
+pub(crate) const TRANSFER_FN: &str = "xfer_6_transfer";
+pub(crate) const ONE_PHASE_FN: &str = "xfer_6_one_phase";
+pub(crate) const TOMBS_DUE_FN: &str = "xfer_6_tombs_due";
+pub(crate) const EVENTS_FN: &str = "xfer_6_events";
+pub(crate) const TRIM_EVENTS_FN: &str = "xfer_6_trim_events";
 
 /// A timestamp as the functions store it: milliseconds, a saturated "never" as `i64::MAX`.
 pub(crate) fn ms(t: Timestamp) -> String {
@@ -93,6 +94,15 @@ pub(crate) fn command(keys: &Keys, op: &Op) -> Cmd {
                     args.push(transfer.to_string());
                     "post"
                 }
+                AccountOp::PostPart {
+                    transfer,
+                    debit,
+                    credit,
+                    ..
+                } => {
+                    args.extend([transfer.to_string(), debit.to_string(), credit.to_string()]);
+                    "post_part"
+                }
                 AccountOp::Release {
                     transfer,
                     asset,
@@ -152,6 +162,21 @@ pub(crate) fn command(keys: &Keys, op: &Op) -> Cmd {
                     lease(&mut args, owner, *now, *lease_until);
                     "capture"
                 }
+                TransferOp::CapturePart {
+                    owner,
+                    now,
+                    lease_until,
+                    amounts,
+                } => {
+                    // The amounts as the record keeps them (none: all of each posting).
+                    lease(&mut args, owner, *now, *lease_until);
+                    args.push(if amounts.is_empty() {
+                        String::new()
+                    } else {
+                        json(amounts)
+                    });
+                    "capture_part"
+                }
                 TransferOp::Void {
                     owner,
                     now,
@@ -178,6 +203,11 @@ pub(crate) fn command(keys: &Keys, op: &Op) -> Cmd {
                 TransferOp::Redrive { now } => {
                     args.push(ms(*now));
                     "redrive"
+                }
+                TransferOp::Escalate { escalation } => {
+                    // Stored as it is: the function never reads it.
+                    args.push(json(escalation));
+                    "escalate"
                 }
                 TransferOp::Extend { until, now } => {
                     args.extend([ms(*until), ms(*now)]);
@@ -266,6 +296,13 @@ fn record_fields(r: &TransferRecord) -> Vec<String> {
         ("refunded_by", r.refunded_by.as_ref().map(|t| t.to_string())),
         // None in a record no refund links, or one written before partial refunds.
         ("refunds", (!r.refunds.is_empty()).then(|| json(&r.refunds))),
+        // None but in a hold captured in part.
+        (
+            "captured",
+            (!r.captured.is_empty()).then(|| json(&r.captured)),
+        ),
+        // None but in an escalated record.
+        ("escalation", r.escalation.as_ref().map(json)),
     ];
     for (k, v) in optional {
         if let Some(v) = v {
@@ -285,7 +322,7 @@ pub(crate) fn position(id: &str) -> Result<FeedPosition, String> {
     })
 }
 
-/// The answer of `xfer_4_events`: the last id the stream dropped, and its entries.
+/// The answer of `xfer_6_events`: the last id the stream dropped, and its entries.
 pub(crate) fn event_page(v: Value) -> Result<EventPage, String> {
     let Value::Array(mut parts) = v else {
         return Err(format!("expected an array, got {v:?}"));
@@ -474,7 +511,8 @@ pub(crate) fn transfer(flat: &[String]) -> Result<TransferRecord, String> {
     let (mut spec, mut state, mut created, mut updated) = (None, None, None, None);
     let (mut deadline, mut lease, mut epoch) = (None, None, None);
     let (mut hold, mut owner, mut reason, mut refunded_by) = (None, None, None, None);
-    let (mut timeline, mut refunds) = (None, Vec::new());
+    let (mut timeline, mut refunds, mut captured) = (None, Vec::new(), Vec::new());
+    let mut escalation = None;
     let stamp = |v: &str, what| num::<u64>(v, what).map(Timestamp);
     for (k, v) in pairs(flat)? {
         match k {
@@ -508,6 +546,16 @@ pub(crate) fn transfer(flat: &[String]) -> Result<TransferRecord, String> {
                 refunds = serde_json::from_str::<Vec<RefundLink>>(v)
                     .map_err(|e| format!("refunds: {e}"))?
             }
+            "captured" => {
+                captured =
+                    serde_json::from_str::<Vec<Amount>>(v).map_err(|e| format!("captured: {e}"))?
+            }
+            "escalation" => {
+                escalation = Some(
+                    serde_json::from_str::<Escalation>(v)
+                        .map_err(|e| format!("escalation: {e}"))?,
+                )
+            }
             _ => return Err(format!("unknown transfer field {k:?}")),
         }
     }
@@ -525,6 +573,8 @@ pub(crate) fn transfer(flat: &[String]) -> Result<TransferRecord, String> {
         reason,
         refunded_by,
         refunds,
+        captured,
+        escalation,
         timeline: Timeline::default(),
     };
     Ok(TransferRecord {
@@ -569,6 +619,38 @@ mod tests {
             serde_json::from_str::<Vec<RefundLink>>(text).unwrap(),
             links
         );
+        // And a hold's captured amounts, as digits between commas.
+        let captured = vec![amount(3), amount(9_223_372_036_854_775_807)];
+        assert_eq!(json(&captured), "[3,9223372036854775807]");
+    }
+
+    #[test]
+    fn an_escalated_record_keeps_its_mark_through_the_hash() {
+        // Any text: quotes, backslashes, non-ASCII, `$` and dots.
+        let spec = TransferSpec {
+            id: TransferId::new("e.1").unwrap(),
+            postings: vec![xfer_core::Posting {
+                from: AccountId::new("a").unwrap(),
+                to: AccountId::new("b").unwrap(),
+                asset: AssetCode::new("USD", "asset").unwrap(),
+                amount: Amount::new(5, "amount").unwrap(),
+            }]
+            .into(),
+            metadata: String::new(),
+            kind: xfer_core::TransferKind::Transfer,
+            refund_of: None,
+            timeout_ms: 1_000,
+        };
+        let mut r = TransferRecord::accept(spec, Timestamp(7), 100);
+        r.escalation = Some(Escalation::new(3, "\"x\" \\ é $a.b\n", Timestamp(9)));
+        let fields = record_fields(&r);
+        let back = transfer(&fields).unwrap();
+        assert_eq!(back.escalation, r.escalation);
+        // (The function writes the timeline itself.)
+        let timeline = r.timeline.clone();
+        assert_eq!(TransferRecord { timeline, ..back }, r);
+        r.escalation = None;
+        assert!(!record_fields(&r).iter().any(|f| f == "escalation"));
     }
 
     #[test]

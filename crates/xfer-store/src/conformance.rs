@@ -48,6 +48,8 @@ pub async fn run_all_opened<S: Store, F: std::future::Future<Output = S>>(
     refunds_link_once(&open_store().await).await;
     partial_refunds_never_sum_above_the_original(&open_store().await).await;
     holds_extend_before_they_expire(&open_store().await).await;
+    holds_capture_in_part(&open_store().await).await;
+    escalation_marks_once_until_a_redrive(&open_store().await).await;
     sweeper_scan_is_due_first_and_skips_terminal(&open_store().await).await;
     history_is_newest_first_and_paged(&open_store().await).await;
     prune_drops_only_expired_tombstones(&open_store().await).await;
@@ -1097,6 +1099,182 @@ async fn holds_capture_void_and_expire(s: &dyn Store) {
     );
 }
 
+async fn post_part(s: &dyn Store, account: &str, t: &str, debit: u64, credit: u64) -> Reply {
+    let op = AccountOp::PostPart {
+        transfer: tid(t),
+        asset: usd(),
+        debit,
+        credit,
+    };
+    one(s, Op::Account(acct(account), op)).await
+}
+
+fn capture_part(amounts: &[u64], now: u64) -> TransferOp {
+    TransferOp::CapturePart {
+        owner: owner("c"),
+        now: at(now),
+        lease_until: at(now + 100),
+        amounts: amounts
+            .iter()
+            .map(|a| Amount::new(*a, "amount").expect("valid"))
+            .collect(),
+    }
+}
+
+/// The captured amounts of `id`'s record, as it is.
+async fn captured_of(s: &dyn Store, id: &str) -> (TransferState, Vec<u64>) {
+    match transfer_op(s, id, TransferOp::Get).await {
+        Reply::Unchanged(r) => (r.state, r.captured.iter().map(|a| a.units()).collect()),
+        other => panic!("get {id}: {other}"),
+    }
+}
+
+/// A hold captured in part: the capture keeps its amounts on the record once, whatever is
+/// asked after; each account's post moves the captured part and gives the rest back in one
+/// step, never more than the intent; refunds are judged against what was captured.
+async fn holds_capture_in_part(s: &dyn Store) {
+    create(s, "a", LowerBound::default()).await;
+    create(s, "b", LowerBound::default()).await;
+    create(s, "c", LowerBound::default()).await;
+    fund(s, "a", 100).await;
+    fund(s, "c", 10).await;
+    prepare(s, "a", "p1", 30, 0).await;
+    prepare(s, "b", "p1", 0, 30).await;
+    prepare(s, "c", "p1", 10, 4).await;
+    let before = (get(s, "a").await, get(s, "b").await);
+    assert_eq!(
+        post_part(s, "a", "p1", 31, 0).await,
+        Reply::Refused(Code::CaptureExceedsHold)
+    );
+    assert_eq!(
+        post_part(s, "b", "p1", 0, 31).await,
+        Reply::Refused(Code::CaptureExceedsHold)
+    );
+    assert_eq!(
+        (get(s, "a").await, get(s, "b").await),
+        before,
+        "a refused post changes nothing"
+    );
+    assert_eq!(
+        post_part(s, "a", "p1", 12, 0).await,
+        Reply::Post(PostOutcome::Posted)
+    );
+    assert_eq!(
+        post_part(s, "a", "p1", 12, 0).await,
+        Reply::Post(PostOutcome::AlreadyPosted)
+    );
+    assert_eq!(
+        post(s, "a", "p1").await,
+        Reply::Post(PostOutcome::AlreadyPosted)
+    );
+    assert_eq!(
+        post_part(s, "b", "p1", 0, 12).await,
+        Reply::Post(PostOutcome::Posted)
+    );
+    assert_eq!(
+        post_part(s, "c", "p1", 7, 4).await,
+        Reply::Post(PostOutcome::Posted),
+        "debit in part, credit whole"
+    );
+    assert_eq!(
+        release(s, "b", "p1", FUTURE).await,
+        Reply::Release(ReleaseOutcome::FoundPosted)
+    );
+    assert_eq!(
+        post_part(s, "a", "never-prepared", 1, 0).await,
+        Reply::Post(PostOutcome::Missing)
+    );
+    let (a, b, c) = (get(s, "a").await, get(s, "b").await, get(s, "c").await);
+    assert_eq!(
+        (a.balance, a.reserved, b.balance, b.incoming),
+        (88, 0, 12, 0)
+    );
+    assert_eq!((c.balance, c.reserved, c.incoming), (7, 0, 0));
+    assert_eq!(a.intents[&tid("p1")].state, IntentState::Posted);
+    for account in [&a, &b, &c] {
+        account.check_sums().expect("sums");
+    }
+
+    // The capture decision keeps its amounts, once.
+    for id in ["h1", "h2", "h3", "h4"] {
+        held(s, id).await;
+    }
+    assert_eq!(
+        state_of(&transfer_op(s, "h1", capture_part(&[3], 10)).await),
+        (TransferState::Applied, 2, true)
+    );
+    assert_eq!(
+        captured_of(s, "h1").await,
+        (TransferState::Applied, vec![3])
+    );
+    for again in [capture_part(&[3], 11), capture_part(&[2], 11)] {
+        assert_eq!(
+            state_of(&transfer_op(s, "h1", again).await),
+            (TransferState::Applied, 2, false),
+            "a repeat, or other amounts, changes nothing"
+        );
+    }
+    let whole = TransferOp::Capture {
+        owner: owner("c"),
+        now: at(12),
+        lease_until: at(112),
+    };
+    transfer_op(s, "h1", whole.clone()).await;
+    assert_eq!(
+        captured_of(s, "h1").await,
+        (TransferState::Applied, vec![3])
+    );
+    transfer_op(s, "h1", TransferOp::Finish { now: at(20) }).await;
+    assert_eq!(captured_of(s, "h1").await, (TransferState::Done, vec![3]));
+    // Refunds take back at most what was captured.
+    let h1 = match transfer_op(s, "h1", TransferOp::Get).await {
+        Reply::Unchanged(r) => r,
+        other => panic!("get h1: {other}"),
+    };
+    assert_eq!(
+        transfer_op(s, "h1", partial_link(&h1, "hr1", &[], &[4])).await,
+        Reply::Refused(Code::RefundMustReverseOriginal),
+        "more than was captured does not reverse it"
+    );
+    assert!(state_of(&transfer_op(s, "h1", partial_link(&h1, "hr1", &[], &[2])).await).2);
+    assert_eq!(
+        transfer_op(s, "h1", partial_link(&h1, "hr2", &[], &[2])).await,
+        Reply::Refused(Code::RefundExceedsOriginal)
+    );
+    assert!(state_of(&transfer_op(s, "h1", partial_link(&h1, "hr2", &[], &[1])).await).2);
+    assert_eq!(
+        transfer_op(s, "h1", partial_link(&h1, "hr3", &[], &[1])).await,
+        Reply::Refused(Code::OriginalAlreadyRefunded)
+    );
+    assert_eq!(captured_of(s, "h1").await, (TransferState::Done, vec![3]));
+
+    // Captured whole: nothing kept. Voided or expired: a capture in part changes nothing.
+    transfer_op(s, "h2", whole).await;
+    assert_eq!(captured_of(s, "h2").await, (TransferState::Applied, vec![]));
+    assert_eq!(
+        transfer_op(s, "h3", capture_part(&[1], 5_000)).await,
+        Reply::Refused(Code::HoldExpired)
+    );
+    let void = TransferOp::Void {
+        owner: owner("v"),
+        now: at(10),
+        lease_until: at(110),
+    };
+    transfer_op(s, "h4", void).await;
+    assert_eq!(
+        state_of(&transfer_op(s, "h4", capture_part(&[1], 11)).await),
+        (TransferState::Canceling, 2, false)
+    );
+    assert_eq!(
+        captured_of(s, "h4").await,
+        (TransferState::Canceling, vec![])
+    );
+    assert_eq!(
+        transfer_op(s, "none", capture_part(&[1], 11)).await,
+        Reply::NotFound
+    );
+}
+
 /// A hold `id` accepted at t0 with a ttl of 5,000 ms, claimed and held.
 async fn held(s: &dyn Store, id: &str) {
     let r = TransferRecord::accept(spec(id, TransferKind::Hold { ttl_ms: 5_000 }), at(0), 100);
@@ -1536,6 +1714,93 @@ async fn sweeper_scan_is_due_first_and_skips_terminal(s: &dyn Store) {
         s.scan_due(Timestamp(10_000), 2).await.expect("scan").len(),
         2,
         "limit"
+    );
+}
+
+/// The escalation of `id`'s record, as it is.
+async fn escalation_of(s: &dyn Store, id: &str) -> (TransferRecord, Option<xfer_core::Escalation>) {
+    match transfer_op(s, id, TransferOp::Get).await {
+        Reply::Unchanged(r) => {
+            let e = r.escalation.clone();
+            (Arc::unwrap_or_clone(r), e)
+        }
+        other => panic!("get {id}: {other}"),
+    }
+}
+
+/// An escalation marks a non-terminal record once, changes nothing else, stays in the due
+/// scan (the stuck list reads it there) and is cleared by a re-drive, lapsed or not.
+async fn escalation_marks_once_until_a_redrive(s: &dyn Store) {
+    transfer_op(s, "e1", TransferOp::Insert(Arc::new(record("e1", 10)))).await;
+    let (before, none) = escalation_of(s, "e1").await;
+    assert_eq!(none, None);
+    // Quotes, backslashes, non-ASCII, and the longest error kept.
+    let mut error = "store corrupted: \"x\" \\ é $a.b ".to_string();
+    while error.len() < xfer_core::transfer::ESCALATION_ERROR_LEN_MAX {
+        error.push('z');
+    }
+    let first = xfer_core::Escalation::new(3, &error, Timestamp(50));
+    assert_eq!(
+        first.error.len(),
+        xfer_core::transfer::ESCALATION_ERROR_LEN_MAX
+    );
+    let escalate = |e: &xfer_core::Escalation| TransferOp::Escalate {
+        escalation: e.clone(),
+    };
+    assert!(state_of(&transfer_op(s, "e1", escalate(&first)).await).2);
+    let (after, kept) = escalation_of(s, "e1").await;
+    assert_eq!(kept.as_ref(), Some(&first));
+    assert_eq!(
+        TransferRecord {
+            escalation: None,
+            ..after
+        },
+        before,
+        "nothing else changes"
+    );
+    let other = xfer_core::Escalation::new(9, "other", Timestamp(60));
+    assert!(
+        !state_of(&transfer_op(s, "e1", escalate(&other)).await).2,
+        "marked once"
+    );
+    assert_eq!(escalation_of(s, "e1").await.1, Some(first.clone()));
+    let due = s.scan_due(Timestamp(10_000), 10).await.expect("scan");
+    assert_eq!(
+        due.iter()
+            .map(|r| (r.id().as_str(), r.escalation.clone()))
+            .collect::<Vec<_>>(),
+        [("e1", Some(first.clone()))],
+        "escalated, still due, read with its mark"
+    );
+    // A re-drive clears it: before the lease lapses (which it lapses), and after.
+    let redrive = |now| TransferOp::Redrive {
+        now: Timestamp(now),
+    };
+    assert!(state_of(&transfer_op(s, "e1", redrive(20)).await).2);
+    let (r, none) = escalation_of(s, "e1").await;
+    assert_eq!((none, r.lease_until), (None, Timestamp(20)));
+    transfer_op(s, "e1", escalate(&other)).await;
+    assert_eq!(escalation_of(s, "e1").await.1, Some(other));
+    assert!(state_of(&transfer_op(s, "e1", redrive(1_000)).await).2);
+    let (r, none) = escalation_of(s, "e1").await;
+    assert_eq!(
+        (none, r.lease_until),
+        (None, Timestamp(20)),
+        "a lapsed lease stays"
+    );
+    assert!(
+        !state_of(&transfer_op(s, "e1", redrive(1_000)).await).2,
+        "nothing to re-drive"
+    );
+    // A terminal record is never marked; a missing one is not found.
+    let mut done = record("e2", 10);
+    done.state = TransferState::Done;
+    transfer_op(s, "e2", TransferOp::Insert(Arc::new(done))).await;
+    assert!(!state_of(&transfer_op(s, "e2", escalate(&first)).await).2);
+    assert_eq!(escalation_of(s, "e2").await.1, None);
+    assert_eq!(
+        transfer_op(s, "e3", escalate(&first)).await,
+        Reply::NotFound
     );
 }
 

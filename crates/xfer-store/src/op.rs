@@ -72,6 +72,20 @@ pub enum AccountOp {
     },
     /// Read it.
     Get,
+    /// Step 5 of a hold captured in part: move `debit` and `credit` (at most the open
+    /// intent's) into the balance and give the rest of the intent back, in one step; mark
+    /// it posted. Amounts above the intent's are refused with `capture_exceeds_hold`,
+    /// changing nothing. Otherwise as [`AccountOp::Post`].
+    PostPart {
+        /// The transfer.
+        transfer: TransferId,
+        /// The asset (so a router with asset rules can place the op).
+        asset: AssetCode,
+        /// What leaves the balance: at most the intent's debit.
+        debit: u64,
+        /// What enters the balance: at most the intent's credit.
+        credit: u64,
+    },
 }
 
 /// Operations on a transfer record.
@@ -149,7 +163,8 @@ pub enum TransferOp {
         /// The linker's clock: the record's `updated_at` and its timeline step's time.
         now: Timestamp,
     },
-    /// Make a non-terminal transfer's lease lapse now, so the next sweep re-drives it.
+    /// Make a non-terminal transfer's lease lapse now, so the next sweep re-drives it, and
+    /// clear its escalation (an escalated transfer is re-driven even if its lease lapsed).
     Redrive {
         /// The caller's clock.
         now: Timestamp,
@@ -173,6 +188,26 @@ pub enum TransferOp {
         until: Timestamp,
         /// The caller's clock.
         now: Timestamp,
+    },
+    /// A capture in part: as [`TransferOp::Capture`], and the record keeps `amounts` as
+    /// its `captured` (what its posts move of each posting; the caller checked them against
+    /// the postings, which never change).
+    CapturePart {
+        /// The capturer.
+        owner: OwnerId,
+        /// The capturer's clock.
+        now: Timestamp,
+        /// The new lease's end.
+        lease_until: Timestamp,
+        /// Of each posting, in order, the amount captured.
+        amounts: Vec<xfer_core::Amount>,
+    },
+    /// Mark a non-terminal transfer for a person (`escalation`), once: a record marked
+    /// already, or terminal, is left as it is. Nothing else changes (not even `updated_at`),
+    /// and no timeline step is written.
+    Escalate {
+        /// The mark.
+        escalation: xfer_core::Escalation,
     },
 }
 
@@ -268,6 +303,7 @@ impl Op {
             Op::Account(_, AccountOp::Create { asset, .. })
             | Op::Account(_, AccountOp::Prepare { asset, .. })
             | Op::Account(_, AccountOp::Post { asset, .. })
+            | Op::Account(_, AccountOp::PostPart { asset, .. })
             | Op::Account(_, AccountOp::Release { asset, .. }) => Some(asset),
             _ => None,
         }
@@ -286,6 +322,9 @@ impl fmt::Display for Op {
                     "account {id}: prepare {transfer} {asset} debit={debit} credit={credit} deadline={deadline} horizon={horizon}"
                 ),
                 AccountOp::Post { transfer, .. } => write!(f, "account {id}: post {transfer}"),
+                AccountOp::PostPart { transfer, debit, credit, .. } => {
+                    write!(f, "account {id}: post-part {transfer} debit={debit} credit={credit}")
+                }
                 AccountOp::Release { transfer, horizon, .. } => {
                     write!(f, "account {id}: release {transfer} horizon={horizon}")
                 }
@@ -305,6 +344,13 @@ impl fmt::Display for Op {
                     None => write!(f, "transfer {id}: decide epoch={epoch} -> {to}"),
                 },
                 TransferOp::Capture { owner, .. } => write!(f, "transfer {id}: capture owner={owner}"),
+                TransferOp::CapturePart { owner, amounts, .. } => {
+                    write!(f, "transfer {id}: capture-part owner={owner} amounts=")?;
+                    for (i, a) in amounts.iter().enumerate() {
+                        write!(f, "{}{}", if i == 0 { "" } else { "," }, a.units())?;
+                    }
+                    Ok(())
+                }
                 TransferOp::Void { owner, .. } => write!(f, "transfer {id}: void owner={owner}"),
                 TransferOp::Finish { .. } => write!(f, "transfer {id}: finish"),
                 TransferOp::LinkRefund { refund, replacing, postings, .. } => {
@@ -318,6 +364,11 @@ impl fmt::Display for Op {
                     Ok(())
                 }
                 TransferOp::Redrive { .. } => write!(f, "transfer {id}: redrive"),
+                TransferOp::Escalate { escalation } => write!(
+                    f,
+                    "transfer {id}: escalate attempts={} error={:?}",
+                    escalation.attempts, escalation.error
+                ),
                 TransferOp::Get => write!(f, "transfer {id}: get"),
                 TransferOp::OnePhase(r) => write!(f, "transfer {id}: one-phase deadline={}", r.deadline),
                 TransferOp::Extend { until, .. } => write!(f, "transfer {id}: extend until={until}"),

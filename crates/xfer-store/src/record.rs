@@ -97,7 +97,9 @@ pub fn apply_account_absent<'op>(
             Reply::Prepare(PrepareOutcome::Refused(Code::AccountNotFound)),
             None,
         ),
-        AccountOp::Post { .. } => (Reply::Post(PostOutcome::Missing), None),
+        AccountOp::Post { .. } | AccountOp::PostPart { .. } => {
+            (Reply::Post(PostOutcome::Missing), None)
+        }
         _ => (Reply::NotFound, None),
     };
     (reply, slot, effect)
@@ -129,8 +131,15 @@ pub fn apply_account_to<'op>(
                 (outcome == PrepareOutcome::Prepared).then_some(IndexEffect::history(transfer));
             (Reply::Prepare(outcome), effect)
         }
-        AccountOp::Post { transfer, .. } => {
-            let (outcome, intent) = post(a, transfer);
+        AccountOp::Post { transfer, .. } | AccountOp::PostPart { transfer, .. } => {
+            let part = match op {
+                AccountOp::PostPart { debit, credit, .. } => Some((*debit, *credit)),
+                _ => None,
+            };
+            let (outcome, intent) = match post(a, transfer, part) {
+                Ok(done) => done,
+                Err(code) => return (Reply::Refused(code), None),
+            };
             let effect = intent
                 .filter(|_| outcome == PostOutcome::Posted)
                 .map(|i| IndexEffect::tombstone(transfer, i));
@@ -351,18 +360,28 @@ pub fn one_phase_reply(op: &Op, committed: bool) -> Option<Reply> {
 
 /// SPEC §3 step 5 on one account: only an open intent moves money. Answers the intent as
 /// it is after the call too (when there is one), for the tombstone index.
-fn post(a: &mut Account, transfer: &TransferId) -> (PostOutcome, Option<Intent>) {
+/// SPEC §3 step 5 on one account: move an open intent into the balance, all of it, or for
+/// a hold captured in part `part`'s debit and credit (the rest given back).
+fn post(
+    a: &mut Account,
+    transfer: &TransferId,
+    part: Option<(u64, u64)>,
+) -> Result<(PostOutcome, Option<Intent>), Code> {
     let Some(&intent) = a.intents.get(transfer) else {
-        return (PostOutcome::Missing, None);
+        return Ok((PostOutcome::Missing, None));
     };
+    let (debit, credit) = part.unwrap_or((intent.debit, intent.credit));
     match intent.state {
+        IntentState::Open if debit > intent.debit || credit > intent.credit => {
+            return Err(Code::CaptureExceedsHold)
+        }
         IntentState::Open => {}
         IntentState::Posted if mutant::is(Mutant::DoublePost) => {
-            a.balance += intent.credit as i64 - intent.debit as i64;
-            return (PostOutcome::Posted, Some(intent));
+            a.balance += credit as i64 - debit as i64;
+            return Ok((PostOutcome::Posted, Some(intent)));
         }
-        IntentState::Posted => return (PostOutcome::AlreadyPosted, Some(intent)),
-        IntentState::Released => return (PostOutcome::FoundReleased, Some(intent)),
+        IntentState::Posted => return Ok((PostOutcome::AlreadyPosted, Some(intent))),
+        IntentState::Released => return Ok((PostOutcome::FoundReleased, Some(intent))),
     }
     let intent = a
         .intents
@@ -371,11 +390,14 @@ fn post(a: &mut Account, transfer: &TransferId) -> (PostOutcome, Option<Intent>)
     a.reserved -= intent.debit as i64;
     if mutant::is(Mutant::CreditAtPrepare) {
         a.balance -= intent.debit as i64;
-    } else {
+    } else if mutant::is(Mutant::CapturePostsWhole) {
         a.incoming -= intent.credit as i64;
         a.balance += intent.credit as i64 - intent.debit as i64;
+    } else {
+        a.incoming -= intent.credit as i64;
+        a.balance += credit as i64 - debit as i64;
     }
-    (PostOutcome::Posted, Some(intent))
+    Ok((PostOutcome::Posted, Some(intent)))
 }
 
 /// SPEC §3 step 6 on one account: give back an open intent, or leave a released mark.
@@ -557,6 +579,12 @@ pub fn apply_transfer_to(
             owner,
             now,
             lease_until,
+        }
+        | TransferOp::CapturePart {
+            owner,
+            now,
+            lease_until,
+            ..
         } => match rec.state {
             Held if rec
                 .hold_expires_at
@@ -566,6 +594,9 @@ pub fn apply_transfer_to(
             }
             Held => {
                 rec.state = Applied;
+                if let TransferOp::CapturePart { amounts, .. } = op {
+                    rec.captured = amounts.clone();
+                }
                 take_ownership(rec, owner, *now, *lease_until);
                 true
             }
@@ -619,9 +650,18 @@ pub fn apply_transfer_to(
             }
         },
         TransferOp::Redrive { now } => {
-            let ok = !rec.state.is_terminal() && rec.lease_until > *now;
+            let ok =
+                !rec.state.is_terminal() && (rec.lease_until > *now || rec.escalation.is_some());
             if ok {
-                rec.lease_until = *now;
+                rec.lease_until = rec.lease_until.min(*now);
+                rec.escalation = None;
+            }
+            ok
+        }
+        TransferOp::Escalate { escalation } => {
+            let ok = !rec.state.is_terminal() && rec.escalation.is_none();
+            if ok {
+                rec.escalation = Some(escalation.clone());
             }
             ok
         }
@@ -666,7 +706,7 @@ pub fn link_refund(
     if rec.state != TransferState::Done {
         return Err(Code::OriginalIsNotDone);
     }
-    let original = &rec.spec.postings;
+    let original = rec.moved_postings();
     let reverses = postings.len() == original.len()
         && postings.iter().zip(original.iter()).all(|(r, o)| {
             r.from == o.to && r.to == o.from && r.asset == o.asset && r.amount <= o.amount

@@ -36,6 +36,12 @@ struct TransferRow {
     /// Its steps as `Step`'s JSON, oldest first; none in a row written before timelines.
     #[serde(default)]
     timeline: Option<Timeline>,
+    /// Of a hold captured in part, each posting's captured amount; none otherwise.
+    #[serde(default)]
+    captured: Option<Vec<xfer_core::Amount>>,
+    /// Its escalation, as `Escalation`'s JSON; none unless escalated.
+    #[serde(default)]
+    escalation: Option<xfer_core::Escalation>,
 }
 
 impl From<TransferRow> for TransferRecord {
@@ -54,6 +60,8 @@ impl From<TransferRow> for TransferRecord {
             reason: r.reason,
             refunded_by: r.refunded_by,
             refunds: r.refunds.unwrap_or_default(),
+            captured: r.captured.unwrap_or_default(),
+            escalation: r.escalation,
             timeline: Timeline::default(),
         };
         TransferRecord {

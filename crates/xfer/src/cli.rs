@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 use xfer_client::{segment, Client};
 use xfer_server::config::ServeArgs;
 use xfer_server::wire::{
-    AccountCreate, AssetIn, ExtendIn, HoldIn, MetadataChange, PostingIn, RefundIn, TransferIn,
+    AccountCreate, AssetIn, CaptureIn, ExtendIn, HoldIn, MetadataChange, PostingIn, RefundIn,
+    TransferIn,
 };
 
 /// The `xfer` command.
@@ -174,10 +175,15 @@ pub enum Command {
         #[arg(long, default_value_t = 60_000)]
         ttl_ms: u64,
     },
-    /// Capture a hold (post it).
+    /// Capture a hold (post it), whole or in part.
     Capture {
         /// The hold's id.
         id: String,
+        /// Capture in part: how much to post, in minor units or as a decimal in the asset's
+        /// scale (`12.34`), once per posting of the hold, in order; the rest is released in
+        /// the same step (default: everything).
+        #[arg(long = "amount", value_name = "AMOUNT")]
+        amounts: Vec<String>,
     },
     /// Void a hold (release it).
     Void {
@@ -595,9 +601,14 @@ pub async fn run(command: Command, remote: &Remote) -> Result<i32, String> {
                     .ok()?,
             );
         }
-        Command::Capture { id } => {
+        Command::Capture { id, amounts } => {
             let path = format!("/v1/transfers/{}/capture", segment(&id));
-            print_transfer(&client.post(&path, &json!({})).await?.ok()?);
+            let mut units: Vec<Value> = amounts.iter().map(|a| amount_value(a)).collect();
+            let body = CaptureIn {
+                amount: (units.len() == 1).then(|| units.remove(0)),
+                amounts: (units.len() > 1).then_some(units),
+            };
+            print_transfer(&client.post_body(&path, &body).await?.ok()?);
         }
         Command::Void { id } => {
             let path = format!("/v1/transfers/{}/void", segment(&id));

@@ -116,9 +116,17 @@ pub fn transfers_table(transfers: &[Value]) {
                 .map_or(&[][..], |v| v)
                 .iter()
                 .map(|p| {
+                    // A hold captured in part: what moved of what was held.
+                    let moved = match p["captured"] {
+                        Value::Null => amount_text(p, "amount"),
+                        _ => format!(
+                            "{} (of {})",
+                            amount_text(p, "captured"),
+                            amount_text(p, "amount")
+                        ),
+                    };
                     format!(
-                        "{} {} {}->{}",
-                        amount_text(p, "amount"),
+                        "{moved} {} {}->{}",
                         text(&p["asset"]),
                         text(&p["from"]),
                         text(&p["to"])

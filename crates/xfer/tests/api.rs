@@ -1373,6 +1373,189 @@ async fn holds_and_refunds(ts: &TestServer) {
 /// Partial refunds over HTTP: several per transfer, posting by posting never more than it
 /// moved, each refusal by its field and nothing written; a canceled refund's share
 /// refunded again; two at once that together exceed it: one is done.
+/// A hold captured in part: refusals by field that change nothing, the part moved and the
+/// rest released, repeats, refunds bounded by what was captured.
+async fn partial_captures(ts: &TestServer) {
+    let capture = |id: &str, body: Value| {
+        let path = format!("/v1/transfers/{id}/capture");
+        async move { ts.post(&path, &body).await }
+    };
+    let hold = |id: &str, amounts: &[u64]| {
+        let postings: Vec<Value> = amounts
+            .iter()
+            .map(|a| posting("alice", "carol", "USD", json!(a)))
+            .collect();
+        json!({"id": id, "postings": postings, "hold": {"ttl_ms": 60_000}, "timeout_ms": 5_000})
+    };
+    ts.pay("pc-fund", "bank", "alice", "USD", 2_000).await;
+    let start = (ts.balance("alice").await, ts.balance("carol").await);
+    // Reserved by holds of earlier cases, left as they are.
+    let held = ts.account("alice").await["reserved"]
+        .as_i64()
+        .expect("reserved");
+    let incoming = ts.account("carol").await["incoming"].clone();
+    let a = ts.post("/v1/transfers", &hold("pc-1", &[1_000])).await;
+    assert_eq!(a.body["state"], "held", "{}", a.text);
+    for (body, status, code, field) in [
+        (
+            json!({"amount": 1_001}),
+            400,
+            "capture_exceeds_hold",
+            "amount",
+        ),
+        (
+            json!({"amount": "10.01"}),
+            400,
+            "capture_exceeds_hold",
+            "amount",
+        ),
+        (
+            json!({"amounts": [1, 2]}),
+            400,
+            "capture_exceeds_hold",
+            "amounts",
+        ),
+        (
+            json!({"amount": "4.001"}),
+            400,
+            "amount_has_too_many_decimals",
+            "amount",
+        ),
+        (
+            json!({"amount": 0}),
+            400,
+            "amount_must_be_positive",
+            "amount",
+        ),
+        (json!({"amounts": []}), 400, "invalid_value", "amounts"),
+        (
+            json!({"amount": 5, "amounts": [5]}),
+            400,
+            "invalid_value",
+            "amounts",
+        ),
+        (json!({"amount": true}), 400, "wrong_type", "amount"),
+    ] {
+        let a = capture("pc-1", body.clone()).await;
+        expect_error(&a, status, code, Some(field), &body.to_string());
+    }
+    let alice = ts.account("alice").await;
+    assert_eq!(
+        (alice["balance"].clone(), alice["reserved"].clone()),
+        (json!(start.0), json!(held + 1_000)),
+        "refused captures change nothing"
+    );
+    assert_eq!(ts.get("/v1/transfers/pc-1").await.body["state"], "held");
+
+    // 4.00 of 10.00 captured: 4.00 moves, 6.00 is released, in the same posts.
+    let a = capture("pc-1", json!({"amount": "4.00"})).await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("done")),
+        "{}",
+        a.text
+    );
+    assert_eq!(
+        a.body["postings"],
+        json!([{"from": "alice", "to": "carol", "asset": "USD", "amount": 1_000,
+                "amount_decimal": "10.00", "captured": 400, "captured_decimal": "4.00"}])
+    );
+    let alice = ts.account("alice").await;
+    assert_eq!(
+        (alice["balance"].clone(), alice["reserved"].clone()),
+        (json!(start.0 - 400), json!(held))
+    );
+    assert_eq!(ts.account("carol").await["incoming"], incoming);
+    assert_eq!(ts.balance("carol").await, start.1 + 400);
+    // The same capture again answers it; other amounts or a whole capture are refused.
+    let again = capture("pc-1", json!({"amount": 400})).await;
+    assert_eq!(
+        (again.status, again.body["postings"].clone()),
+        (200, a.body["postings"].clone())
+    );
+    let a = capture("pc-1", json!({"amount": 300})).await;
+    expect_error(
+        &a,
+        409,
+        "hold_already_captured",
+        Some("amount"),
+        "other amounts",
+    );
+    let a = ts.post_empty("/v1/transfers/pc-1/capture").await;
+    expect_error(
+        &a,
+        409,
+        "hold_already_captured",
+        Some("amounts"),
+        "whole after part",
+    );
+    let a = ts.post_empty("/v1/transfers/pc-1/void").await;
+    expect_error(
+        &a,
+        409,
+        "hold_already_captured",
+        Some("id"),
+        "void after part",
+    );
+    assert_eq!(ts.balance("alice").await, start.0 - 400, "captured once");
+
+    // Refunds move back at most what was captured.
+    let a = ts
+        .post(
+            "/v1/transfers/pc-1/refund",
+            &json!({"id": "pc-1-r1", "amount": 401}),
+        )
+        .await;
+    expect_error(
+        &a,
+        409,
+        "refund_exceeds_original",
+        Some("amount"),
+        "past the capture",
+    );
+    let a = ts
+        .post("/v1/transfers/pc-1/refund", &json!({"id": "pc-1-r2"}))
+        .await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("done")),
+        "{}",
+        a.text
+    );
+    assert_eq!(a.body["postings"][0]["amount"], 400);
+    assert_eq!(
+        (ts.balance("alice").await, ts.balance("carol").await),
+        start
+    );
+
+    // Amounts that take every posting whole are a whole capture.
+    let a = ts.post("/v1/transfers", &hold("pc-2", &[100, 50])).await;
+    assert_eq!(a.body["state"], "held", "{}", a.text);
+    let a = capture("pc-2", json!({"amount": 100})).await;
+    expect_error(
+        &a,
+        400,
+        "capture_exceeds_hold",
+        Some("amount"),
+        "one amount for two postings",
+    );
+    let a = capture("pc-2", json!({"amounts": [100, "0.50"]})).await;
+    assert_eq!(
+        (a.status, a.body["state"].clone()),
+        (200, json!("done")),
+        "{}",
+        a.text
+    );
+    assert!(
+        a.body["postings"][0].get("captured").is_none(),
+        "{}",
+        a.text
+    );
+    let a = ts.post_empty("/v1/transfers/pc-2/capture").await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(ts.balance("alice").await, start.0 - 150);
+}
+
 async fn partial_refunds(ts: &TestServer) {
     let refund = |original: &str, body: Value| {
         let path = format!("/v1/transfers/{original}/refund");
@@ -2450,6 +2633,7 @@ async fn every_route(backend: Backend) {
     }
     // Last: its transfers would change what the listings above expect.
     partial_refunds(&ts).await;
+    partial_captures(&ts).await;
     ts.shutdown().await;
 }
 
@@ -3047,12 +3231,12 @@ fn bad_cases() -> Vec<Bad> {
         path: "/v1/transfers/fund/capture".into(),
         absent: None,
         ..bad_transfer(
-            "a body to an action that takes none",
+            "an unknown field of a capture",
             "",
-            json!({"amount": 5}),
+            json!({"amount": 5, "note": "x"}),
             400,
             "unknown_field",
-            Some("amount"),
+            Some("note"),
         )
     });
     cases.push(Bad {

@@ -369,12 +369,15 @@ pub fn transfer(
         }
         h2 { "Postings" }
         div .scroll { table #postings {
-            thead { tr { th { "From" } th { "To" } th { "Amount" } } }
-            tbody { @for p in r.spec.postings.iter() {
+            thead { tr { th { "From" } th { "To" } th { "Amount" } @if !r.captured.is_empty() { th { "Captured" } } } }
+            tbody { @for (i, p) in r.spec.postings.iter().enumerate() {
                 tr {
                     td { a href=(format!("/console/accounts/{}", p.from.as_str())) { (p.from.as_str()) } }
                     td { a href=(format!("/console/accounts/{}", p.to.as_str())) { (p.to.as_str()) } }
                     td .num { (amount(i128::from(p.amount.units()), p.asset.as_str(), &v.catalog)) }
+                    @if let Some(c) = r.captured.get(i) {
+                        td .num .captured { (amount(i128::from(c.units()), p.asset.as_str(), &v.catalog)) }
+                    }
                 }
             } }
         } }
@@ -426,7 +429,7 @@ pub fn transfer(
                     form #refund method="post" action=(action("refund")) {
                         (csrf(v))
                         input type="hidden" name="refund_id" value=(refund_id);
-                        @for (i, (p, taken)) in r.spec.postings.iter().zip(taken).enumerate() {
+                        @for (i, (p, taken)) in r.moved_postings().iter().zip(taken).enumerate() {
                             label {
                                 "Move back of " (p.from.as_str()) " → " (p.to.as_str())
                                 " (" (amount(i128::from(p.amount.units().saturating_sub(*taken)), p.asset.as_str(), &v.catalog)) " left), "
@@ -564,8 +567,7 @@ pub fn account(
 /// Whether a refund fits: every posting keeps something not taken back by refunds that
 /// were not canceled (`taken`), since a refund moves back at least 1 of each.
 fn refundable(r: &TransferRecord, taken: &[u64]) -> bool {
-    r.spec
-        .postings
+    r.moved_postings()
         .iter()
         .zip(taken)
         .all(|(p, taken)| *taken < p.amount.units())
