@@ -52,8 +52,7 @@ pub enum Mutant {
     ExtendForgotten,
     /// A post of a hold captured in part moves the whole intent, as if captured whole.
     CapturePostsWhole,
-    /// Sweepers neither escalate a transfer whose recovery keeps failing nor skip one
-    /// escalated: they retry it every pass, forever.
+    /// Sweepers do not skip an escalated transfer: they retry it every pass, forever.
     EscalationIgnored,
 }
 
@@ -140,9 +139,7 @@ impl Mutant {
             Mutant::RefundSumUnchecked => "a refund link ignores the refunds linked before",
             Mutant::ExtendForgotten => "extending a hold answers but keeps the old expiry",
             Mutant::CapturePostsWhole => "a hold captured in part posts its whole amounts",
-            Mutant::EscalationIgnored => {
-                "a transfer whose recovery keeps failing is retried forever"
-            }
+            Mutant::EscalationIgnored => "sweepers recover escalated transfers again every pass",
             Mutant::DuplicateAnswersStaleState => {
                 "a duplicate submission is told the stored state as final"
             }

@@ -50,6 +50,7 @@ pub enum Code {
     MetadataKeyIsInvalid,
     MetadataValueIsInvalid,
     CaptureExceedsHold,
+    CaptureMustMatchHold,
 }
 
 impl Code {
@@ -97,6 +98,7 @@ impl Code {
             Code::MetadataKeyIsInvalid => "metadata_key_is_invalid",
             Code::MetadataValueIsInvalid => "metadata_value_is_invalid",
             Code::CaptureExceedsHold => "capture_exceeds_hold",
+            Code::CaptureMustMatchHold => "capture_must_match_hold",
         }
     }
 

@@ -212,7 +212,7 @@ impl TransferSpec {
         let n = self.postings.len();
         if amounts.len() != n {
             return Err(Rejection::new(
-                Code::CaptureExceedsHold,
+                Code::CaptureMustMatchHold,
                 "amounts",
                 format!(
                     "{} amounts for {n} held postings: give one for each, in order",

@@ -2,16 +2,24 @@
 //! no I/O, so that the [`Sweeper`](crate::Sweeper) and the simulator decide alike.
 //!
 //! A failure no retry fixes (a protocol violation, a damaged record, an unroutable op)
-//! escalates at once. Others count, when the caller says they do (the sweeper: when other
-//! transfers were finished in the same pass, so the stores work), and escalate after
-//! `after` in a row; a transfer that did not fail in a pass starts again from zero.
+//! escalates at once. A failure past the retry limit with steps perhaps applied
+//! (`Indeterminate`) counts, when the caller says it does (the sweeper: when other
+//! transfers were finished in the same pass, so the stores work), and escalates after
+//! `after` of them with no success between; a store that could not be reached (nothing
+//! applied) never counts, so an outage escalates nothing. A transfer's count lasts until
+//! it is recovered, whatever passes it was not due in (a failed recovery leaves it claimed
+//! for a lease, longer than a pass).
 
 use crate::error::ExecError;
 use std::collections::HashMap;
 use xfer_core::mutant::{self, Mutant};
 use xfer_core::{Escalation, Timestamp, TransferId, TransferRecord};
 
-/// Failed recoveries in a row, per transfer. See the module docs.
+/// At most this many transfers' counts are kept; past it the oldest are forgotten (a count
+/// only grows while its transfer keeps failing, so this bounds memory, not escalation).
+const TRACKED_MAX: usize = 100_000;
+
+/// Failed recoveries per transfer. See the module docs.
 #[derive(Debug)]
 pub struct Tally {
     after: u32,
@@ -19,7 +27,7 @@ pub struct Tally {
 }
 
 impl Tally {
-    /// A tally that escalates after `after` counted failures in a row (at least 1).
+    /// A tally that escalates after `after` counted failures (at least 1).
     pub fn new(after: u32) -> Tally {
         Tally {
             after: after.max(1),
@@ -42,7 +50,7 @@ impl Tally {
 
     /// A recovery of `id` failed with `error`: the escalation to write now, if it is time
     /// (then the count is dropped; [`Tally::unwritten`] puts it back if the write fails).
-    /// `counts`: whether a failure that retrying might fix counts toward the limit.
+    /// `counts`: whether a failure past the retry limit counts (others were finished).
     pub fn failed(
         &mut self,
         id: &TransferId,
@@ -50,29 +58,30 @@ impl Tally {
         counts: bool,
         now: Timestamp,
     ) -> Option<Escalation> {
-        if mutant::is(Mutant::EscalationIgnored) {
-            return None;
-        }
         let hopeless = Tally::is_hopeless(error);
-        let n = self.failures.get(id).copied().unwrap_or(0) + u32::from(hopeless || counts);
+        let counted = hopeless || (counts && matches!(error, ExecError::Indeterminate(_)));
+        let n = self.failures.get(id).copied().unwrap_or(0) + u32::from(counted);
         if hopeless || n >= self.after {
             self.failures.remove(id);
-            Some(Escalation::new(n.max(1), &error.to_string(), now))
-        } else {
-            self.failures.insert(id.clone(), n);
-            None
+            return Some(Escalation::new(n.max(1), &error.to_string(), now));
         }
+        if n > 0 {
+            if self.failures.len() >= TRACKED_MAX && !self.failures.contains_key(id) {
+                self.failures.clear();
+            }
+            self.failures.insert(id.clone(), n);
+        }
+        None
+    }
+
+    /// `id` was recovered (or is run by someone else): its count starts again.
+    pub fn recovered(&mut self, id: &TransferId) {
+        self.failures.remove(id);
     }
 
     /// The escalation of `id` could not be written: it is tried again at the next failure.
     pub fn unwritten(&mut self, id: &TransferId, e: &Escalation) {
         self.failures.insert(id.clone(), e.attempts);
-    }
-
-    /// Ends a pass: only the transfers in `failed` keep their counts (failures in a row).
-    pub fn keep_only<'a>(&mut self, failed: impl IntoIterator<Item = &'a TransferId>) {
-        let keep: std::collections::HashSet<&TransferId> = failed.into_iter().collect();
-        self.failures.retain(|id, _| keep.contains(id));
     }
 }
 
@@ -85,31 +94,37 @@ mod tests {
     }
 
     #[test]
-    fn hopeless_failures_escalate_at_once_others_after_the_limit_in_a_row() {
+    fn hopeless_failures_escalate_at_once_others_after_the_limit() {
         let mut t = Tally::new(3);
         let now = Timestamp(7);
         let bad = ExecError::Violation("post found a released intent".into());
         let e = t.failed(&tid("v"), &bad, false, now).expect("at once");
         assert_eq!((e.attempts, e.at), (1, now));
         assert!(e.error.contains("protocol violation"), "{e:?}");
+        // Nothing applied (the store unreachable): never counted.
         let down = ExecError::Unavailable("down".into());
-        for _ in 0..5 {
-            assert_eq!(t.failed(&tid("d"), &down, false, now), None, "uncounted");
+        for _ in 0..9 {
+            assert_eq!(t.failed(&tid("d"), &down, true, now), None, "uncounted");
         }
+        // Past the retry limit: counted only when others were finished.
+        let stuck = ExecError::Indeterminate("gave up".into());
+        for _ in 0..5 {
+            assert_eq!(t.failed(&tid("d"), &stuck, false, now), None, "uncounted");
+        }
+        assert_eq!(t.failed(&tid("d"), &stuck, true, now), None);
         assert_eq!(t.failed(&tid("d"), &down, true, now), None);
-        assert_eq!(t.failed(&tid("d"), &down, true, now), None);
-        t.keep_only([&tid("d")]);
+        assert_eq!(t.failed(&tid("d"), &stuck, true, now), None);
         assert_eq!(
-            t.failed(&tid("d"), &down, true, now).map(|e| e.attempts),
+            t.failed(&tid("d"), &stuck, true, now).map(|e| e.attempts),
             Some(3)
         );
-        // Not in a row: a pass without the failure starts the count again.
-        t.failed(&tid("x"), &down, true, now);
-        t.failed(&tid("x"), &down, true, now);
-        t.keep_only([]);
-        assert_eq!(t.failed(&tid("x"), &down, true, now), None);
+        // A recovery between failures starts the count again.
+        t.failed(&tid("x"), &stuck, true, now);
+        t.failed(&tid("x"), &stuck, true, now);
+        t.recovered(&tid("x"));
+        assert_eq!(t.failed(&tid("x"), &stuck, true, now), None);
         let e = Escalation::new(3, "again", now);
         t.unwritten(&tid("y"), &e);
-        assert!(t.failed(&tid("y"), &down, true, now).is_some(), "put back");
+        assert!(t.failed(&tid("y"), &stuck, true, now).is_some(), "put back");
     }
 }

@@ -757,10 +757,10 @@ impl Machine {
     fn on_read_hold(&mut self, reply: Reply, amounts: Vec<Amount>, now: Timestamp) {
         match reply {
             Reply::Transfer(rec) | Reply::Unchanged(rec) => {
-                if rec.spec.kind == TransferKind::Transfer {
-                    // As a capture would be refused.
-                    let refusal = settled_otherwise(&rec, TransferState::Applied);
-                    return self.stop(Outcome::Rejected(refusal.expect("not a hold")));
+                // A transfer, or a hold settled otherwise, is refused as a capture would be,
+                // whatever the amounts.
+                if let Some(refusal) = settled_otherwise(&rec, TransferState::Applied) {
+                    return self.stop(Outcome::Rejected(refusal));
                 }
                 let whole = match rec.spec.check_capture(&amounts) {
                     Ok(whole) => whole,

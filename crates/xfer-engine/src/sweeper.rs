@@ -24,13 +24,15 @@
 //!
 //! Escalation instead of retrying forever ([`Tally`]): a transfer whose recovery fails for
 //! a reason no retry fixes (a protocol violation, a damaged record, an unroutable op) is
-//! marked for a person at once ([`TransferOp::Escalate`]); one whose recovery fails
-//! [`SweepConfig::escalate_after`] passes in a row, in passes where other transfers were
-//! finished (so the stores work; an outage escalates nothing), is marked then. A marked
-//! transfer keeps its wake time (the stuck list finds it there) but sweepers skip it, so it
-//! is reported once, not every pass, until a re-drive clears the mark. The mark changes no
-//! protocol field, so it cannot change an outcome. The count of failures in a row is this
-//! sweeper's: it restarts with the process, and from zero for a transfer not due in a pass. Any number of sweepers may run at once: claims are
+//! marked for a person at once ([`TransferOp::Escalate`]); one whose recovery gives up past
+//! the retry limit [`SweepConfig::escalate_after`] times with no success between, each in a
+//! pass where other transfers were finished (so the stores work; an unreachable store
+//! counts nothing), is marked then. A marked transfer keeps its wake time (the stuck list
+//! finds it there) but sweepers skip it, so it is reported once, not every pass, until a
+//! re-drive clears the mark; a scan asks for as many more records as it skipped, so marked
+//! transfers never take the place of due ones (each pass reads them all: a cost in
+//! proportion to how many wait for a person). The mark changes no protocol field, so it
+//! cannot change an outcome. The counts are this sweeper's: they restart with the process. Any number of sweepers may run at once: claims are
 //! compare-and-set, so each transfer is taken by one of them. Recovery at start-up is the
 //! first pass of [`Sweeper::run`].
 
@@ -41,7 +43,6 @@ use crate::machine::{Machine, Outcome};
 use futures_util::future::{join_all, select, Either};
 use futures_util::FutureExt;
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use xfer_core::{Escalation, TransferId, TransferRecord};
 use xfer_store::{BoxFuture, Op, Reply, Store, StoreError, TransferOp};
@@ -116,10 +117,8 @@ pub struct PassReport {
 pub struct Sweeper {
     executor: Executor,
     cfg: SweepConfig,
-    /// Failed recoveries in a row, of the transfers that failed in the last pass.
+    /// Failed recoveries per transfer.
     tally: Mutex<Tally>,
-    /// Escalated transfers the last scan skipped: the next asks for as many more.
-    skipped: AtomicUsize,
 }
 
 impl Sweeper {
@@ -129,7 +128,6 @@ impl Sweeper {
             executor,
             cfg,
             tally: Mutex::new(Tally::new(cfg.escalate_after)),
-            skipped: AtomicUsize::new(0),
         }
     }
 
@@ -152,12 +150,21 @@ impl Sweeper {
             .iter()
             .map(|id| Machine::recover(id.clone(), owner.clone(), now, cfg))
             .collect();
-        for (id, result) in ids.into_iter().zip(self.executor.drive(starts).await) {
-            match result {
-                Ok(Outcome::Finished(_)) => report.finished += 1,
-                Ok(Outcome::Held(_)) => report.held += 1,
-                Ok(_) => report.left += 1,
-                Err(e) => report.failed.push((id, e)),
+        let results = self.executor.drive(starts).await;
+        {
+            let mut tally = self.tally.lock().expect("not poisoned");
+            for (id, result) in ids.into_iter().zip(results) {
+                match result {
+                    Ok(outcome) => {
+                        tally.recovered(&id);
+                        match outcome {
+                            Outcome::Finished(_) => report.finished += 1,
+                            Outcome::Held(_) => report.held += 1,
+                            _ => report.left += 1,
+                        }
+                    }
+                    Err(e) => report.failed.push((id, e)),
+                }
             }
         }
         self.escalate(&mut report).await;
@@ -185,34 +192,45 @@ impl Sweeper {
         }
     }
 
-    /// The due transfers of every shard, scanned concurrently, less the escalated ones
-    /// (counted in the report). A scan asks for as many more as the last one skipped, up to
-    /// four times the limit, so that escalated transfers take no place of due ones.
+    /// The due transfers of every shard, scanned concurrently, at most `scan_limit` of
+    /// each, less the escalated ones (counted in the report).
     async fn scan(&self, report: &mut PassReport) -> Vec<TransferId> {
         let now = self.executor.clock().now();
         let shards = self.executor.cluster().shards();
-        let limit = self.cfg.scan_limit
-            + (self.skipped.load(Ordering::Relaxed)).min(3 * self.cfg.scan_limit);
-        let scans = join_all(shards.iter().map(|s| s.scan_due(now, limit))).await;
+        let scans = join_all(shards.iter().map(|s| self.scan_shard(s, now))).await;
         let mut ids = Vec::new();
         for (shard, scan) in scans.into_iter().enumerate() {
             match scan {
-                Ok(records) => {
-                    let (escalated, due): (Vec<TransferRecord>, Vec<TransferRecord>) =
-                        records.into_iter().partition(Tally::skips);
-                    report.escalated_waiting += escalated.len();
-                    ids.extend(
-                        due.into_iter()
-                            .take(self.cfg.scan_limit)
-                            .map(|r| r.spec.id.clone()),
-                    );
+                Ok((due, escalated)) => {
+                    report.escalated_waiting += escalated;
+                    ids.extend(due);
                 }
                 Err(e) => report.shard_errors.push((shard, e)),
             }
         }
-        self.skipped
-            .store(report.escalated_waiting, Ordering::Relaxed);
         ids
+    }
+
+    /// One shard's due transfers, at most `scan_limit`, and how many escalated ones it
+    /// skipped: escalated transfers keep their early wake times, so the scan asks again for
+    /// as many more as it skipped until it has `scan_limit` others or the shard has no more.
+    async fn scan_shard(
+        &self,
+        shard: &Arc<dyn Store>,
+        now: xfer_core::Timestamp,
+    ) -> Result<(Vec<TransferId>, usize), StoreError> {
+        let mut limit = self.cfg.scan_limit.max(1);
+        loop {
+            let records = shard.scan_due(now, limit).await?;
+            let full = records.len() >= limit;
+            let (escalated, due): (Vec<TransferRecord>, Vec<TransferRecord>) =
+                records.into_iter().partition(Tally::skips);
+            if !full || due.len() >= self.cfg.scan_limit || escalated.is_empty() {
+                let due = due.into_iter().take(self.cfg.scan_limit);
+                return Ok((due.map(|r| r.spec.id.clone()).collect(), escalated.len()));
+            }
+            limit = self.cfg.scan_limit + escalated.len();
+        }
     }
 
     /// Counts this pass's failures and marks the transfers that are to be escalated.
@@ -221,15 +239,13 @@ impl Sweeper {
         let now = self.executor.clock().now();
         let marks: Vec<(TransferId, Escalation)> = {
             let mut tally = self.tally.lock().expect("not poisoned");
-            let marks = report
+            report
                 .failed
                 .iter()
                 .filter_map(|(id, e)| {
                     Some((id.clone(), tally.failed(id, e, others_finished, now)?))
                 })
-                .collect();
-            tally.keep_only(report.failed.iter().map(|(id, _)| id));
-            marks
+                .collect()
         };
         if marks.is_empty() {
             return;

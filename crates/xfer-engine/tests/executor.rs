@@ -340,7 +340,7 @@ async fn a_hold_captured_in_part_moves_the_part_and_releases_the_rest() {
     );
     assert_eq!(
         code(w.exec.capture_part(tid("h1"), units(&[5])).await),
-        (Some(Code::CaptureExceedsHold), Some("amounts".into()))
+        (Some(Code::CaptureMustMatchHold), Some("amounts".into()))
     );
     assert_eq!(w.transfer("h1").await.state, TransferState::Held);
     let rec = finished(w.exec.capture_part(tid("h1"), units(&[12, 20])).await);
@@ -1612,4 +1612,59 @@ async fn a_transfer_no_retry_fixes_is_escalated_once_and_a_redrive_clears_it() {
     let r = w.sweeper.pass().await;
     assert_eq!((r.escalated_waiting, r.failed.len()), (0, 0), "{r:?}");
     w.assert_settled(&[("alice", 90), ("bob", 10)]).await;
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn escalated_transfers_never_take_the_place_of_due_ones() {
+    let sweep = SweepConfig {
+        scan_limit: 2,
+        ..SweepConfig::default()
+    };
+    let w = World::memory_with(sweep);
+    w.bank().await;
+    // Seven escalated records, due since long before a healthy one: five on its shard,
+    // more than a scan takes there.
+    let router = w.exec.cluster().router();
+    let home = router.shard_of_transfer(&tid("healthy"));
+    let mut ids: Vec<String> = (0..)
+        .map(|n| format!("stuck-{n}"))
+        .filter(|id| router.shard_of_transfer(&tid(id)) == home)
+        .take(5)
+        .collect();
+    ids.extend(
+        (0..)
+            .map(|n| format!("elsewhere-{n}"))
+            .filter(|id| router.shard_of_transfer(&tid(id)) != home)
+            .take(2),
+    );
+    let accept = |id: &str, at: Timestamp| {
+        TransferRecord::accept(spec(id, vec![posting("alice", "bob", "USD", 1)]), at, 0)
+    };
+    for id in &ids {
+        let id = tid(id);
+        let mark = xfer_core::Escalation::new(1, "protocol violation", T0);
+        let ops = vec![
+            Op::Transfer(
+                id.clone(),
+                TransferOp::Insert(Arc::new(accept(id.as_str(), T0))),
+            ),
+            Op::Transfer(id, TransferOp::Escalate { escalation: mark }),
+        ];
+        w.exec.execute_ops(ops).await.expect("written");
+    }
+    w.clock.advance_ms(1_000);
+    let healthy = accept("healthy", w.clock.now());
+    w.exec
+        .execute_op(Op::Transfer(
+            tid("healthy"),
+            TransferOp::Insert(Arc::new(healthy)),
+        ))
+        .await
+        .expect("inserted");
+    let r = w.sweeper.pass().await;
+    assert_eq!((r.finished, r.escalated_waiting), (1, 7), "{r:?}");
+    assert_eq!(w.transfer("healthy").await.state, TransferState::Done);
+    for id in &ids {
+        assert_eq!(w.transfer(id).await.state, TransferState::Initial, "{id}");
+    }
 }

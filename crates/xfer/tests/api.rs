@@ -1412,7 +1412,7 @@ async fn partial_captures(ts: &TestServer) {
         (
             json!({"amounts": [1, 2]}),
             400,
-            "capture_exceeds_hold",
+            "capture_must_match_hold",
             "amounts",
         ),
         (
@@ -1535,7 +1535,7 @@ async fn partial_captures(ts: &TestServer) {
     expect_error(
         &a,
         400,
-        "capture_exceeds_hold",
+        "capture_must_match_hold",
         Some("amount"),
         "one amount for two postings",
     );
@@ -2559,6 +2559,7 @@ async fn metrics(ts: &TestServer) -> String {
         "xfer_http_requests_total",
         "xfer_transfer_duration_seconds_bucket",
         "xfer_transfers_in_flight",
+        "xfer_transfers_escalated",
     ] {
         assert!(a.text.contains(family), "no {family} in\n{}", a.text);
     }
@@ -2634,7 +2635,80 @@ async fn every_route(backend: Backend) {
     // Last: its transfers would change what the listings above expect.
     partial_refunds(&ts).await;
     partial_captures(&ts).await;
+    escalations(&ts).await;
     ts.shutdown().await;
+}
+
+/// A transfer escalated by a sweeper (the mark written here as a sweeper writes it, on a
+/// record due at once) is listed stuck with its last error, shown on the transfer, left
+/// alone by the sweepers, and a re-drive clears the mark and finishes it.
+async fn escalations(ts: &TestServer) {
+    let svc = ts.server.as_ref().expect("in process").service();
+    let now = svc.now();
+    let spec = xfer_core::TransferSpec {
+        id: xfer_core::TransferId::new("esc-1").unwrap(),
+        postings: vec![xfer_core::Posting {
+            from: xfer_core::AccountId::new("nobody-1").unwrap(),
+            to: xfer_core::AccountId::new("nobody-2").unwrap(),
+            asset: xfer_core::AssetCode::new("USD", "asset").unwrap(),
+            amount: xfer_core::Amount::new(5, "amount").unwrap(),
+        }]
+        .into(),
+        metadata: String::new(),
+        kind: xfer_core::TransferKind::Transfer,
+        refund_of: None,
+        timeout_ms: 5_000,
+    };
+    let id = spec.id.clone();
+    let record = xfer_core::TransferRecord::accept(spec, now.minus_ms(60_000), 0);
+    let mark = xfer_core::Escalation::new(3, "protocol violation: \"post\" answered é", now);
+    let ops = vec![
+        xfer_store::Op::Transfer(id.clone(), xfer_store::TransferOp::Insert(record.into())),
+        xfer_store::Op::Transfer(
+            id.clone(),
+            xfer_store::TransferOp::Escalate {
+                escalation: mark.clone(),
+            },
+        ),
+    ];
+    svc.executor().execute_ops(ops).await.expect("written");
+    // Sweepers leave it: ten sweeps later it is as it was.
+    TokioSleeper.sleep(1_000).await;
+    let a = ts.get("/v1/transfers/esc-1").await;
+    assert_eq!(
+        (a.body["state"].clone(), a.body["escalation"].clone()),
+        (
+            json!("initial"),
+            json!({"attempts": 3, "error": mark.error, "at_ms": now.as_ms()})
+        ),
+        "{}",
+        a.text
+    );
+    let a = ts.get("/v1/admin/stuck").await;
+    let stuck = a.body["stuck"].as_array().expect("stuck");
+    let listed: Vec<&Value> = stuck
+        .iter()
+        .filter(|s| s["transfer"]["id"] == "esc-1")
+        .collect();
+    assert_eq!(listed.len(), 1, "{}", a.text);
+    let why = listed[0]["why"].as_str().expect("why");
+    assert!(
+        why.contains("escalated") && why.contains("after 3 failed") && why.contains(&mark.error),
+        "{why}"
+    );
+    assert_eq!(listed[0]["transfer"]["escalation"]["attempts"], 3);
+    let text = ts.get("/metrics").await.text;
+    assert!(
+        text.lines().any(|l| l == "xfer_transfers_escalated 1"),
+        "{text}"
+    );
+    // Fixed (here: nothing to fix, its accounts do not exist): a re-drive clears the mark.
+    let a = ts.post_empty("/v1/transfers/esc-1/redrive").await;
+    assert_eq!(a.status, 200, "{}", a.text);
+    assert_eq!(a.body["state"], "canceled", "{}", a.text);
+    assert!(a.body.get("escalation").is_none(), "{}", a.text);
+    let a = ts.get("/v1/admin/stuck").await;
+    assert!(!a.text.contains("esc-1"), "no longer stuck: {}", a.text);
 }
 
 // ---------------------------------------------------------------------------------------
