@@ -128,10 +128,16 @@ pub async fn audit(cluster: &Cluster) -> Result<AuditReport, ExecError> {
             report.open_intents += 1;
             busy.insert(a.asset.clone());
             match states.get(id) {
-                Some(TransferState::Applied) => {
-                    t.net += i128::from(intent.credit) - i128::from(intent.debit);
+                Some((TransferState::Applied, parts)) => {
+                    // Decided: it will move its part of this account (of a hold captured in
+                    // part, the captured part), the rest given back.
+                    let (debit, credit) = parts
+                        .as_ref()
+                        .and_then(|legs| legs.iter().find(|l| l.account == a.id))
+                        .map_or((intent.debit, intent.credit), |l| (l.debit, l.credit));
+                    t.net += i128::from(credit) - i128::from(debit);
                 }
-                Some(s) if s.is_terminal() => suspects.push((a.id.clone(), id.clone())),
+                Some((s, _)) if s.is_terminal() => suspects.push((a.id.clone(), id.clone())),
                 None => suspects.push((a.id.clone(), id.clone())),
                 Some(_) => {}
             }
@@ -203,10 +209,11 @@ pub async fn all_accounts(cluster: &Cluster) -> Result<Vec<Account>, ExecError> 
     Ok(all)
 }
 
+/// Each transfer's state, and of a hold captured in part the legs of what it captured.
 async fn transfer_states(
     cluster: &Cluster,
     ids: &BTreeSet<TransferId>,
-) -> Result<BTreeMap<TransferId, TransferState>, ExecError> {
+) -> Result<BTreeMap<TransferId, (TransferState, Option<xfer_core::Legs>)>, ExecError> {
     let ops = ids
         .iter()
         .map(|id| Op::Transfer(id.clone(), TransferOp::Get))
@@ -214,7 +221,10 @@ async fn transfer_states(
     let mut states = BTreeMap::new();
     for (id, reply) in ids.iter().zip(read_all(cluster, ops).await?) {
         if let Reply::Transfer(r) | Reply::Unchanged(r) = reply {
-            states.insert(id.clone(), r.state);
+            let parts = (!r.captured.is_empty())
+                .then(|| r.spec.legs_with(&r.captured).ok())
+                .flatten();
+            states.insert(id.clone(), (r.state, parts));
         }
     }
     Ok(states)

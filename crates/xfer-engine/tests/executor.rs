@@ -1668,3 +1668,39 @@ async fn escalated_transfers_never_take_the_place_of_due_ones() {
         assert_eq!(w.transfer(id).await.state, TransferState::Initial, "{id}");
     }
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_hold_captured_in_part_and_half_posted_audits_as_conserved() {
+    let w = World::memory();
+    w.bank().await;
+    let held = w
+        .exec
+        .submit(hold("h1", vec![posting("alice", "bob", "USD", 30)]))
+        .await;
+    assert!(matches!(held, Ok(Outcome::Held(_))), "{held:?}");
+    // The capture decided and alice's leg posted; bob's post not yet made.
+    let capture = TransferOp::CapturePart {
+        owner: owner("c"),
+        now: w.clock.now(),
+        lease_until: w.clock.now().plus_ms(5_000),
+        amounts: vec![Amount::new(12, "amount").unwrap()],
+    };
+    w.exec
+        .execute_op(Op::Transfer(tid("h1"), capture))
+        .await
+        .expect("captured");
+    let post = AccountOp::PostPart {
+        transfer: tid("h1"),
+        asset: asset_code("USD"),
+        debit: 12,
+        credit: 0,
+    };
+    w.exec
+        .execute_op(Op::Account(acct("alice"), post))
+        .await
+        .expect("posted");
+    let r = xfer_engine::audit(w.exec.cluster()).await.expect("audited");
+    assert!(r.is_clean(), "{r:?}");
+    let usd = r.assets.iter().find(|a| a.asset == "USD").expect("USD");
+    assert_eq!(usd.conserved, Some(true), "{r:?}");
+}
