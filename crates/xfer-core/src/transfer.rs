@@ -533,6 +533,17 @@ impl TransferRecord {
         std::borrow::Cow::Owned(postings)
     }
 
+    /// Of a hold captured in part, the legs of what it captured
+    /// ([`TransferSpec::legs_with`]): `None` when it moves its postings whole, or when the
+    /// captured amounts do not fit its postings (a damaged record: the capture checked them).
+    pub fn captured_legs(&self) -> Option<Legs> {
+        if self.captured.is_empty() {
+            return None;
+        }
+        self.spec.check_capture(&self.captured).ok()?;
+        self.spec.legs_with(&self.captured).ok()
+    }
+
     /// The postings that undo what it moved: each of [`TransferRecord::moved_postings`]
     /// reversed, in order.
     pub fn reversed_postings(&self) -> Vec<Posting> {

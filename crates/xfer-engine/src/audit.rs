@@ -221,10 +221,7 @@ async fn transfer_states(
     let mut states = BTreeMap::new();
     for (id, reply) in ids.iter().zip(read_all(cluster, ops).await?) {
         if let Reply::Transfer(r) | Reply::Unchanged(r) = reply {
-            let parts = (!r.captured.is_empty())
-                .then(|| r.spec.legs_with(&r.captured).ok())
-                .flatten();
-            states.insert(id.clone(), (r.state, parts));
+            states.insert(id.clone(), (r.state, r.captured_legs()));
         }
     }
     Ok(states)

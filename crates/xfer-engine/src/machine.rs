@@ -551,8 +551,8 @@ impl Machine {
         let (state, deadline) = (rec.state, rec.deadline);
         let refund_of = rec.spec.refund_of.clone();
         // A hold captured in part posts what each leg captured.
-        let parts =
-            (!rec.captured.is_empty() && state == TransferState::Applied).then(|| parts_of(&rec));
+        let parts = (!rec.captured.is_empty() && state == TransferState::Applied)
+            .then(|| rec.captured_legs());
         let copy = move || Arc::unwrap_or_clone(rec);
         if self.legs.is_empty() {
             return self.stop(Outcome::Violation(format!(
@@ -1036,13 +1036,6 @@ impl Machine {
             self.id
         )))
     }
-}
-
-/// The legs of `rec`'s captured amounts ([`TransferSpec::legs_with`]), or `None` if they do
-/// not fit its postings (a corrupt record: the capture checked them).
-fn parts_of(rec: &TransferRecord) -> Option<Legs> {
-    rec.spec.check_capture(&rec.captured).ok()?;
-    rec.spec.legs_with(&rec.captured).ok()
 }
 
 /// Why a capture (`goal` applied) or a void (`goal` canceling) that left the record as it

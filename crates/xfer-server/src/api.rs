@@ -869,6 +869,25 @@ async fn act(app: &App, id: String, action: Action, headers: HeaderMap, b: Body)
     Ok(json_status(status_of(&answer), answer_out(app, &answer)))
 }
 
+/// Reads the transfer `id` with its postings' assets, in order, and their declarations:
+/// what decimal amounts of its postings are read in.
+async fn read_with_scales(
+    app: &App,
+    id: &xfer_core::TransferId,
+) -> Result<
+    (
+        xfer_core::TransferRecord,
+        Vec<AssetCode>,
+        Arc<crate::catalog::Catalog>,
+    ),
+    ApiError,
+> {
+    let r = app.svc.get_transfer(id).await?;
+    let assets: Vec<AssetCode> = r.spec.postings.iter().map(|p| p.asset.clone()).collect();
+    let catalog = app.svc.catalog_for(assets.iter()).await?;
+    Ok((r, assets, catalog))
+}
+
 /// No body (or `{}`) captures the hold whole; `amount` or `amounts` capture that much of
 /// it and release the rest, in the same posts.
 async fn capture(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b: Body) -> Handled {
@@ -881,9 +900,7 @@ async fn capture(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b
     };
     // Decimal amounts are read in the scales of the hold's assets, posting by posting.
     let asked = if req.has_decimals() {
-        let hold = app.svc.get_transfer(&id).await?;
-        let assets: Vec<AssetCode> = hold.spec.postings.iter().map(|p| p.asset.clone()).collect();
-        let catalog = app.svc.catalog_for(assets.iter()).await?;
+        let (_, assets, catalog) = read_with_scales(&app, &id).await?;
         req.amounts(&assets, &catalog)?
     } else {
         req.amounts(&[], &crate::catalog::Catalog::default())?
@@ -925,14 +942,7 @@ async fn refund(State(app): Shared, IdParam(id): IdParam, headers: HeaderMap, b:
     // Decimal amounts are read in the scales of the original's assets, posting by posting;
     // others are checked before the original is read.
     let (original, amounts) = if req.has_decimals() {
-        let original = app.svc.get_transfer(&original_id).await?;
-        let assets: Vec<AssetCode> = original
-            .spec
-            .postings
-            .iter()
-            .map(|p| p.asset.clone())
-            .collect();
-        let catalog = app.svc.catalog_for(assets.iter()).await?;
+        let (original, assets, catalog) = read_with_scales(&app, &original_id).await?;
         let amounts = req.amounts(&assets, &catalog)?;
         (original, amounts)
     } else {

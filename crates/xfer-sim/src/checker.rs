@@ -151,14 +151,11 @@ impl Checker {
                 };
                 // Decided: the intent will move what the transfer moves of this account (of
                 // a hold captured in part, its captured part).
-                let part = match r.captured.is_empty() {
-                    true => None,
-                    false => r.spec.legs_with(&r.captured).ok().and_then(|legs| {
-                        legs.into_iter()
-                            .find(|l| l.account == a.id)
-                            .map(|l| (l.debit, l.credit))
-                    }),
-                };
+                let part = r.captured_legs().and_then(|legs| {
+                    legs.into_iter()
+                        .find(|l| l.account == a.id)
+                        .map(|l| (l.debit, l.credit))
+                });
                 let (debit, credit) = part.unwrap_or((i.debit, i.credit));
                 t += credit as i128 - debit as i128;
             }
