@@ -1,4 +1,4 @@
-#!lua name=xfer_6
+#!lua name=xfer_7
 -- xfer's Redis shard: every protocol step as one server-side function on one record.
 --
 -- Loaded once per server (FUNCTION LOAD REPLACE when a store opens). A function runs
@@ -9,9 +9,9 @@
 --
 -- The library's name (and its functions') carries its version: when a step's arguments or
 -- rules change it takes the next one (xfer_5: captures and posts in part, refunds judged
--- against what was captured; xfer_6: escalation marks, and re-drives that clear them), so a
--- process still running older code, which loads its own library when it opens, never
--- replaces this one under a newer process.
+-- against what was captured; xfer_6: escalation marks, and re-drives that clear them;
+-- xfer_7: history as lists, records without `rev`), so a process still running older code,
+-- which loads its own library when it opens, never replaces this one under a newer process.
 --
 -- The rules are those of `xfer_store::record` (Rust), which the Memory store runs directly;
 -- the conformance suite holds this file to them.
@@ -20,8 +20,12 @@
 --   {p}:a:<account>   hash: asset, balance, reserved, incoming, lower (absent: unbounded),
 --                     status (open | closed | unopened), and one field per intent,
 --                     i:<transfer> = "<state> <debit> <credit> <horizon>"
---   {p}:h:<account>   sorted set: the account's history, "<seq> <transfer>" scored by seq
---   {p}:t:<transfer>  hash: spec (JSON), rev (the reversed postings, JSON), state, created,
+--   {p}:h:<account>   list: the account's history, transfer ids oldest first; an entry's
+--                     position from 1 is its cursor (xfer_6 and older kept a sorted set,
+--                     "<seq> <transfer>" scored by a shard-wide counter `{p}:seq`, which
+--                     `history_to_list` turns into the list when a store opens)
+--   {p}:t:<transfer>  hash: spec (JSON), rev (in records written by xfer_6 and older: the
+--                     reversed postings, JSON; derived from spec since), state, created,
 --                     updated, deadline, hold, owner, lease, epoch, reason (JSON),
 --                     refunded_by (absent fields: none), refunds (the refund links,
 --                     `RefundLink`s as JSON, oldest first; absent: none, and in a record
@@ -34,7 +38,7 @@
 --   {p}:accounts, {p}:transfers   sorted sets of ids (score 0: byte order, for paging)
 --   {p}:due           sorted set: non-terminal transfers scored by their wake time
 --   {p}:tombs         sorted set: "<account> <transfer>" of every tombstone, by horizon
---   {p}:seq           the history counter
+--   {p}:layout        '7' once a store has brought older data to this layout
 --   {p}:events        stream: the change feed (event.rs), one entry per event,
 --                     t (transfer), k (kind), at (ms), r (refund, for 'refunded'); its entry
 --                     ids are the events' positions; retention (`trim_events`) drops the
@@ -211,8 +215,8 @@ local function ms(s, what)
 end
 
 -- ---------------------------------------------------------------------------------------
--- Accounts. KEYS: the account, its history, the account index, the tombstone index, the
--- history counter. ARGV: the step, the account id, the step's arguments (see `wire.rs`).
+-- Accounts. KEYS: the account, its history, the account index, the tombstone index. ARGV:
+-- the step, the account id, the step's arguments (see `wire.rs`).
 
 local function intent_of(v, key)
   local state, debit, credit, horizon = string.match(v, '^(%a+) (%d+) (%d+) (%-?%d+)$')
@@ -260,10 +264,10 @@ local function prepare_fields(key, tid)
 end
 
 -- The prepare's rules (record.rs `prepare_check`) on an account that exists, read by
--- `prepare_fields` as `f`, at the store's clock `now`: nil, its balance and its new reserved
--- and incoming sums if a prepare of `debit` and `credit` would succeed, else the answer the
--- prepare gives (having changed nothing). An existing intent or tombstone answers first,
--- then the deadline, then the rules.
+-- `prepare_fields` as `f`, at the store's clock `now`: nil, its new reserved and incoming
+-- sums and its balance once the intent is posted whole, if a prepare of `debit` and
+-- `credit` would succeed, else the answer the prepare gives (having changed nothing). An
+-- existing intent or tombstone answers first, then the deadline, then the rules.
 local function prepare_check(key, f, asset, debit, credit, deadline, now)
   local status, v = f[1], f[2]
   if v then
@@ -286,9 +290,25 @@ local function prepare_check(key, f, asset, debit, credit, deadline, now)
   if f[3] ~= asset then
     return { 'prepare', 'refused', 'asset_mismatch' }
   end
-  local bal = int(f[5], key .. ' balance')
-  local res, inc = int(f[6], key .. ' reserved'), int(f[7], key .. ' incoming')
-  if f[4] and cmp(debit, sub(sub(bal, res), int(f[4], key .. ' lower'))) > 0 then
+  local b, r, i, lower = f[5], f[6], f[7], f[4]
+  if #b <= SHORT and #r <= SHORT and #i <= SHORT and #debit <= SHORT and #credit <= SHORT
+    and (not lower or #lower <= SHORT) then
+    -- Every operand below 10^15 in size: each sum below stays under 2^53, exact as a
+    -- double, and within an i64, so it needs neither limbs nor the overflow checks.
+    local bal, res, inc = tonumber(b), tonumber(r), tonumber(i)
+    local d, c, low = tonumber(debit), tonumber(credit), lower and tonumber(lower)
+    if not (bal and res and inc and d and c) or (lower and not low) then
+      corrupt('sums of ' .. key .. ': ' .. b .. ' ' .. r .. ' ' .. i .. ' ' .. (lower or ''))
+    end
+    if low and d > bal - res - low then
+      return { 'prepare', 'refused', 'exceeds_available' }
+    end
+    return nil, string.format('%d', res + d), string.format('%d', inc + c),
+      string.format('%d', bal + c - d)
+  end
+  local bal = int(b, key .. ' balance')
+  local res, inc = int(r, key .. ' reserved'), int(i, key .. ' incoming')
+  if lower and cmp(debit, sub(sub(bal, res), int(lower, key .. ' lower'))) > 0 then
     return { 'prepare', 'refused', 'exceeds_available' }
   end
   -- Every number the record will ever hold must fit an i64 (see record.rs).
@@ -296,11 +316,11 @@ local function prepare_check(key, f, asset, debit, credit, deadline, now)
   if not (fits(res2) and fits(inc2) and fits(sub(bal, res2)) and fits(add(bal, inc2))) then
     return { 'prepare', 'refused', 'balance_would_overflow' }
   end
-  return nil, bal, res2, inc2
+  return nil, res2, inc2, add(bal, sub(credit, debit))
 end
 
 local function account(keys, args)
-  local key, hist, index, tombs, seq = keys[1], keys[2], keys[3], keys[4], keys[5]
+  local key, hist, index, tombs = keys[1], keys[2], keys[3], keys[4]
   local k, aid = args[1], args[2]
   local status = redis.call('HGET', key, 'status')
 
@@ -350,8 +370,7 @@ local function account(keys, args)
       -- The account's first write for the transfer lists it; past the horizon an earlier
       -- tombstone may have been pruned (a repeat), so it lists nothing (see record.rs).
       if status ~= 'unopened' and now_ms() < ms(horizon, 'horizon') then
-        local n = string.format('%d', redis.call('INCR', seq))
-        redis.call('ZADD', hist, n, n .. ' ' .. tid)
+        redis.call('RPUSH', hist, tid)
       end
       return { 'release', 'marked' }
     end
@@ -410,15 +429,14 @@ local function account(keys, args)
   if k == 'prepare' then
     local tid, asset, debit, credit, deadline, horizon =
       args[3], args[4], args[5], args[6], args[7], args[8]
-    local refused, _, res2, inc2 =
+    local refused, res2, inc2 =
       prepare_check(key, prepare_fields(key, tid), asset, debit, credit, deadline, now_ms())
     if refused then
       return refused
     end
     redis.call('HSET', key, 'reserved', res2, 'incoming', inc2,
       'i:' .. tid, 'open ' .. debit .. ' ' .. credit .. ' ' .. horizon)
-    local n = string.format('%d', redis.call('INCR', seq))
-    redis.call('ZADD', hist, n, n .. ' ' .. tid)
+    redis.call('RPUSH', hist, tid)
     return { 'prepare', 'prepared' }
   end
 
@@ -663,8 +681,33 @@ end
 
 local REFUNDS_MAX = 16
 
+-- The spec's postings reversed, as `reversed_postings` writes them: serde writes the spec's
+-- id (which holds no quote) before its postings, so the first '"postings":[' opens them,
+-- and each posting is `Posting`'s four fields in order, whose ids and asset codes hold no
+-- quote either.
+local function reversed_of(key)
+  local spec = redis.call('HGET', key, 'spec') or corrupt(key .. ' without spec')
+  local _, at = string.find(spec, '"postings":[', 1, true)
+  local parts = {}
+  while at do
+    local _, e, from, to, asset, amount = string.find(spec,
+      '^{"from":"([^"]*)","to":"([^"]*)","asset":"([^"]*)","amount":(%d+)}', at + 1)
+    if not e then
+      break
+    end
+    parts[#parts + 1] = '{"from":"' .. to .. '","to":"' .. from .. '","asset":"' .. asset
+      .. '","amount":' .. amount .. '}'
+    local c = string.sub(spec, e + 1, e + 1)
+    if c == ']' then
+      return '[' .. table.concat(parts, ',') .. ']'
+    end
+    at = (c == ',') and e + 1 or nil
+  end
+  corrupt('postings of ' .. key .. ': ' .. spec)
+end
+
 -- The link of a refund to the original `key`, which is done (its reversed postings `rev`,
--- its `refunded_by`). ARGV: the step, the original's id, the refund, its postings (JSON), the
+-- nil when it keeps none, and its `refunded_by`). ARGV: the step, the original's id, the refund, its postings (JSON), the
 -- linker's clock, then the refunds whose links it replaces. Returns the refusal's code, or
 -- nil and the links after as JSON (nil: a repeat, nothing changes).
 local function link_refund(key, rev, refunded_by, args)
@@ -673,7 +716,7 @@ local function link_refund(key, rev, refunded_by, args)
   -- moved: `rev` (the spec's postings reversed) but for the amounts, which are those of
   -- `rev`, or of a hold captured in part its captured ones (`moved_postings`).
   local shape, amounts = postings_of(postings)
-  local rev_shape, full = postings_of(rev)
+  local rev_shape, full = postings_of(rev or reversed_of(key))
   local f = redis.call('HMGET', key, 'refunds', 'captured')
   local stored, captured = f[1], f[2]
   if captured then
@@ -893,39 +936,37 @@ local function transfer(keys, args)
   return transfer_reply('unchanged', key)
 end
 
--- Tombstones whose horizon the store's clock has passed, at most ARGV[1] of them.
--- KEYS: the tombstone index.
 -- ---------------------------------------------------------------------------------------
 -- The one-phase commit (TransferOp::OnePhase, docs/protocol.md). KEYS: the transfer, the
--- transfer index, the due index, the history counter, then each leg's account and its
--- history, then the change feed. ARGV: 'one_phase', the transfer id, its deadline, the number of legs, each leg's
+-- transfer index, the due index, then each leg's account and its history, then the change
+-- feed. ARGV: 'one_phase', the transfer id, its deadline, the number of legs, each leg's
 -- account id, asset, debit and credit, then the record's fields as an insert sends them.
 -- If the record is absent and every leg's prepare would succeed, the record is kept done
 -- and each leg's amounts move into its balance, with no intent: answers 'committed' (the
 -- record is `record::one_phase_done` of the one sent, which the client holds). Otherwise
 -- this is exactly the insert: 'inserted' (the record as sent), or the record found.
 local function one_phase(keys, args)
-  local key, index, due, seq = keys[1], keys[2], keys[3], keys[4]
+  local key, index, due = keys[1], keys[2], keys[3]
   local tid, deadline, n = args[2], args[3], tonumber(args[4])
-  local events = keys[5 + 2 * n]
+  local events = keys[4 + 2 * n]
   if redis.call('EXISTS', key) == 1 then
     -- Same id: the client compares the bodies (nothing changes either way).
     return transfer_reply('unchanged', key)
   end
   local ok, balances, now = n > 0, {}, now_ms()
   for i = 0, n - 1 do
-    local akey = keys[5 + 2 * i]
+    local akey = keys[4 + 2 * i]
     local f = prepare_fields(akey, tid)
-    local refused, bal
+    local refused, after, _
     if f[1] then
-      refused, bal = prepare_check(akey, f, args[6 + 4 * i], args[7 + 4 * i],
+      refused, _, _, after = prepare_check(akey, f, args[6 + 4 * i], args[7 + 4 * i],
         args[8 + 4 * i], deadline, now)
     end
     if not f[1] or refused then
       ok = false
       break
     end
-    balances[i] = bal
+    balances[i] = after
   end
   redis.call('ZADD', index, 0, tid)
   if not ok then
@@ -962,16 +1003,52 @@ local function one_phase(keys, args)
   redis.call('HSET', key, unpack(fields))
   emit(events, tid, 'accepted', created)
   emit(events, tid, 'done', created)
-  local last = redis.call('INCRBY', seq, n)
   for i = 0, n - 1 do
-    local debit, credit = args[7 + 4 * i], args[8 + 4 * i]
-    redis.call('HSET', keys[5 + 2 * i], 'balance', add(balances[i], sub(credit, debit)))
-    local h = string.format('%d', last - n + 1 + i)
-    redis.call('ZADD', keys[6 + 2 * i], h, h .. ' ' .. tid)
+    redis.call('HSET', keys[4 + 2 * i], 'balance', balances[i])
+    redis.call('RPUSH', keys[5 + 2 * i], tid)
   end
   return { 'committed' }
 end
 
+-- ---------------------------------------------------------------------------------------
+-- Account history. KEYS: the history.
+
+-- A page of the history, newest first: the position of the page's newest entry and the ids
+-- up to it, oldest first, at most ARGV[2]; from the newest entry when ARGV[1] is '0', else
+-- strictly before position ARGV[1].
+local function history_page(keys, args)
+  local last, before, limit = redis.call('LLEN', keys[1]), tonumber(args[1]), tonumber(args[2])
+  if before > 0 and before - 1 < last then
+    last = before - 1
+  end
+  if last < 1 or limit < 1 then
+    return { 0, {} }
+  end
+  return { last, redis.call('LRANGE', keys[1], math.max(0, last - limit), last - 1) }
+end
+
+-- Brings the history of xfer_6 and older (a sorted set of "<seq> <transfer>" by seq) to the
+-- list this layout keeps, in the same order, in one step; a list is left as it is. Answers
+-- how many entries it moved.
+local function history_to_list(keys, args)
+  local key = keys[1]
+  if redis.call('TYPE', key).ok ~= 'zset' then
+    return 0
+  end
+  local ids = {}
+  for i, m in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+    ids[i] = string.match(m, '^%d+ (.+)$') or corrupt('history entry ' .. m .. ' in ' .. key)
+  end
+  redis.call('DEL', key)
+  for i = 1, #ids, 1000 do
+    redis.call('RPUSH', key, unpack(ids, i, math.min(i + 999, #ids)))
+  end
+  return #ids
+end
+
+-- ---------------------------------------------------------------------------------------
+-- Tombstones whose horizon the store's clock has passed, at most ARGV[1] of them.
+-- KEYS: the tombstone index.
 local function tombs_due(keys, args)
   return redis.call('ZRANGEBYSCORE', keys[1], '-inf', now_ms(), 'LIMIT', 0, tonumber(args[1]))
 end
@@ -1000,11 +1077,14 @@ local function trim_events(keys, args)
   return #ids
 end
 
-redis.register_function('xfer_6_account', account)
-redis.register_function('xfer_6_transfer', transfer)
-redis.register_function('xfer_6_one_phase', one_phase)
-redis.register_function { function_name = 'xfer_6_tombs_due', callback = tombs_due,
+redis.register_function('xfer_7_account', account)
+redis.register_function('xfer_7_transfer', transfer)
+redis.register_function('xfer_7_one_phase', one_phase)
+redis.register_function { function_name = 'xfer_7_tombs_due', callback = tombs_due,
   flags = { 'no-writes' } }
-redis.register_function { function_name = 'xfer_6_events', callback = events_after,
+redis.register_function { function_name = 'xfer_7_events', callback = events_after,
   flags = { 'no-writes' } }
-redis.register_function('xfer_6_trim_events', trim_events)
+redis.register_function('xfer_7_trim_events', trim_events)
+redis.register_function { function_name = 'xfer_7_history', callback = history_page,
+  flags = { 'no-writes' } }
+redis.register_function('xfer_7_history_to_list', history_to_list)

@@ -44,8 +44,15 @@ impl Keys {
         format!("{}:tombs", self.tag)
     }
 
+    /// The history counter of the layout before lists (xfer_6 and older); only `destroy`
+    /// touches it now.
     pub(crate) fn seq(&self) -> String {
         format!("{}:seq", self.tag)
+    }
+
+    /// The layout version a store has brought the shard's older data to.
+    pub(crate) fn layout(&self) -> String {
+        format!("{}:layout", self.tag)
     }
 
     pub(crate) fn events(&self) -> String {
@@ -85,6 +92,7 @@ mod tests {
             k.due(),
             k.tombs(),
             k.seq(),
+            k.layout(),
             k.events(),
             k.events_dropped(),
             k.assets(),

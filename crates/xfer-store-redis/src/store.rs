@@ -19,6 +19,9 @@ use xfer_store::{
 const STORE: &str = "redis";
 /// The server-side functions, loaded (replacing an older copy) when a store opens.
 const FUNCTIONS: &str = include_str!("functions.lua");
+/// The data layout `functions.lua` keeps (its library's version), kept in the shard's
+/// `layout` key once older data was brought to it.
+const LAYOUT: &str = "7";
 
 /// Where one shard lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -200,6 +203,9 @@ impl RedisStore {
             config: cfg.clone(),
         };
         store.load_functions().await?;
+        store.migrate().await.map_err(|e| {
+            OpenError::setup(STORE, format!("bringing the data to layout {LAYOUT}: {e}"))
+        })?;
         Ok(store)
     }
 
@@ -212,6 +218,39 @@ impl RedisStore {
             .await
             .map(drop)
             .map_err(|e| OpenError::setup(STORE, e.to_string()))
+    }
+
+    /// Brings the shard's older data to this layout, once: the histories of xfer_6 and older
+    /// (sorted sets) become lists, each in one atomic step, so a store that stops halfway
+    /// finishes at its next open, and several opening at once do the same work twice at
+    /// worst.
+    async fn migrate(&self) -> Result<(), StoreError> {
+        let k = &self.keys;
+        let layout: Option<String> = self.call(redis::cmd("GET").arg(k.layout())).await?;
+        if layout.as_deref() == Some(LAYOUT) {
+            return Ok(());
+        }
+        let mut after: Option<String> = None;
+        loop {
+            let ids = self.ids_after(k.accounts(), after.as_deref(), 1000).await?;
+            let Some(last) = ids.last().cloned() else {
+                break;
+            };
+            let mut pipe = redis::pipe();
+            for id in &ids {
+                let id = AccountId::new(id).map_err(|e| StoreError::Corrupted(e.to_string()))?;
+                pipe.cmd("FCALL")
+                    .arg(wire::HISTORY_TO_LIST_FN)
+                    .arg(1)
+                    .arg(k.history(&id));
+            }
+            for answer in self.pipeline(&pipe).await? {
+                answer.map_err(|e| classify(&e))?;
+            }
+            after = Some(last);
+        }
+        self.call::<()>(redis::cmd("SET").arg(k.layout()).arg(LAYOUT))
+            .await
     }
 
     /// `call` on the connection, waiting at most the call timeout: `None` when no answer
@@ -325,6 +364,7 @@ impl RedisStore {
             k.due(),
             k.tombs(),
             k.seq(),
+            k.layout(),
             k.assets(),
             k.metadata(),
             k.events(),
@@ -541,29 +581,26 @@ impl Store for RedisStore {
         limit: usize,
     ) -> BoxFuture<'a, Result<HistoryPage, StoreError>> {
         Box::pin(async move {
-            let max = before.map_or_else(|| "+inf".to_string(), |b| format!("({b}"));
-            let members: Vec<String> = self
-                .call(
-                    redis::cmd("ZREVRANGEBYSCORE")
-                        .arg(self.keys.history(account))
-                        .arg(max)
-                        .arg("-inf")
-                        .arg("LIMIT")
-                        .arg(0)
-                        .arg(limit.saturating_add(1)),
-                )
-                .await?;
-            let mut entries = vec![];
-            for m in members {
-                let parsed = m
-                    .split_once(' ')
-                    .and_then(|(s, t)| Some((s.parse::<u64>().ok()?, TransferId::new(t).ok()?)));
-                let Some(e) = parsed else {
-                    return Err(StoreError::Corrupted(format!(
-                        "history of {account}: entry {m:?}"
-                    )));
-                };
-                entries.push(e);
+            // Positions start at 1: nothing is before 0.
+            if before == Some(0) {
+                return Ok(HistoryPage {
+                    entries: vec![],
+                    next: None,
+                });
+            }
+            let mut cmd = redis::cmd("FCALL_RO");
+            cmd.arg(wire::HISTORY_FN)
+                .arg(1)
+                .arg(self.keys.history(account))
+                .arg(before.unwrap_or(0))
+                .arg(limit.saturating_add(1));
+            let (last, ids): (u64, Vec<String>) = self.call(&cmd).await?;
+            let mut entries = Vec::with_capacity(ids.len());
+            for (back, id) in (0u64..).zip(ids.iter().rev()) {
+                let id = TransferId::new(id).map_err(|e| {
+                    StoreError::Corrupted(format!("history of {account}: entry {id:?}: {e}"))
+                })?;
+                entries.push((last - back, id));
             }
             Ok(HistoryPage::from_one_extra(&mut entries, limit))
         })

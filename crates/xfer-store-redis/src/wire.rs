@@ -3,9 +3,9 @@
 //! one flat array of strings per reply (`[kind, …]`; records as `HGETALL` gives them).
 //!
 //! Numbers go as decimal text both ways (the functions do exact integer arithmetic on it);
-//! the parts Redis only stores (a transfer's spec, a cancel reason, the reversed postings a
-//! refund must match, an escalation) are the domain types' own JSON. The functions read two such texts
-//! themselves, as text: a refund's postings and the reversed ones (amounts aside, the same
+//! the parts Redis only stores (a transfer's spec, a cancel reason, an escalation) are the
+//! domain types' own JSON. The functions read some such texts themselves, as text: a
+//! refund's postings and the original spec's, which they reverse (amounts aside, the same
 //! text; the amounts their digits), a record's refund links, which they write too, and the
 //! amounts a hold captured in part keeps (`[3,5]`, the digits).
 
@@ -25,12 +25,14 @@ use xfer_store::{
     ReleaseOutcome, Reply, TransferOp,
 };
 
-pub(crate) const ACCOUNT_FN: &str = "xfer_6_account";
-pub(crate) const TRANSFER_FN: &str = "xfer_6_transfer";
-pub(crate) const ONE_PHASE_FN: &str = "xfer_6_one_phase";
-pub(crate) const TOMBS_DUE_FN: &str = "xfer_6_tombs_due";
-pub(crate) const EVENTS_FN: &str = "xfer_6_events";
-pub(crate) const TRIM_EVENTS_FN: &str = "xfer_6_trim_events";
+pub(crate) const ACCOUNT_FN: &str = "xfer_7_account";
+pub(crate) const TRANSFER_FN: &str = "xfer_7_transfer";
+pub(crate) const ONE_PHASE_FN: &str = "xfer_7_one_phase";
+pub(crate) const TOMBS_DUE_FN: &str = "xfer_7_tombs_due";
+pub(crate) const EVENTS_FN: &str = "xfer_7_events";
+pub(crate) const TRIM_EVENTS_FN: &str = "xfer_7_trim_events";
+pub(crate) const HISTORY_FN: &str = "xfer_7_history";
+pub(crate) const HISTORY_TO_LIST_FN: &str = "xfer_7_history_to_list";
 
 /// A timestamp as the functions store it: milliseconds, a saturated "never" as `i64::MAX`.
 pub(crate) fn ms(t: Timestamp) -> String {
@@ -227,24 +229,23 @@ pub(crate) fn prune_command(keys: &Keys, account: &AccountId, transfer: &str) ->
     fcall(ACCOUNT_FN, &account_keys(keys, account), args)
 }
 
-fn account_keys(keys: &Keys, id: &AccountId) -> [String; 5] {
+fn account_keys(keys: &Keys, id: &AccountId) -> [String; 4] {
     [
         keys.account(id),
         keys.history(id),
         keys.accounts(),
         keys.tombs(),
-        keys.seq(),
     ]
 }
 
-/// The `FCALL` of a one-phase commit: the transfer's keys, the history counter, each leg's
-/// account and history, and the change feed; the deadline, the legs and the record's fields (a record that
-/// no longer validates has no legs, and is only inserted).
+/// The `FCALL` of a one-phase commit: the transfer's keys, each leg's account and history,
+/// and the change feed; the deadline, the legs and the record's fields (a record that no
+/// longer validates has no legs, and is only inserted).
 fn one_phase(keys: &Keys, rec: &TransferRecord) -> Cmd {
     let id = rec.id();
     let legs = rec.spec.validate().unwrap_or_default();
     let [record, transfers, due, events] = transfer_keys(keys, id);
-    let mut k = vec![record, transfers, due, keys.seq()];
+    let mut k = vec![record, transfers, due];
     let mut args = vec![
         "one_phase".to_string(),
         id.to_string(),
@@ -278,7 +279,6 @@ fn transfer_keys(keys: &Keys, id: &TransferId) -> [String; 4] {
 fn record_fields(r: &TransferRecord) -> Vec<String> {
     let mut f: Vec<String> = [
         ("spec", json(&r.spec)),
-        ("rev", json(&r.spec.reversed_postings())),
         ("state", word(&r.state)),
         ("created", ms(r.created_at)),
         ("updated", ms(r.updated_at)),
@@ -322,7 +322,7 @@ pub(crate) fn position(id: &str) -> Result<FeedPosition, String> {
     })
 }
 
-/// The answer of `xfer_6_events`: the last id the stream dropped, and its entries.
+/// The answer of `xfer_7_events`: the last id the stream dropped, and its entries.
 pub(crate) fn event_page(v: Value) -> Result<EventPage, String> {
     let Value::Array(mut parts) = v else {
         return Err(format!("expected an array, got {v:?}"));
@@ -521,6 +521,7 @@ pub(crate) fn transfer(flat: &[String]) -> Result<TransferRecord, String> {
                     serde_json::from_str::<TransferSpec>(v).map_err(|e| format!("spec: {e}"))?,
                 )
             }
+            // Kept by records written before xfer_7; the functions derive it from the spec.
             "rev" => {}
             "state" => state = Some(enum_word::<TransferState>(v, "state")?),
             "created" => created = Some(stamp(v, "created")?),

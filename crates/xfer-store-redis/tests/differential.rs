@@ -1,7 +1,7 @@
 //! The Redis functions do their arithmetic on decimal strings (Lua's numbers are doubles,
 //! exact only below 2^53): `xfer_store::differential` holds them to the Memory store's
-//! Rust integers, on a single server and on a cluster: account steps, refund links (their
-//! sums) and hold extensions (their expiries).
+//! Rust integers, on a single server and on a cluster: account steps, one-phase commits,
+//! refund links (their sums) and hold extensions (their expiries).
 
 mod common;
 use common::{Server, Shards};
@@ -18,6 +18,9 @@ async fn same_as_memory(server: Server) {
     // The due index's scores are doubles: scanned only where a double is exact.
     xfer_store::differential::extensions_same_as_memory(&shards.open().await, 11, 1 << 53, true)
         .await;
+    for seed in 1..=3u64 {
+        xfer_store::differential::one_phase_same_as_memory(&shards.open().await, seed, 150).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
