@@ -32,7 +32,10 @@
 --                     written before partial refunds with refunded_by set, its one refund
 --                     of everything), tl (the timeline: its steps as JSON, timeline.rs;
 --                     absent in a record written before it: derived), tn (how many steps
---                     tl holds), captured (of a hold captured in part, each posting's
+--                     tl holds), tp (a one-phase commit's with no tl yet: its
+--                     timeline's first step's state and owner, "<state> <owner>"; the
+--                     timeline is that step and the finish's, both at its creation),
+--                     captured (of a hold captured in part, each posting's
 --                     captured amount, a JSON array of integers; absent: all of each),
 --                     escalation (`Escalation`'s JSON, only stored; absent: none)
 --   {p}:accounts, {p}:transfers   sorted sets of ids (score 0: byte order, for paging)
@@ -599,7 +602,7 @@ local function first_step(key)
 end
 
 -- The step of record `key`'s write from `b` (its fields before: state, epoch, refunded_by,
--- tl, tn, updated, owner, reason), read from the record as the step left it.
+-- tl, tn, updated, owner, reason, tp, created), read from the record as the step left it.
 local function keep_step(key, b)
   local f = redis.call('HMGET', key, 'state', 'owner', 'epoch', 'reason', 'updated',
     'refunded_by')
@@ -614,7 +617,15 @@ local function keep_step(key, b)
     return
   end
   local tl, n = b.tl, tonumber(b.tn or '0')
-  if not tl then
+  if not tl and b.tp then
+    -- A one-phase commit's (`one_phase`): the insert's step and the finish's.
+    local first, owner = string.match(b.tp, '^(%S+) (.*)$')
+    if not first then
+      corrupt('tp of ' .. key .. ': ' .. b.tp)
+    end
+    tl, n = '[' .. step_json(b.created, first, (owner ~= '') and owner or nil, b.epoch, nil, nil)
+      .. ',' .. step_json(b.created, 'done', nil, b.epoch, nil, nil) .. ']', 2
+  elseif not tl then
     -- Written before timelines: its one step as it was (`timeline::derived`).
     tl, n = '[' .. step_json(b.updated, b.state, b.owner, b.epoch, b.reason, b.refunded_by)
       .. ']', 1
@@ -793,7 +804,7 @@ local function transfer(keys, args)
   end
 
   local f = redis.call('HMGET', key, 'state', 'epoch', 'lease', 'hold', 'refunded_by', 'rev',
-    'tl', 'tn', 'updated', 'owner', 'reason')
+    'tl', 'tn', 'updated', 'owner', 'reason', 'tp', 'created')
   local state, epoch, lease, hold, refunded_by, rev = f[1], f[2], f[3], f[4], f[5], f[6]
   if not state then
     return { 'not_found' }
@@ -930,7 +941,7 @@ local function transfer(keys, args)
     index_wake(key, due, tid)
     feed(events, key, tid, state, refunded_by)
     keep_step(key, { state = state, epoch = epoch, refunded_by = refunded_by, tl = f[7],
-      tn = f[8], updated = f[9], owner = f[10], reason = f[11] })
+      tn = f[8], updated = f[9], owner = f[10], reason = f[11], tp = f[12], created = f[13] })
     return transfer_reply('transfer', key)
   end
   return transfer_reply('unchanged', key)
@@ -995,11 +1006,11 @@ local function one_phase(keys, args)
       created = v
     end
   end
-  table.insert(fields, 'tl')
-  table.insert(fields, '[' .. step_json(created, sent.state, sent.owner, sent.epoch, nil, nil)
-    .. ',' .. step_json(created, 'done', nil, sent.epoch, nil, nil) .. ']')
-  table.insert(fields, 'tn')
-  table.insert(fields, 2)
+  -- Its timeline, the insert's step and the finish's, both at its creation, is not stored:
+  -- `tp` (the first step's state and owner) and the record give it to readers and to
+  -- `keep_step`.
+  table.insert(fields, 'tp')
+  table.insert(fields, sent.state .. ' ' .. (sent.owner or ''))
   redis.call('HSET', key, unpack(fields))
   emit(events, tid, 'accepted', created)
   emit(events, tid, 'done', created)

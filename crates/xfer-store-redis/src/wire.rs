@@ -19,7 +19,7 @@ use xfer_core::{
     IntentState, LowerBound, OwnerId, RefundLink, Timeline, Timestamp, TransferId, TransferRecord,
     TransferSpec, TransferState,
 };
-use xfer_store::record::one_phase_reply;
+use xfer_store::record::{one_phase_done, one_phase_reply};
 use xfer_store::{
     AccountOp, Event, EventKind, EventPage, FeedPosition, Op, PostOutcome, PrepareOutcome,
     ReleaseOutcome, Reply, TransferOp,
@@ -512,7 +512,7 @@ pub(crate) fn transfer(flat: &[String]) -> Result<TransferRecord, String> {
     let (mut deadline, mut lease, mut epoch) = (None, None, None);
     let (mut hold, mut owner, mut reason, mut refunded_by) = (None, None, None, None);
     let (mut timeline, mut refunds, mut captured) = (None, Vec::new(), Vec::new());
-    let mut escalation = None;
+    let (mut escalation, mut one_phase) = (None, None);
     let stamp = |v: &str, what| num::<u64>(v, what).map(Timestamp);
     for (k, v) in pairs(flat)? {
         match k {
@@ -543,6 +543,13 @@ pub(crate) fn transfer(flat: &[String]) -> Result<TransferRecord, String> {
                 )
             }
             "tn" => {}
+            "tp" => {
+                let (first, by) = v.split_once(' ').ok_or_else(|| format!("tp {v:?}"))?;
+                let by = (!by.is_empty())
+                    .then(|| OwnerId::new(by).map_err(|e| e.to_string()))
+                    .transpose()?;
+                one_phase = Some((enum_word::<TransferState>(first, "tp")?, by));
+            }
             "refunds" => {
                 refunds = serde_json::from_str::<Vec<RefundLink>>(v)
                     .map_err(|e| format!("refunds: {e}"))?
@@ -578,11 +585,22 @@ pub(crate) fn transfer(flat: &[String]) -> Result<TransferRecord, String> {
         escalation,
         timeline: Timeline::default(),
     };
-    Ok(TransferRecord {
-        // None in a record written before timelines (`timeline::derived`).
-        timeline: timeline.unwrap_or_else(|| xfer_store::timeline::derived(&record)),
-        ..record
-    })
+    let timeline = match (timeline, one_phase) {
+        (Some(timeline), _) => timeline,
+        // A one-phase commit's, not stored: the record as sent gives it.
+        (None, Some((state, owner))) => {
+            let sent = TransferRecord {
+                state,
+                owner,
+                updated_at: record.created_at,
+                ..record.clone()
+            };
+            one_phase_done(&sent).timeline
+        }
+        // A record written before timelines.
+        (None, None) => xfer_store::timeline::derived(&record),
+    };
+    Ok(TransferRecord { timeline, ..record })
 }
 
 #[cfg(test)]

@@ -469,8 +469,9 @@ fn one_phase_record(rng: &mut Rng, id: &str) -> Arc<TransferRecord> {
 /// One-phase commits (`TransferOp::OnePhase`) of one or two postings among four funded
 /// accounts with random bounds, amounts around 10^15 (where the Redis functions stop adding
 /// as doubles), 2^53 and 2^63, through the Memory store and `store` (a fresh shard that
-/// commits in one phase), requiring the same reply to every commit and the same accounts at
-/// the end; commits and inserts (a leg refused) must both have come up.
+/// commits in one phase), with a refund linked to some of the committed, requiring the
+/// same reply to every step and the same accounts and records (timelines included) at the
+/// end; commits and inserts (a leg refused) must both have come up.
 pub async fn one_phase_same_as_memory<S: Store + ?Sized>(store: &S, seed: u64, steps: u64) {
     let memory = MemoryStore::new(Arc::new(SystemClock));
     let mut rng = Rng::new(seed);
@@ -521,20 +522,39 @@ pub async fn one_phase_same_as_memory<S: Store + ?Sized>(store: &S, seed: u64, s
     for (step, batch) in batches.into_iter().enumerate() {
         let want = memory.execute(batch.clone()).await.unwrap();
         let got = store.execute(batch.clone()).await.unwrap();
+        let mut refunds = vec![];
         for ((o, w), g) in batch.iter().zip(&want).zip(&got) {
             assert_eq!(g, w, "seed {seed} step {step}: {o}");
             if let Reply::Transfer(t) = w {
                 if t.state == TransferState::Done {
                     committed += 1;
+                    // Now and then a refund of all of it: a step on a record written in
+                    // one phase, its timeline taken up from there.
+                    if rng.below(4) == 0 {
+                        let op = TransferOp::LinkRefund {
+                            refund: TransferId::new(&format!("r-{}", t.id())).expect("valid"),
+                            replacing: vec![],
+                            postings: t.spec.reversed_postings(),
+                            now: Timestamp(2_000 + step as u64),
+                        };
+                        refunds.push(Op::Transfer(t.id().clone(), op));
+                    }
                 } else {
                     inserted += 1;
                 }
             }
         }
+        let want = memory.execute(refunds.clone()).await.unwrap();
+        let got = store.execute(refunds.clone()).await.unwrap();
+        assert_eq!(got, want, "seed {seed} step {step}: the refund links");
     }
     let want = memory.accounts(None, 100).await.unwrap();
     let got = store.accounts(None, 100).await.unwrap();
     assert_eq!(got, want, "seed {seed}: the accounts at the end");
+    // The records as read back: their timelines (some taken up by a refund link) too.
+    let want = memory.transfers(None, 10_000).await.unwrap();
+    let got = store.transfers(None, 10_000).await.unwrap();
+    assert_eq!(got, want, "seed {seed}: the records at the end");
     assert!(
         committed > 0 && inserted > 0,
         "seed {seed}: {committed} committed, {inserted} inserted"
