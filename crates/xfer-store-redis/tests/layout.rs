@@ -37,12 +37,7 @@ async fn an_older_history_becomes_a_list_in_the_same_order() {
         .expect("the old layout");
 
     let store = RedisStore::open(&cfg).await.expect("open migrates");
-    let kind: String = redis::cmd("TYPE")
-        .arg(format!("{tag}:h:alice"))
-        .query_async(&mut c)
-        .await
-        .expect("TYPE");
-    assert_eq!(kind, "list");
+    assert_eq!(kind(&mut c, format!("{tag}:h:alice")).await, "list");
     let layout: String = redis::cmd("GET")
         .arg(format!("{tag}:layout"))
         .query_async(&mut c)
@@ -77,15 +72,18 @@ async fn an_older_history_becomes_a_list_in_the_same_order() {
         .await
         .expect("ZADD");
     let _again = RedisStore::open(&cfg).await.expect("open");
-    let kind: String = redis::cmd("TYPE")
-        .arg(format!("{tag}:h:carol"))
-        .query_async(&mut c)
-        .await
-        .expect("TYPE");
-    assert_eq!(kind, "zset");
+    assert_eq!(kind(&mut c, format!("{tag}:h:carol")).await, "zset");
     let () = redis::cmd("DEL")
         .arg(format!("{tag}:h:carol"))
         .query_async(&mut c)
         .await
         .expect("DEL");
+}
+
+async fn kind(c: &mut redis::aio::MultiplexedConnection, key: String) -> String {
+    redis::cmd("TYPE")
+        .arg(key)
+        .query_async(c)
+        .await
+        .expect("TYPE")
 }

@@ -139,15 +139,7 @@ fn refunded_original(id: &str, rng: &mut Rng) -> TransferRecord {
     let postings: Vec<Posting> = (0..1 + rng.below(3))
         .map(|i| posting(&format!("a{i}"), &format!("b{i}"), refund_amount(rng)))
         .collect();
-    let spec = TransferSpec {
-        id: TransferId::new(id).expect("valid"),
-        postings: postings.into(),
-        metadata: String::new(),
-        kind: TransferKind::Transfer,
-        refund_of: None,
-        timeout_ms: 1_000,
-    };
-    let mut r = TransferRecord::accept(spec, Timestamp(1_000), 100);
+    let mut r = TransferRecord::accept(plain_spec(id, postings), Timestamp(1_000), 100);
     r.state = TransferState::Done;
     if rng.below(3) == 0 {
         // A hold captured in part: refunds are judged against what it captured.
@@ -159,6 +151,18 @@ fn refunded_original(id: &str, rng: &mut Rng) -> TransferRecord {
             .collect();
     }
     r.accepted()
+}
+
+/// A plain transfer `id` of `postings`.
+fn plain_spec(id: &str, postings: Vec<Posting>) -> TransferSpec {
+    TransferSpec {
+        id: TransferId::new(id).expect("valid"),
+        postings: postings.into(),
+        metadata: String::new(),
+        kind: TransferKind::Transfer,
+        refund_of: None,
+        timeout_ms: 1_000,
+    }
 }
 
 /// A refund's amount of `full`: often what the links before left, or one more, or all.
@@ -452,16 +456,9 @@ fn one_phase_record(rng: &mut Rng, id: &str) -> Arc<TransferRecord> {
             }
         })
         .collect();
-    let spec = TransferSpec {
-        id: TransferId::new(id).expect("valid"),
-        postings: postings.into(),
-        metadata: String::new(),
-        kind: TransferKind::Transfer,
-        refund_of: None,
-        timeout_ms: 1_000,
-    };
     let owner = OwnerId::new("o").expect("valid");
-    let mut r = TransferRecord::accept_claimed(spec, Timestamp(1_000), owner, FUTURE);
+    let mut r =
+        TransferRecord::accept_claimed(plain_spec(id, postings), Timestamp(1_000), owner, FUTURE);
     r.deadline = FUTURE;
     Arc::new(r)
 }
