@@ -1024,12 +1024,11 @@ end
 -- ---------------------------------------------------------------------------------------
 -- Account history. KEYS: the history.
 
--- A page of the history, newest first: the position of the page's newest entry and the ids
--- up to it, oldest first, at most ARGV[2]; from the newest entry when ARGV[1] is '0', else
--- strictly before position ARGV[1].
+-- A page of the history: the position of the page's newest entry and the ids up to it,
+-- oldest first, at most ARGV[2], all strictly before position ARGV[1].
 local function history_page(keys, args)
   local last, before, limit = redis.call('LLEN', keys[1]), tonumber(args[1]), tonumber(args[2])
-  if before > 0 and before - 1 < last then
+  if before - 1 < last then
     last = before - 1
   end
   if last < 1 or limit < 1 then

@@ -581,18 +581,11 @@ impl Store for RedisStore {
         limit: usize,
     ) -> BoxFuture<'a, Result<HistoryPage, StoreError>> {
         Box::pin(async move {
-            // Positions start at 1: nothing is before 0.
-            if before == Some(0) {
-                return Ok(HistoryPage {
-                    entries: vec![],
-                    next: None,
-                });
-            }
             let mut cmd = redis::cmd("FCALL_RO");
             cmd.arg(wire::HISTORY_FN)
                 .arg(1)
                 .arg(self.keys.history(account))
-                .arg(before.unwrap_or(0))
+                .arg(before.unwrap_or(u64::MAX))
                 .arg(limit.saturating_add(1));
             let (last, ids): (u64, Vec<String>) = self.call(&cmd).await?;
             let mut entries = Vec::with_capacity(ids.len());
