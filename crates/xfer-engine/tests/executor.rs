@@ -119,6 +119,16 @@ impl World {
     }
 
     /// Checks each listed balance, and that nothing is reserved or incoming there.
+    /// The bank, and `h1`: alice holding 30 USD for bob.
+    async fn bank_and_hold(&self) {
+        self.bank().await;
+        let held = self
+            .exec
+            .submit(hold("h1", vec![posting("alice", "bob", "USD", 30)]))
+            .await;
+        assert!(matches!(held, Ok(Outcome::Held(_))), "{held:?}");
+    }
+
     async fn assert_settled(&self, balances: &[(&str, i64)]) {
         for (id, balance) in balances {
             let a = self.account(id).await;
@@ -391,12 +401,7 @@ async fn a_hold_captured_in_part_moves_the_part_and_releases_the_rest() {
 #[tokio::test(flavor = "current_thread")]
 async fn hold_then_void_is_canceled() {
     let w = World::memory();
-    w.bank().await;
-    let held = w
-        .exec
-        .submit(hold("h1", vec![posting("alice", "bob", "USD", 30)]))
-        .await;
-    assert!(matches!(held, Ok(Outcome::Held(_))), "{held:?}");
+    w.bank_and_hold().await;
     let rec = finished(w.exec.void(tid("h1")).await);
     assert_eq!(
         (rec.state, rec.reason),
@@ -419,12 +424,7 @@ async fn capture_of_an_unknown_transfer_is_rejected() {
 #[tokio::test(flavor = "current_thread")]
 async fn expired_hold_is_canceled_by_the_sweeper() {
     let w = World::memory();
-    w.bank().await;
-    let held = w
-        .exec
-        .submit(hold("h1", vec![posting("alice", "bob", "USD", 30)]))
-        .await;
-    assert!(matches!(held, Ok(Outcome::Held(_))), "{held:?}");
+    w.bank_and_hold().await;
     let report = w.sweeper.pass().await;
     assert_eq!(report.due, 0, "a hold is not due before it expires");
     assert_eq!(w.transfer("h1").await.state, TransferState::Held);
@@ -641,12 +641,7 @@ async fn redrive_finishes_an_abandoned_transfer_without_waiting_for_the_lease() 
 #[tokio::test(flavor = "current_thread")]
 async fn close_waits_for_transfers_in_flight_then_closes() {
     let w = World::memory();
-    w.bank().await;
-    let held = w
-        .exec
-        .submit(hold("h1", vec![posting("alice", "bob", "USD", 30)]))
-        .await;
-    assert!(matches!(held, Ok(Outcome::Held(_))), "{held:?}");
+    w.bank_and_hold().await;
     let before = w.clock.now();
     let err = w
         .exec
@@ -1672,12 +1667,7 @@ async fn escalated_transfers_never_take_the_place_of_due_ones() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_hold_captured_in_part_and_half_posted_audits_as_conserved() {
     let w = World::memory();
-    w.bank().await;
-    let held = w
-        .exec
-        .submit(hold("h1", vec![posting("alice", "bob", "USD", 30)]))
-        .await;
-    assert!(matches!(held, Ok(Outcome::Held(_))), "{held:?}");
+    w.bank_and_hold().await;
     // The capture decided and alice's leg posted; bob's post not yet made.
     let capture = TransferOp::CapturePart {
         owner: owner("c"),
